@@ -1,0 +1,29 @@
+"""lazyxla: run ordinary PyTorch programs lazily on XLA through JAX, with safe,
+explainable buffer donation. Public API: see API.md (shared/) and README.md."""
+from __future__ import annotations
+
+from . import _jax  # noqa: F401  (enables JAX's 64-bit mode first)
+from .frontend import device as _device
+
+_device.register()
+
+from .lower.registry import load_all as _load_lowerings  # noqa: E402
+
+_load_lowerings()
+
+from . import metrics  # noqa: E402,F401
+from .errors import DonatedBufferError, LoweringError  # noqa: E402,F401
+from .frontend import dispatch as _dispatch  # noqa: E402,F401
+from .frontend.tensor import LazyTensor  # noqa: E402,F401
+
+_device.register_kernels()
+
+from .alias.config import (  # noqa: E402,F401
+    aliasing_enabled, explicit_donation, explicit_donation_enabled, set_aliasing, set_explicit_donation)
+from .sync.api import graph_hash, sync, sync_tensors, wait_device_ops  # noqa: E402,F401
+from .donation import get_buffer_donation, is_donated, set_buffer_donation  # noqa: E402,F401
+from .utils import optimization_barrier_, save  # noqa: E402,F401
+from . import debug  # noqa: E402,F401
+from .devices import device, device_count, devices, platform  # noqa: E402,F401
+
+__version__ = "0.1.0"

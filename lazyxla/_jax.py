@@ -1,0 +1,50 @@
+"""JAX configuration owned by lazyxla.
+
+lazyxla needs JAX's 64-bit mode so that int64 (PyTorch's default integer type)
+and float64 survive the round trip. JAX reads this flag globally, so importing
+lazyxla turns it on for the whole process; we never rely on JAX's default
+dtypes and always pass explicit dtypes in lowerings, so other JAX code in the
+same process keeps working (it just sees 64-bit defaults).
+"""
+from __future__ import annotations
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402  (must come after the x64 switch)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+TORCH_TO_JAX = {
+    torch.float32: jnp.float32,
+    torch.float64: jnp.float64,
+    torch.float16: jnp.float16,
+    torch.bfloat16: jnp.bfloat16,
+    torch.int64: jnp.int64,
+    torch.int32: jnp.int32,
+    torch.int16: jnp.int16,
+    torch.int8: jnp.int8,
+    torch.uint8: jnp.uint8,
+    torch.bool: jnp.bool_,
+}
+JAX_TO_TORCH = {np.dtype(v): k for k, v in TORCH_TO_JAX.items()}
+
+
+def jax_dtype(dtype: torch.dtype):
+    try:
+        return TORCH_TO_JAX[dtype]
+    except KeyError:
+        raise TypeError(
+            f"lazyxla: dtype {dtype} is not supported on the lazyxla device; "
+            f"supported dtypes are {', '.join(str(d) for d in TORCH_TO_JAX)}. "
+            "Convert the tensor first, e.g. t.to(torch.float32)."
+        ) from None
+
+
+def torch_dtype(dtype) -> torch.dtype:
+    return JAX_TO_TORCH[np.dtype(dtype)]
+
+
+def jax_devices() -> list:
+    return jax.local_devices()

@@ -1,0 +1,1 @@
+"""Buffer donation: configuration switches and the per-graph donation planner."""

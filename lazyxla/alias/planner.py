@@ -1,0 +1,109 @@
+"""Which parameters of a graph are donated, and why the others are not.
+
+Donor set = automatic donors ∪ explicit donors, sorted, where
+
+* automatic (in-place aliasing): the buffer's owner storage is recomputed by
+  this graph (it was updated in place), at syncs that allow it (step
+  barriers, `sync_tensors(donate_inplace=True)`);
+* explicit: the buffer carries the donate flag, at step barriers always and
+  at other syncs only with explicit donation enabled for the device;
+
+minus buffers that must survive the graph: read-only buffers, buffers that
+another live tensor holds (directly, or through pending computation that this
+graph does not compute), and, for automatic donors, buffers that no output of
+matching shape/dtype could reuse. With aliasing off nothing is donated.
+
+Holders are tracked from the live-storage registry, not from stamp order as
+upstream does, which is what makes partial syncs safe.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Optional
+
+from ..ir.node import DATA
+from ..sync.collect import Graph, data_reachable
+
+
+class Decision:
+    """Donation verdict for one parameter buffer of a graph."""
+    __slots__ = ("index", "shape", "dtype", "nbytes", "donated", "kind", "reason")
+
+    def __init__(self, index: int, data, donated: bool, kind: Optional[str], reason: str) -> None:
+        self.index = index
+        self.shape = data.shape
+        self.dtype = data.dtype
+        self.nbytes = data.nbytes
+        self.donated = donated
+        self.kind = kind
+        self.reason = reason
+
+    def as_dict(self) -> dict:
+        return {"param": self.index, "shape": list(self.shape), "dtype": str(self.dtype),
+                "bytes": self.nbytes, "donated": self.donated, "kind": self.kind, "reason": self.reason}
+
+
+def _describe_holder(st) -> str:
+    node = st.value
+    shape = list(node.shape) if not node.nout else "multi"
+    return f"live tensor #{st.seq} (shape={shape}, dtype={node.dtype})"
+
+
+def plan(graph: Graph, live: list, *, automatic: bool, explicit: bool, aliasing: bool,
+         kind: str) -> tuple[tuple, list]:
+    """Returns (sorted donor indices, one Decision per parameter)."""
+    outputs = {id(st) for st, _ in graph.storages}
+    direct: dict = {}
+    pending_roots = []
+    for st in live:
+        if id(st) in outputs:
+            continue
+        value = st.value
+        if value.op is DATA:
+            direct.setdefault(id(value.data), []).append(st)
+        else:
+            pending_roots.append(value)
+    needed_by_pending = data_reachable(pending_roots) if pending_roots else set()
+    free_outputs = Counter((graph.order[p].shape, graph.order[p].dtype) for p in graph.outputs)
+
+    donors = []
+    decisions = []
+    for i, data in enumerate(graph.params):
+        owner = data.owner_storage()
+        is_auto = automatic and owner is not None and id(owner) in outputs
+        is_explicit = data.donate and explicit
+        reason = ""
+        holders = direct.get(id(data), ())
+        if not aliasing:
+            reason = "aliasing is off (lx.set_aliasing / LAZYXLA_ALIASING=0)"
+        elif not (is_auto or is_explicit):
+            if data.donate:
+                reason = (f"marked for donation, but explicit donation is not enabled at a {kind} "
+                          "(lx.set_explicit_donation(True) or use lx.sync())")
+            elif owner is not None and id(owner) in outputs:
+                reason = f"updated in place, but a {kind} does not donate automatically"
+            else:
+                reason = "not updated in place by this graph and not marked for donation"
+        elif data.read_only:
+            reason = "read-only buffer"
+        elif id(data) in needed_by_pending:
+            reason = "still needed by pending computation of another live tensor"
+        elif is_auto and not is_explicit and holders:
+            reason = "also held by " + ", ".join(_describe_holder(h) for h in holders[:3])
+        elif is_explicit and not is_auto and len(holders) > 1:
+            reason = "held by several live tensors: " + ", ".join(_describe_holder(h) for h in holders[:3])
+        aval = (data.shape, data.dtype)
+        if not reason and is_auto and not is_explicit and free_outputs[aval] <= 0:
+            reason = "no output of matching shape/dtype to reuse the buffer"
+        if reason:
+            decisions.append(Decision(i, data, False, None, reason))
+            continue
+        if free_outputs[aval] > 0:
+            free_outputs[aval] -= 1
+            note = "reused by an output"
+        else:
+            note = "freed by the graph (no output of matching shape/dtype)"
+        kind_name = "automatic+explicit" if (is_auto and is_explicit) else ("automatic" if is_auto else "explicit")
+        decisions.append(Decision(i, data, True, kind_name, note))
+        donors.append(i)
+    return tuple(donors), decisions

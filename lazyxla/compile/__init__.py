@@ -1,0 +1,1 @@
+"""From a collected graph to a compiled XLA executable (through jax.jit)."""

@@ -1,0 +1,114 @@
+"""The bounded executable cache and the compile step (jax.jit -> lower -> compile).
+
+Cache key = (graph key, donor indices). Config switches are not part of it:
+two syncs that end with the same donors share one executable. Size bound:
+LAZYXLA_COMPILE_CACHE_SIZE (default 1024), least recently used evicted.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import time
+import warnings
+from typing import Optional
+
+import jax
+from jax.sharding import SingleDeviceSharding
+
+from .. import metrics
+from .._jax import jax_devices, jax_dtype
+from ..errors import LoweringError
+from ..sync.collect import Graph
+from .program import PACK_DTYPES, build
+
+_MAX = int(os.environ.get("LAZYXLA_COMPILE_CACHE_SIZE", "1024"))
+_cache: "collections.OrderedDict[tuple, Executable]" = collections.OrderedDict()
+
+
+class Executable:
+    """One compiled graph: what `jax.stages.Compiled` gives plus our bookkeeping."""
+    __slots__ = ("key_hex", "donors", "call", "compiled", "n_params", "compile_ns", "memory")
+
+    def __init__(self, key_hex: str, donors: tuple, call, compiled, n_params: int, compile_ns: int) -> None:
+        self.key_hex = key_hex
+        self.donors = donors
+        self.call = call
+        self.compiled = compiled
+        self.n_params = n_params
+        self.compile_ns = compile_ns
+        self.memory: Optional[dict] = None
+
+    def memory_analysis(self) -> dict:
+        """XLA's memory analysis of the executable (bytes), computed once."""
+        if self.memory is None:
+            stats = self.compiled.memory_analysis()
+            fields = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
+                      "temp_size_in_bytes", "generated_code_size_in_bytes")
+            self.memory = {f: int(getattr(stats, f, 0) or 0) for f in fields} if stats is not None else {}
+            if self.memory:
+                m = self.memory
+                m["peak_estimate_bytes"] = (m["argument_size_in_bytes"] + m["output_size_in_bytes"]
+                                            - m["alias_size_in_bytes"] + m["temp_size_in_bytes"])
+        return self.memory
+
+
+def key_hex(key: tuple) -> str:
+    return format(hash(key) & 0xFFFFFFFFFFFFFFFF, "016x")
+
+
+def cache_size() -> int:
+    return len(_cache)
+
+
+def clear_cache() -> None:
+    _cache.clear()
+
+
+def lookup(graph: Graph, donors: tuple) -> Optional[Executable]:
+    full = (graph.key, donors)
+    exe = _cache.get(full)
+    if exe is not None:
+        _cache.move_to_end(full)
+    return exe
+
+
+def get_or_compile(graph: Graph, donors: tuple) -> Executable:
+    exe = lookup(graph, donors)
+    if exe is not None:
+        metrics.counter_add("CachedCompile")
+        return exe
+    metrics.counter_add("UncachedCompile")
+    exe = compile_graph(graph, donors)
+    _cache[(graph.key, donors)] = exe
+    while len(_cache) > _MAX:
+        _cache.popitem(last=False)
+    return exe
+
+
+def compile_graph(graph: Graph, donors: tuple) -> Executable:
+    program, n_params = build(graph)
+    device = jax_devices()[graph.device]
+    sharding = SingleDeviceSharding(device)
+    avals = [jax.ShapeDtypeStruct(d.shape, jax_dtype(d.dtype), sharding=sharding) for d in graph.params]
+    counts = [0, 0, 0]
+    from .program import pack_kind
+    for s in graph.scalars:
+        counts[pack_kind(s)] += 1
+    avals += [jax.ShapeDtypeStruct((n,), dt, sharding=sharding) for n, dt in zip(counts, PACK_DTYPES)]
+    jitted = jax.jit(program, donate_argnums=donors, keep_unused=True, out_shardings=sharding)
+    start = time.perf_counter_ns()
+    try:
+        with warnings.catch_warnings():
+            # Explicit donors without a matching output are freed, not reused; JAX warns.
+            warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+            compiled = jitted.lower(*avals).compile()
+    except LoweringError:
+        raise
+    except Exception as e:
+        raise LoweringError(f"lazyxla: compiling graph {key_hex(graph.key)} "
+                            f"({len(graph.order)} nodes) failed: {type(e).__name__}: {e}") from e
+    elapsed = time.perf_counter_ns() - start
+    metrics.metric_add("CompileTime", elapsed)
+    metrics.metric_add("InputOutputAliasCount", len(donors))
+    metrics.counter_add("CreateCompileHandles")
+    return Executable(key_hex(graph.key + (donors,)), donors, compiled, compiled, n_params, elapsed)

@@ -1,0 +1,54 @@
+"""Explaining what lazyxla did: the donation report."""
+from __future__ import annotations
+
+from typing import Optional
+
+from .sync.api import LastGraph
+
+
+class DonationReport:
+    """Per-parameter donation verdicts of one executed graph, with XLA's memory analysis."""
+
+    def __init__(self, graph_key: str, kind: str, n_nodes: int, decisions: list, memory: dict) -> None:
+        self.graph_key = graph_key
+        self.kind = kind
+        self.n_nodes = n_nodes
+        self.params = [d.as_dict() for d in decisions]
+        self.memory = memory
+        self.donated_bytes = sum(p["bytes"] for p in self.params if p["donated"])
+        self.donors = sum(1 for p in self.params if p["donated"])
+
+    @property
+    def saved_bytes(self) -> int:
+        """Bytes XLA aliased between donated inputs and outputs (memory_analysis)."""
+        return self.memory.get("alias_size_in_bytes", 0)
+
+    def __str__(self) -> str:
+        lines = [f"graph {self.graph_key} ({self.kind}, {self.n_nodes} nodes): "
+                 f"{self.donors}/{len(self.params)} parameters donated, "
+                 f"{_mb(self.donated_bytes)} donated, {_mb(self.saved_bytes)} aliased to outputs"]
+        if self.memory:
+            m = self.memory
+            lines.append(f"  memory: arguments {_mb(m['argument_size_in_bytes'])}, outputs "
+                         f"{_mb(m['output_size_in_bytes'])}, temporaries {_mb(m['temp_size_in_bytes'])}, "
+                         f"aliased {_mb(m['alias_size_in_bytes'])}")
+        for p in self.params:
+            verdict = f"donated ({p['kind']}: {p['reason']})" if p["donated"] else f"kept: {p['reason']}"
+            lines.append(f"  param {p['param']:>3} {str(p['shape']):>18} {p['dtype']:<14} "
+                         f"{_mb(p['bytes']):>10}  {verdict}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.2f}MB"
+
+
+def donation_report() -> Optional[DonationReport]:
+    """Donation report of the most recently executed graph (None before the first)."""
+    exe = LastGraph.executable
+    if exe is None:
+        return None
+    return DonationReport(exe.key_hex, LastGraph.kind, LastGraph.n_nodes, LastGraph.decisions,
+                          exe.memory_analysis())

@@ -1,0 +1,1 @@
+"""PyTorch side: device registration, the lazy tensor type and op dispatch."""

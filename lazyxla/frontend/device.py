@@ -1,0 +1,106 @@
+"""Registration of the `lazyxla` device with PyTorch.
+
+Route (verified on torch 2.13, see docs/frontend.md): PrivateUse1 renamed to
+"lazyxla" with a Python device guard so autograd works without C++; Python
+kernels on the PrivateUse1 key for allocation and for the factory ops whose
+composite kernels would resize an `out=` tensor (a wrapper subclass cannot be
+resized); every other op on a lazy tensor reaches `LazyTensor.__torch_dispatch__`.
+"""
+from __future__ import annotations
+
+import torch
+from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+from .._jax import jax_devices
+
+DEVICE_TYPE = "lazyxla"
+_registered = False
+DEVICES: list[torch.device] = []
+
+
+def register() -> None:
+    global _registered
+    if _registered:
+        return
+    _setup_privateuseone_for_python_backend(DEVICE_TYPE)
+    DEVICES.extend(torch.device(DEVICE_TYPE, i) for i in range(len(jax_devices())))
+    _registered = True
+
+
+def device_index(device) -> int:
+    """Index of a lazyxla device given as torch.device / str / None (default 0)."""
+    if device is None:
+        return 0
+    if not isinstance(device, torch.device):
+        device = torch.device(device)
+    if device.type != DEVICE_TYPE:
+        raise ValueError(f"lazyxla: expected a lazyxla device, got {device}")
+    index = device.index or 0
+    if index >= len(DEVICES):
+        raise ValueError(f"lazyxla: device {device} does not exist; lx.device_count() is {len(DEVICES)}")
+    return index
+
+
+def register_kernels() -> None:
+    """Python kernels on the PrivateUse1 key (called once, after dispatch exists)."""
+    from ..ir.node import Node
+    from .dispatch import dispatch
+    from .special import copy_from_host
+    from .storage import Storage
+    from .tensor import LazyTensor
+    from .tracing import contiguous_strides
+
+    lib = torch.library.Library("aten", "IMPL")
+    aten = torch.ops.aten
+
+    def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+        return _empty(tuple(size), None, dtype, device)
+
+    def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+        return _empty(tuple(size), tuple(stride), dtype, device)
+
+    def _empty(size, stride, dtype, device):
+        from .._jax import jax_dtype
+        dtype = dtype or torch.get_default_dtype()
+        jax_dtype(dtype)
+        index = device_index(device)
+        node = _zeros_node(size, dtype)
+        spec = (size, stride if stride is not None else contiguous_strides(size), 0, dtype)
+        return LazyTensor.wrap(Storage(node, index), None, node, spec)
+
+    def _zeros_node(size, dtype) -> Node:
+        from ..ir.node import intern_sig
+        return Node(aten.zeros.default, (size,), {"dtype": dtype}, (), size, dtype,
+                    intern_sig(("zeros", size, dtype)))
+
+    def copy_from(src, dst, non_blocking=False):
+        copy_from_host(src, dst)
+        return dst
+
+    def factory(op):
+        def kernel(*args, **kwargs):
+            return dispatch(op, args, kwargs)
+        return kernel
+
+    lib.impl("empty.memory_format", empty, "PrivateUse1")
+    lib.impl("empty_strided", empty_strided, "PrivateUse1")
+    lib.impl("_copy_from", copy_from, "PrivateUse1")
+    for name, op in (("arange.start_step", aten.arange.start_step),
+                     ("eye.m", aten.eye.m)):
+        lib.impl(name, factory(op), "PrivateUse1")
+    lib.impl("arange", lambda end, **kw: dispatch(aten.arange.start_step, (0, end, 1), kw), "PrivateUse1")
+    lib.impl("arange.start", lambda start, end, **kw: dispatch(aten.arange.start_step, (start, end, 1), kw),
+             "PrivateUse1")
+    lib.impl("eye", lambda n, **kw: dispatch(aten.eye.m, (n, n), kw), "PrivateUse1")
+    lib.impl("randperm", _randperm, "PrivateUse1")
+    _LIBS.append(lib)
+
+
+_LIBS: list = []
+
+
+def _randperm(n, dtype=None, layout=None, device=None, pin_memory=None, generator=None):
+    # A permutation drawn on the host from PyTorch's generator: exact eager values,
+    # and randperm is not on any hot path.
+    perm = torch.randperm(n, dtype=dtype or torch.int64, generator=generator)
+    return perm.to(device)

@@ -1,0 +1,191 @@
+"""`__torch_dispatch__` for lazy tensors: route each ATen op to its handler.
+
+Each OpOverload is classified once (opinfo.py) into one handler:
+* functional op with a lowering      -> record a node, wrap fresh outputs
+* in-place op (`add_`)               -> node of the functional op, written into self
+* `out=` op                          -> node of the functional op, written into out
+* view op                            -> a view tensor on the same storage
+* op with a PyTorch decomposition    -> run the decomposition on lazy tensors
+* anything else                      -> host fallback (fallback.py)
+plus a few special handlers (copies, detach, RNG, foreach, host reads).
+"""
+from __future__ import annotations
+
+import torch
+from torch._decomp import decomposition_table
+
+from .. import metrics
+from ..ir.node import Node, intern_sig
+from ..lower.registry import LOWERINGS
+from .opinfo import OpInfo, functional_variant, is_inplace, is_out
+from .tensor import LazyTensor
+from .tracing import convert_call, lookup, make_node, trace, wrap_outputs
+
+aten = torch.ops.aten
+_INFOS: dict = {}
+_counters = metrics._counters
+
+
+def dispatch(func, args, kwargs):
+    info = _INFOS.get(func)
+    if info is None:
+        info = classify(func)
+    _counters["TracedOps"] += 1
+    return info.handler(func, info, args, kwargs)
+
+
+def op_info(func) -> OpInfo:
+    info = _INFOS.get(func)
+    return info if info is not None else classify(func)
+
+
+# -- handlers ------------------------------------------------------------------------
+
+def _functional(func, info, args, kwargs):
+    node, entry, device = trace(func, info, args, kwargs)
+    return wrap_outputs(node, entry, device)
+
+
+def _inplace(func, info, args, kwargs):
+    self = args[0]
+    nargs, nkw, inputs, key, _ = convert_call(info, args, kwargs)
+    entry = lookup(key, func, args, kwargs)  # meta run of the in-place op: eager's errors
+    self.write(make_node(info.functional, nargs, nkw, inputs, entry))
+    return self
+
+
+def cast_node(node: Node, dtype: torch.dtype) -> Node:
+    if node.dtype == dtype:
+        return node
+    sig = intern_sig(("cast", node.shape, node.dtype, dtype))
+    return Node(aten._to_copy.default, (node,), {"dtype": dtype}, (node,), node.shape, dtype, sig)
+
+
+def expand_node(node: Node, shape: tuple) -> Node:
+    if node.shape == shape:
+        return node
+    sig = intern_sig(("expand_copy", node.shape, node.dtype, shape))
+    return Node(aten.expand_copy.default, (node, shape), None, (node,), shape, node.dtype, sig)
+
+
+def assign(dst: LazyTensor, node: Node) -> None:
+    """dst[...] = node's value, broadcasting and converting like `copy_`."""
+    dst.write(expand_node(cast_node(node, dst.dtype), tuple(dst.shape)))
+
+
+def _out(func, info, args, kwargs):
+    kw = dict(kwargs)
+    out = kw.pop("out")
+    functional = info.functional
+    result = dispatch(functional, args, kw)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    for o, r in zip(outs, results):
+        if tuple(o.shape) != tuple(r.shape):
+            raise RuntimeError(
+                f"lazyxla: {info.name} with out= needs an out tensor of the result's shape "
+                f"{list(r.shape)}, got {list(o.shape)}; lazy tensors cannot be resized. "
+                "Call the functional form instead (e.g. y = torch.op(x)).")
+        assign(o, r.lazy_value())
+    return out
+
+
+def _positional(info, args, kwargs) -> tuple:
+    """All arguments after self as a positional tuple (schema defaults filled in)."""
+    if not kwargs:
+        rest = args[1:]
+    else:
+        schema_args = info.func._schema.arguments
+        rest = list(args[1:])
+        for a in schema_args[len(args):]:
+            if a.name in kwargs:
+                rest.append(kwargs[a.name])
+            elif a.has_default_value():
+                rest.append(a.default_value)
+            else:
+                break
+    return tuple(tuple(a) if isinstance(a, list) else a for a in rest)
+
+
+def _view(func, info, args, kwargs):
+    self = args[0]
+    vargs = _positional(info, args, kwargs)
+    key = (func, self._mkey) + vargs
+    entry = lookup(key, func, args, kwargs)
+    spec = entry.spec
+    step = (func, vargs, spec[0], spec[3], entry.sig)
+    parent = self.checked_value()
+    node = Node(func, (parent,) + vargs, None, (parent,), spec[0], spec[3], entry.sig)
+    chain = (self._view or ()) + (step,)
+    return LazyTensor.wrap(self._st, chain, node, spec)
+
+
+def _alias(func, info, args, kwargs):
+    """detach / alias: a new tensor object over the same storage and view."""
+    self = args[0]
+    return LazyTensor.wrap(self._st, self._view, self.checked_value(), self._mkey)
+
+
+def _identity(func, info, args, kwargs):
+    return args[0]
+
+
+def _decompose(func, info, args, kwargs):
+    return decomposition_table[func](*args, **kwargs)
+
+
+def _inplace_decomposed(func, info, args, kwargs):
+    self = args[0]
+    lookup(convert_call(info, args, kwargs)[3], func, args, kwargs)  # eager's errors
+    result = decomposition_table[info.functional](*args, **kwargs)
+    assign(self, result.lazy_value())
+    return self
+
+
+def _unsupported_mutation(func, info, args, kwargs):
+    raise NotImplementedError(f"lazyxla: {func} mutates its arguments in a way lazyxla does not support")
+
+
+def _fallback(func, info, args, kwargs):
+    from .fallback import run_on_host
+    return run_on_host(func, info, args, kwargs)
+
+
+def classify(func) -> OpInfo:
+    info = OpInfo(func)
+    special = SPECIAL.get(func)
+    name = info.name
+    if special is not None:
+        info.handler = special
+    elif name.startswith("_foreach_"):
+        from .foreach import foreach_handler
+        info.handler = foreach_handler
+    elif func.is_view:
+        info.handler = _view if func in LOWERINGS else _fallback_or_decompose(func)
+    elif is_inplace(func):
+        info.functional = functional_variant(func)
+        if info.functional in LOWERINGS:
+            info.handler = _inplace
+        elif info.functional is not None and info.functional in decomposition_table:
+            info.handler = _inplace_decomposed
+        else:
+            info.handler = _fallback_or_decompose(func)
+    elif is_out(func):
+        info.functional = functional_variant(func)
+        info.handler = _out if info.functional is not None else _fallback_or_decompose(func)
+    elif func._schema.is_mutable:
+        info.handler = _fallback_or_decompose(func)
+    else:
+        info.handler = _functional if func in LOWERINGS else _fallback_or_decompose(func)
+    _INFOS[func] = info
+    return info
+
+
+def _fallback_or_decompose(func):
+    return _decompose if func in decomposition_table else _fallback
+
+
+from .special import SPECIAL  # noqa: E402  (special handlers use the helpers above)
+from .tensor import bind_dispatch  # noqa: E402
+
+bind_dispatch(dispatch)

@@ -1,0 +1,61 @@
+"""`torch._foreach_*` ops: one dispatch for a whole list, one node per element.
+
+The optimizer's foreach path costs one Python dispatch per parameter *group*
+instead of several per parameter; inside, each element becomes the node of
+the matching single-tensor op (resolved once per foreach overload).
+"""
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+_RESOLVED: dict = {}
+_OVERLOAD_CANDIDATES = {
+    "List": ("Tensor", "default"),
+    "Scalar": ("Scalar", "Tensor", "default"),
+    "ScalarList": ("Scalar", "Tensor", "default"),
+    "Tensor": ("Tensor", "default"),
+    "default": ("default",),
+}
+_SPECIAL_TARGETS = {
+    "_foreach_norm": aten.linalg_vector_norm.default,
+}
+
+
+def _resolve(func):
+    target = _RESOLVED.get(func)
+    if target is None:
+        base = func._schema.name.split("::")[-1]
+        if base in _SPECIAL_TARGETS:
+            target = _SPECIAL_TARGETS[base]
+        else:
+            packet = getattr(aten, base[len("_foreach_"):], None)
+            for name in _OVERLOAD_CANDIDATES.get(func._overloadname, ("default",)):
+                if packet is not None and name in packet.overloads():
+                    target = getattr(packet, name)
+                    break
+            if target is None:
+                raise NotImplementedError(f"lazyxla: no single-tensor op for {func}")
+        _RESOLVED[func] = target
+    return target
+
+
+def foreach_handler(func, info, args, kwargs):
+    from .dispatch import dispatch
+    target = _resolve(func)
+    n = len(args[0])
+    inplace = info.name.endswith("_")
+    per_element = []
+    for a in args:
+        if isinstance(a, (list, tuple)) and len(a) == n:
+            per_element.append(a)
+        else:
+            per_element.append(None)
+    results = []
+    for i in range(n):
+        el_args = tuple(a[i] if pa is not None else a for a, pa in zip(args, per_element))
+        el_kwargs = {k: (v[i] if isinstance(v, (list, tuple)) and len(v) == n else v) for k, v in kwargs.items()}
+        results.append(dispatch(target, el_args, el_kwargs))
+    if inplace:
+        return None
+    return results

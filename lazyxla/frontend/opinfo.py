@@ -1,0 +1,83 @@
+"""Per-OpOverload facts computed once from the schema (never on the hot path).
+
+`scalar_slots[i]` says whether argument i has schema type Scalar / Scalar[] /
+Scalar?: those values are lifted out of the graph as runtime operands, so a
+changing learning rate never changes the graph key. A few Scalars that change
+the numerics of the lowering (pow's exponent) stay compile-time constants.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+aten = torch.ops.aten
+
+# Scalars that select a different algorithm and therefore stay static.
+_STATIC_SCALARS = {
+    (aten.pow.Tensor_Scalar, "exponent"),
+    (aten.pow_.Scalar, "exponent"),
+    # output shapes depend on these values
+    (aten.arange.start_step, "start"), (aten.arange.start_step, "end"), (aten.arange.start_step, "step"),
+    (aten.arange.start, "start"), (aten.arange.start, "end"), (aten.arange.default, "end"),
+}
+
+
+def _is_scalar_type(t) -> bool:
+    s = str(t)
+    return s in ("Scalar", "Scalar?", "Scalar[]", "number", "number?")
+
+
+class OpInfo:
+    __slots__ = ("func", "name", "arg_names", "scalar_slots", "scalar_kw", "kind",
+                 "functional", "handler")
+
+    def __init__(self, func) -> None:
+        schema = func._schema
+        self.func = func
+        self.name = f"{schema.name.split('::')[-1]}"
+        self.arg_names = tuple(a.name for a in schema.arguments)
+        slots = []
+        for a in schema.arguments:
+            slots.append(_is_scalar_type(a.type) and (func, a.name) not in _STATIC_SCALARS)
+        self.scalar_slots = tuple(slots)
+        self.scalar_kw = frozenset(a.name for a, s in zip(schema.arguments, slots) if s)
+        self.kind = "functional"
+        self.functional: Optional[object] = None
+        self.handler = None
+
+
+def is_inplace(func) -> bool:
+    schema = func._schema
+    args = schema.arguments
+    return (schema.name.endswith("_") and bool(args) and args[0].alias_info is not None
+            and args[0].alias_info.is_write)
+
+
+def is_out(func) -> bool:
+    return any(a.name == "out" or (a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)
+               for a in func._schema.arguments)
+
+
+def functional_variant(func):
+    """The functional overload of an in-place or out= op, or None."""
+    schema = func._schema
+    base = schema.name.split("::")[-1]
+    if is_inplace(func):
+        packet = getattr(aten, base[:-1], None)
+        if packet is None:
+            return None
+        overload = func._overloadname
+        return getattr(packet, overload, None)
+    packet = getattr(aten, base, None)
+    if packet is None:
+        return None
+    wanted = [a.name for a in schema.arguments if not (a.alias_info is not None and a.alias_info.is_write)]
+    for name in packet.overloads():
+        cand = getattr(packet, name)
+        cs = cand._schema
+        if cs.is_mutable:
+            continue
+        if [a.name for a in cs.arguments] == wanted:
+            return cand
+    return None

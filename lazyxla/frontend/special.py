@@ -1,0 +1,140 @@
+"""Ops that need more than "record a node": copies across devices, host reads,
+aliases, multi-output views and random number generation."""
+from __future__ import annotations
+
+import torch
+
+from ..ir.node import Node, data_node, scalar_node
+from ..runtime.transfer import upload
+from .device import DEVICE_TYPE
+from .dispatch import _alias, _fallback, _functional, _identity, assign, dispatch
+from .tensor import LazyTensor
+from .tracing import convert_call, lookup, wrap_outputs
+
+aten = torch.ops.aten
+
+
+def copy_from_host(src: torch.Tensor, dst: LazyTensor) -> None:
+    """dst.copy_(cpu_tensor): the data is on the device when this returns."""
+    host = src.detach().to(dst.dtype)
+    if tuple(host.shape) != tuple(dst.shape):
+        host = host.expand(dst.shape)
+    st = dst._st
+    if dst._view is None:
+        st.write(data_node(upload(host, st.device, owner=st)))
+    else:
+        dst.write(data_node(upload(host, st.device)))
+
+
+def _copy(func, info, args, kwargs):
+    dst, src = args[0], args[1]
+    if isinstance(src, LazyTensor):
+        if src._st.device != dst._st.device:
+            from ..sync.api import host_value
+            copy_from_host(host_value(src), dst)
+        else:
+            node = src.checked_value()
+            lookup(("copy_", dst._mkey, src._mkey), func, args, kwargs)  # eager's broadcast errors
+            assign(dst, node)
+    else:
+        if not isinstance(src, torch.Tensor):
+            raise TypeError(f"lazyxla: copy_ expects a tensor source, got {type(src).__name__}")
+        copy_from_host(src, dst)
+    return dst
+
+
+def _to_copy(func, info, args, kwargs):
+    x = args[0]
+    device = kwargs.get("device")
+    if device is not None:
+        device = torch.device(device)
+        if device.type != DEVICE_TYPE:
+            from ..sync.api import host_value
+            host = host_value(x)
+            dtype = kwargs.get("dtype") or host.dtype
+            return host.to(device=device, dtype=dtype)
+        if (device.index or 0) != x._st.device:
+            from ..sync.api import host_value
+            host = host_value(x).to(kwargs.get("dtype") or x.dtype)
+            out = torch.empty(host.shape, dtype=host.dtype, device=device)
+            copy_from_host(host, out)
+            return out
+    return _functional(func, info, args, kwargs)
+
+
+def _local_scalar_dense(func, info, args, kwargs):
+    from ..sync.api import host_value
+    return host_value(args[0]).item()
+
+
+def _split(func, info, args, kwargs):
+    self = args[0]
+    params = dict(zip(info.arg_names[1:], args[1:]), **kwargs)
+    dim = params.get("dim", 0)
+    dim = dim + self.dim() if dim < 0 else dim
+    size = self.shape[dim]
+    if "split_size" in params:
+        step = params["split_size"]
+        sizes = [min(step, size - s) for s in range(0, size, step)] if size else [0]
+    else:
+        sizes = list(params["split_sizes"])
+    outs, start = [], 0
+    for s in sizes:
+        outs.append(dispatch(aten.slice.Tensor, (self, dim, start, start + s, 1), {}))
+        start += s
+    return outs
+
+
+def _unbind(func, info, args, kwargs):
+    self = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    return [dispatch(aten.select.int, (self, dim, i), {}) for i in range(self.shape[dim])]
+
+
+def _resize(func, info, args, kwargs):
+    self, size = args[0], args[1]
+    if tuple(size) != tuple(self.shape):
+        raise RuntimeError(f"lazyxla: cannot resize a lazy tensor from {list(self.shape)} to {list(size)}; "
+                           "create a new tensor of the wanted shape instead")
+    return self
+
+
+def _draw_seed() -> int:
+    # Drawn from PyTorch's default CPU generator: torch.manual_seed makes lazyxla
+    # random ops reproducible; the seed is a runtime operand, so no recompiles.
+    return int(torch.randint(0, 2**62, (), dtype=torch.int64))
+
+
+def _random(func, info, args, kwargs):
+    if kwargs.get("generator") is not None:
+        return _fallback(func, info, args, kwargs)
+    kwargs = {k: v for k, v in kwargs.items() if k != "generator"}
+    nargs, nkw, inputs, key, device = convert_call(info, args, kwargs)
+    entry = lookup(key, func, args, kwargs)
+    seed = scalar_node(_draw_seed())
+    nkw = dict(nkw or {}, seed=seed)
+    spec = entry.spec
+    node = Node(func, nargs, nkw, inputs + (seed,), spec[0], spec[3], entry.sig)
+    if info.name.endswith("_"):
+        args[0].write(node)
+        return args[0]
+    return wrap_outputs(node, entry, device)
+
+
+SPECIAL = {
+    aten.copy_.default: _copy,
+    aten._to_copy.default: _to_copy,
+    aten.detach.default: _alias,
+    aten.alias.default: _alias,
+    aten.lift_fresh.default: _identity,
+    aten._local_scalar_dense.default: _local_scalar_dense,
+    aten.split.Tensor: _split,
+    aten.split_with_sizes.default: _split,
+    aten.unbind.int: _unbind,
+    aten.resize_.default: _resize,
+}
+for _op in (aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float, aten.bernoulli_.Tensor,
+            aten.random_.default, getattr(aten.random_, "from"), aten.random_.to, aten.exponential_.default,
+            aten.bernoulli.default, aten.bernoulli.p):
+    SPECIAL[_op] = _random
+del _op

@@ -1,0 +1,106 @@
+"""The lazy tensor: a PyTorch wrapper subclass over an alias group.
+
+Fields (plain Python attributes, set once at creation except the view cache):
+* `_st`: the `Storage` (alias group) this tensor belongs to.
+* `_view`: None for a base tensor, else the chain of view steps
+  `((op, static_args), ...)` that derives this tensor from the base value.
+* `_vcache`: `(storage version, node)`: the view's value as of that version.
+* `_mkey`: `(shape, stride, offset, dtype)`: what shape inference needs to
+  know of this tensor; part of every op's cache key.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..ir.node import DATA, Node
+from ..runtime.device_data import donated_error
+from .device import DEVICES
+from .storage import Storage
+
+_make_wrapper = torch.Tensor._make_wrapper_subclass
+_DATA = torch.Tensor.data
+
+
+class LazyTensor(torch.Tensor):
+
+    @staticmethod
+    def wrap(storage: Storage, view, node: Node, spec: tuple) -> "LazyTensor":
+        shape, stride, offset, dtype = spec
+        t = _make_wrapper(LazyTensor, shape, strides=stride, storage_offset=offset,
+                          dtype=dtype, device=DEVICES[storage.device])
+        t._st = storage
+        t._view = view
+        t._vcache = (storage.version, node) if view is not None else None
+        t._mkey = spec
+        return t
+
+    def lazy_value(self) -> Node:
+        """Current value as an IR node (re-derived from the base after writes)."""
+        st = self._st
+        view = self._view
+        if view is None:
+            return st.value
+        cache = self._vcache
+        if cache[0] == st.version:
+            return cache[1]
+        from .views import apply_view_chain
+        node = apply_view_chain(st.value, view)
+        self._vcache = (st.version, node)
+        return node
+
+    def checked_value(self) -> Node:
+        """`lazy_value()`, raising `DonatedBufferError` if it is a donated buffer."""
+        node = self.lazy_value()
+        if node.op is DATA and node.data.donated_in is not None:
+            raise donated_error(node.data)
+        return node
+
+    def write(self, node: Node) -> None:
+        """In-place update of this tensor's value (writes through views into the base)."""
+        st = self._st
+        view = self._view
+        if view is None:
+            st.write(node)
+            return
+        from .views import scatter_chain
+        st.write(scatter_chain(st.value, view, node))
+        self._vcache = (st.version, node)
+
+    @property
+    def data(self):
+        return _DATA.__get__(self)
+
+    @data.setter
+    def data(self, new) -> None:
+        # `t.data = other` swaps the C++ TensorImpl; our Python-side state must follow.
+        if not isinstance(new, LazyTensor):
+            raise TypeError(f"lazyxla: cannot assign a {new.device} tensor to .data of a lazyxla tensor; "
+                            "move it to the device first")
+        _DATA.__set__(self, new)
+        self._st, self._view, self._vcache, self._mkey = new._st, new._view, new._vcache, new._mkey
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _dispatch(func, args, kwargs or {})
+
+    def __repr__(self, *, tensor_contents=None) -> str:  # noqa: D105
+        from ..sync.api import host_value
+        try:
+            host = host_value(self)
+        except RuntimeError as e:
+            return f"<lazyxla tensor shape={list(self.shape)} dtype={self.dtype} device={self.device}: {e}>"
+        body = repr(host)
+        suffix = f", device='{self.device}'"
+        if body.endswith(")"):
+            return body[:-1] + suffix + ")"
+        return body + suffix
+
+
+def _dispatch(func, args, kwargs):  # replaced by frontend.dispatch.dispatch on import
+    raise RuntimeError("lazyxla: dispatch is not initialised; import lazyxla")
+
+
+def bind_dispatch(fn) -> None:
+    """Install the op dispatcher (frontend/dispatch.py imports this module first)."""
+    global _dispatch
+    _dispatch = fn

@@ -1,0 +1,202 @@
+"""Turning one ATen call into one IR node: argument conversion and cached shape inference.
+
+This is the per-op hot path. For each call we build, in one pass over the
+arguments, (a) the node's arguments with operand nodes in place of tensors
+and lifted scalars in place of Python numbers, (b) the flat operand list and
+(c) a hashable key of everything shape inference depends on: op, operand
+shape/stride/dtype, static argument values and the *types* of lifted scalars.
+Shape inference runs the op once on meta tensors per distinct key (which also
+raises eager PyTorch's shape/dtype errors at the op) and is then a dict hit;
+the key, interned to an int, is also the node's structural signature.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..ir.node import DATA, Node, getitem_node, intern_sig, scalar_node
+from ..runtime.device_data import donated_error
+from .device import DEVICE_TYPE
+from .tensor import LazyTensor
+from .storage import Storage
+
+_META_CACHE: dict = {}
+_SCALAR_TYPES = (float, int, bool)
+_META = torch.device("meta")
+
+
+class DeviceMismatchError(RuntimeError):
+    pass
+
+
+def _tensor_operand(t: LazyTensor, parts: list, inputs: list, devs: list) -> Node:
+    node = t.lazy_value()
+    if node.op is DATA and node.data.donated_in is not None:
+        raise donated_error(node.data)
+    parts.append(t._mkey)
+    inputs.append(node)
+    devs.append(t._st.device)
+    return node
+
+
+def _host_scalar_tensor(t: torch.Tensor, parts: list, inputs: list) -> Node:
+    if t.dim() != 0 or t.device.type != "cpu":
+        raise DeviceMismatchError(
+            f"lazyxla: expected all tensors to be on the lazyxla device, but got a {t.device} tensor "
+            f"of shape {list(t.shape)}. Move it first with t.to(lx.device()).")
+    node = scalar_node(t.item(), t.dtype)
+    parts.append(("host0", t.dtype))
+    inputs.append(node)
+    return node
+
+
+def convert(value, scalar_slot: bool, parts: list, inputs: list, devs: list):
+    """One argument: returns its node-argument form, appending key parts and operands."""
+    tp = type(value)
+    if tp is LazyTensor:
+        return _tensor_operand(value, parts, inputs, devs)
+    if tp in _SCALAR_TYPES:
+        if scalar_slot:
+            node = scalar_node(value)
+            parts.append(tp)
+            inputs.append(node)
+            return node
+        parts.append(value)
+        return value
+    if tp is list or tp is tuple:
+        if not value:
+            parts.append(())
+            return ()
+        out = []
+        sub: list = []
+        for v in value:
+            out.append(convert(v, scalar_slot, sub, inputs, devs))
+        parts.append(tuple(sub))
+        return tuple(out)
+    if isinstance(value, torch.Tensor):
+        if isinstance(value, LazyTensor):
+            return _tensor_operand(value, parts, inputs, devs)
+        return _host_scalar_tensor(value, parts, inputs)
+    if tp is torch.device:
+        parts.append(value.type)
+        return value
+    parts.append(value)
+    return value
+
+
+def convert_call(info, args, kwargs):
+    """Convert a whole call. Returns (node_args, node_kwargs, inputs, key, device)."""
+    parts: list = [info.func]
+    inputs: list = []
+    devs: list = []
+    slots = info.scalar_slots
+    nslots = len(slots)
+    nargs = tuple([convert(a, i < nslots and slots[i], parts, inputs, devs) for i, a in enumerate(args)])
+    nkw = None
+    if kwargs:
+        nkw = {}
+        skw = info.scalar_kw
+        for k, v in kwargs.items():
+            parts.append(k)
+            nkw[k] = convert(v, k in skw, parts, inputs, devs)
+    device = devs[0] if devs else _factory_device(kwargs)
+    if devs and len(devs) > 1:
+        for d in devs:
+            if d != device:
+                raise DeviceMismatchError(
+                    f"lazyxla: {info.name} got tensors on lazyxla:{device} and lazyxla:{d}; "
+                    "move them to one device first.")
+    return nargs, nkw, tuple(inputs), tuple(parts), device
+
+
+def _factory_device(kwargs) -> int:
+    dev = kwargs.get("device") if kwargs else None
+    if dev is None:
+        return 0
+    dev = torch.device(dev)
+    return (dev.index or 0) if dev.type == DEVICE_TYPE else 0
+
+
+# -- shape inference -------------------------------------------------------------------
+
+def _to_meta(value):
+    tp = type(value)
+    if tp is LazyTensor or (isinstance(value, torch.Tensor) and isinstance(value, LazyTensor)):
+        shape, stride, offset, dtype = value._mkey
+        return torch.empty_strided(shape, stride, dtype=dtype, device=_META) if not offset else \
+            torch.empty(offset + _extent(shape, stride), dtype=dtype, device=_META).as_strided(shape, stride, offset)
+    if tp is list or tp is tuple:
+        return tp(_to_meta(v) for v in value)
+    if tp is torch.device and value.type == DEVICE_TYPE:
+        return _META
+    return value
+
+
+def _extent(shape, stride) -> int:
+    return 1 + sum((s - 1) * st for s, st in zip(shape, stride) if s > 0)
+
+
+def contiguous_strides(shape: tuple) -> tuple:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def spec_of(t: torch.Tensor) -> tuple:
+    return (tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype)
+
+
+def infer(func, args, kwargs):
+    """Run `func` on meta tensors: (output spec or tuple of specs, multi); raises eager's errors."""
+    margs = _to_meta(args)
+    mkwargs = {k: _to_meta(v) for k, v in kwargs.items()} if kwargs else {}
+    out = func(*margs, **mkwargs)
+    if isinstance(out, torch.Tensor):
+        return spec_of(out), False
+    if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
+        return tuple(spec_of(o) for o in out), True
+    raise NotImplementedError(f"lazyxla: cannot infer the output of {func} (returned {type(out).__name__})")
+
+
+class MetaEntry:
+    __slots__ = ("spec", "multi", "sig")
+
+    def __init__(self, spec, multi: bool, sig: int) -> None:
+        self.spec = spec
+        self.multi = multi
+        self.sig = sig
+
+
+def lookup(key, func, args, kwargs) -> MetaEntry:
+    entry = _META_CACHE.get(key)
+    if entry is None:
+        spec, multi = infer(func, args, kwargs)
+        entry = _META_CACHE[key] = MetaEntry(spec, multi, intern_sig(key))
+    return entry
+
+
+def make_node(op, nargs, nkw, inputs, entry: MetaEntry) -> Node:
+    spec = entry.spec
+    if entry.multi:
+        return Node(op, nargs, nkw, inputs, tuple(s[0] for s in spec), tuple(s[3] for s in spec),
+                    entry.sig, None, len(spec))
+    return Node(op, nargs, nkw, inputs, spec[0], spec[3], entry.sig)
+
+
+def wrap_outputs(node: Node, entry: MetaEntry, device: int):
+    """New base tensors (fresh storages) for the outputs of `node`."""
+    if not entry.multi:
+        return LazyTensor.wrap(Storage(node, device), None, node, entry.spec)
+    outs = []
+    for i, spec in enumerate(entry.spec):
+        item = getitem_node(node, i)
+        outs.append(LazyTensor.wrap(Storage(item, device), None, item, spec))
+    return tuple(outs)
+
+
+def trace(func, info, args, kwargs, op=None):
+    """Record `func(*args, **kwargs)` as a node computed by `op` (default: func)."""
+    nargs, nkw, inputs, key, device = convert_call(info, args, kwargs)
+    entry = lookup(key, func, args, kwargs)
+    return make_node(op if op is not None else func, nargs, nkw, inputs, entry), entry, device

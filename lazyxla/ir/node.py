@@ -1,0 +1,86 @@
+"""The only IR node type.
+
+A `Node` is an immutable record of one operation: `op` is an ATen `OpOverload`
+or one of the internal tags below, `args`/`kwargs` are the call's arguments
+with operand nodes in place of tensors, and `inputs` lists those operand nodes
+flat (what graph walks follow). `sig` is the node's structural signature: the
+op, static arguments and operand shapes/dtypes, never data values. It is the
+key the frontend already built to look up cached shape inference, interned to
+a small int, so a graph key is a tuple of ints plus wiring.
+
+Leaves:
+* DATA: `data` is a `DeviceData`; becomes a parameter of the compiled graph.
+* SCALAR: `data` is a Python number (or 0-d host tensor value) lifted out of
+  the graph so that learning rates and step counts never cause a recompile.
+
+Multi-output ops (e.g. `var_mean`, `max.dim`) produce a node with `nout > 0`
+whose `shape`/`dtype` are tuples; consumers read element `i` through a
+GETITEM node.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+DATA = "data"
+SCALAR = "scalar"
+GETITEM = "getitem"
+OPT_BARRIER = "optimization_barrier"
+
+
+class Node:
+    __slots__ = ("op", "args", "kwargs", "inputs", "shape", "dtype", "sig", "data", "nout")
+
+    def __init__(self, op: Any, args: tuple, kwargs: dict, inputs: tuple,
+                 shape: tuple, dtype: torch.dtype, sig: int, data: Any = None,
+                 nout: int = 0) -> None:
+        self.op = op
+        self.args = args
+        self.kwargs = kwargs
+        self.inputs = inputs
+        self.shape = shape
+        self.dtype = dtype
+        self.sig = sig
+        self.data = data
+        self.nout = nout
+
+    def __repr__(self) -> str:
+        return f"Node({self.op}, shape={list(self.shape) if not self.nout else self.shape}, dtype={self.dtype})"
+
+
+_SIG_IDS: dict = {}
+
+
+def intern_sig(sig) -> int:
+    """Small stable int for a structural signature (hashable tuple)."""
+    sid = _SIG_IDS.get(sig)
+    if sid is None:
+        sid = _SIG_IDS[sig] = len(_SIG_IDS)
+    return sid
+
+
+_DATA_SIGS: dict = {}
+
+
+def data_node(data) -> Node:
+    key = (DATA, data.shape, data.dtype)
+    sid = _DATA_SIGS.get(key)
+    if sid is None:
+        sid = _DATA_SIGS[key] = intern_sig(key)
+    return Node(DATA, (), None, (), data.shape, data.dtype, sid, data)
+
+
+_SCALAR_DTYPES = {float: torch.float64, int: torch.int64, bool: torch.bool}
+
+
+def scalar_node(value, dtype: torch.dtype | None = None) -> Node:
+    """A runtime scalar operand. Python floats travel as float64, ints as int64."""
+    if dtype is None:
+        dtype = _SCALAR_DTYPES[type(value)]
+    return Node(SCALAR, (), None, (), (), dtype, intern_sig((SCALAR, dtype)), value)
+
+
+def getitem_node(node: Node, index: int) -> Node:
+    return Node(GETITEM, (node, index), None, (node,), node.shape[index], node.dtype[index],
+                intern_sig((GETITEM, index, node.shape[index], node.dtype[index])))

@@ -1,0 +1,5 @@
+"""Lowering rules: IR op -> JAX, split by op family.
+
+Importing this package registers every rule in `registry.LOWERINGS`.
+"""
+from . import registry  # noqa: F401

@@ -1,0 +1,51 @@
+"""Helpers shared by lowering rules: dtype promotion, dims."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+_LOW_PRECISION = (jnp.float16, jnp.bfloat16)
+
+
+def opmath(jdtype):
+    """Dtype to compute in: float16/bfloat16 compute in float32 (as eager CPU does)."""
+    return jnp.float32 if jdtype in _LOW_PRECISION else jdtype
+
+
+def as_compute(ctx, *xs):
+    """Cast every operand to the node's compute dtype (arithmetic ops)."""
+    dt = opmath(ctx.jdtype)
+    return tuple(jnp.asarray(x).astype(dt) for x in xs)
+
+
+def _category(dt) -> int:
+    if dt == jnp.bool_:
+        return 0
+    if jnp.issubdtype(dt, jnp.integer):
+        return 1
+    return 2
+
+
+def common_dtype(*xs):
+    """PyTorch-style promotion of operands where 0-d values (scalars) weigh less."""
+    arrays = [jnp.asarray(x) for x in xs]
+    dimensioned = [a.dtype for a in arrays if a.ndim > 0]
+    zero_d = [a.dtype for a in arrays if a.ndim == 0]
+    if not dimensioned:
+        return jnp.result_type(*zero_d)
+    dt = jnp.result_type(*dimensioned)
+    high = [z for z in zero_d if _category(z) > _category(dt)]
+    if high:
+        top = max(_category(z) for z in high)
+        dt = jnp.float32 if top == 2 else jnp.int64
+        same = [z for z in high if _category(z) == top and z not in (jnp.float64, jnp.int64)]
+        if same:
+            dt = jnp.result_type(*same)
+    return dt
+
+
+def norm_dims(dims, ndim: int):
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return tuple(range(ndim))
+    if isinstance(dims, int):
+        dims = (dims,)
+    return tuple(d + ndim if d < 0 else d for d in dims) if ndim else ()

@@ -1,0 +1,63 @@
+"""Factories, fills, copies and dtype conversion."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import torch
+
+from .registry import register
+
+aten = torch.ops.aten
+
+
+@register(aten.empty_like.default, aten.new_empty.default, aten.new_empty_strided.default,
+          aten.zeros_like.default, aten.new_zeros.default, aten.zero.default,
+          aten.empty.memory_format, aten.empty_strided.default, aten.zeros.default)
+def _zeros(ctx, *args, **kwargs):
+    return jnp.zeros(ctx.shape, ctx.jdtype)
+
+
+@register(aten.ones_like.default, aten.new_ones.default, aten.ones.default)
+def _ones(ctx, *args, **kwargs):
+    return jnp.ones(ctx.shape, ctx.jdtype)
+
+
+@register(aten.full_like.default)
+def _full_like(ctx, x, fill_value, **kwargs):
+    return jnp.full(ctx.shape, fill_value, ctx.jdtype)
+
+
+@register(aten.new_full.default)
+def _new_full(ctx, x, size, fill_value, **kwargs):
+    return jnp.full(ctx.shape, fill_value, ctx.jdtype)
+
+
+@register(aten.full.default)
+def _full(ctx, size, fill_value, **kwargs):
+    return jnp.full(ctx.shape, fill_value, ctx.jdtype)
+
+
+@register(aten.scalar_tensor.default)
+def _scalar_tensor(ctx, value, **kwargs):
+    return jnp.asarray(value).astype(ctx.jdtype)
+
+
+@register(aten.fill.Scalar, aten.fill.Tensor)
+def _fill(ctx, x, value):
+    return jnp.full(ctx.shape, value, ctx.jdtype)
+
+
+@register(aten._to_copy.default)
+def _to_copy(ctx, x, **kwargs):
+    return x.astype(ctx.jdtype)
+
+
+@register(aten.arange.start_step)
+def _arange(ctx, start, end=None, step=1, **kwargs):
+    n = ctx.shape[0]
+    return (jnp.arange(n, dtype=jnp.float64) * step + start).astype(ctx.jdtype) if ctx.dtype.is_floating_point \
+        else (jnp.arange(n, dtype=jnp.int64) * step + start).astype(ctx.jdtype)
+
+
+@register(aten.eye.m)
+def _eye(ctx, n, m, **kwargs):
+    return jnp.eye(n, m, dtype=ctx.jdtype)

@@ -1,0 +1,338 @@
+"""Pointwise ops: arithmetic, math functions, comparisons, activations and their
+backward formulas. Arithmetic computes in the node's dtype (float32 for
+float16/bfloat16, like eager CPU); comparisons in the operands' common dtype."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from ._util import as_compute, common_dtype
+from .registry import register
+
+aten = torch.ops.aten
+
+
+def _unary(fn):
+    def rule(ctx, x, *args, **kwargs):
+        (x,) = as_compute(ctx, x)
+        return fn(x)
+    return rule
+
+
+_UNARY = {
+    aten.neg.default: jnp.negative, aten.exp.default: jnp.exp, aten.log.default: jnp.log,
+    aten.sqrt.default: jnp.sqrt, aten.rsqrt.default: lax.rsqrt, aten.sin.default: jnp.sin,
+    aten.cos.default: jnp.cos, aten.tan.default: jnp.tan, aten.tanh.default: jnp.tanh,
+    aten.sigmoid.default: jax.nn.sigmoid, aten.relu.default: jax.nn.relu,
+    aten.erf.default: lax.erf, aten.erfinv.default: lax.erf_inv, aten.log1p.default: jnp.log1p,
+    aten.expm1.default: jnp.expm1, aten.reciprocal.default: jnp.reciprocal,
+    aten.floor.default: jnp.floor, aten.ceil.default: jnp.ceil, aten.round.default: jnp.round,
+    aten.trunc.default: jnp.trunc, aten.sign.default: jnp.sign, aten.sgn.default: jnp.sign,
+    aten.log2.default: jnp.log2, aten.log10.default: jnp.log10, aten.exp2.default: jnp.exp2,
+    aten.asin.default: jnp.arcsin, aten.acos.default: jnp.arccos, aten.atan.default: jnp.arctan,
+    aten.sinh.default: jnp.sinh, aten.cosh.default: jnp.cosh, aten.asinh.default: jnp.arcsinh,
+    aten.acosh.default: jnp.arccosh, aten.atanh.default: jnp.arctanh,
+    aten.silu.default: jax.nn.silu, aten.mish.default: lambda x: x * jnp.tanh(jax.nn.softplus(x)),
+    aten.frac.default: lambda x: x - jnp.trunc(x), aten.square.default: jnp.square,
+    aten.hardsigmoid.default: lambda x: jnp.clip(x / 6 + 0.5, 0, 1),
+    aten.hardswish.default: lambda x: x * jnp.clip(x / 6 + 0.5, 0, 1),
+    aten.lgamma.default: lax.lgamma, aten.digamma.default: lax.digamma,
+}
+for _op, _fn in _UNARY.items():
+    register(_op)(_unary(_fn))
+
+
+@register(aten.abs.default)
+def _abs(ctx, x):
+    return jnp.abs(x)
+
+
+@register(aten.logical_not.default)
+def _logical_not(ctx, x):
+    return jnp.logical_not(x)
+
+
+@register(aten.bitwise_not.default)
+def _bitwise_not(ctx, x):
+    return jnp.logical_not(x) if x.dtype == jnp.bool_ else jnp.bitwise_not(x)
+
+
+@register(aten.isnan.default)
+def _isnan(ctx, x):
+    return jnp.isnan(x)
+
+
+@register(aten.isinf.default)
+def _isinf(ctx, x):
+    return jnp.isinf(x)
+
+
+@register(aten.isfinite.default)
+def _isfinite(ctx, x):
+    return jnp.isfinite(x)
+
+
+def _binary(fn):
+    def rule(ctx, x, y, *args, **kwargs):
+        x, y = as_compute(ctx, x, y)
+        return fn(x, y)
+    return rule
+
+
+@register(aten.add.Tensor, aten.add.Scalar)
+def _add(ctx, x, y, alpha=1):
+    x, y, alpha = as_compute(ctx, x, y, alpha)
+    return x + y * alpha
+
+
+@register(aten.sub.Tensor, aten.sub.Scalar)
+def _sub(ctx, x, y, alpha=1):
+    x, y, alpha = as_compute(ctx, x, y, alpha)
+    return x - y * alpha
+
+
+@register(aten.rsub.Tensor, aten.rsub.Scalar)
+def _rsub(ctx, x, y, alpha=1):
+    x, y, alpha = as_compute(ctx, x, y, alpha)
+    return y - x * alpha
+
+
+@register(aten.mul.Tensor, aten.mul.Scalar)
+def _mul(ctx, x, y):
+    if ctx.dtype == torch.bool:
+        return jnp.logical_and(x, y)
+    x, y = as_compute(ctx, x, y)
+    return x * y
+
+
+@register(aten.div.Tensor, aten.div.Scalar)
+def _div(ctx, x, y):
+    x, y = as_compute(ctx, x, y)
+    return x / y
+
+
+@register(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div_mode(ctx, x, y, rounding_mode=None):
+    if rounding_mode is None:
+        x, y = as_compute(ctx, x, y)
+        return x / y
+    x, y = as_compute(ctx, x, y)
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        if rounding_mode == "floor":
+            return jnp.floor_divide(x, y)
+        q = lax.div(x, y)  # C-style truncation
+        return q
+    q = x / y
+    return jnp.floor(q) if rounding_mode == "floor" else jnp.trunc(q)
+
+
+@register(aten.remainder.Tensor, aten.remainder.Scalar)
+def _remainder(ctx, x, y):
+    x, y = as_compute(ctx, x, y)
+    return jnp.remainder(x, y)
+
+
+@register(aten.fmod.Tensor, aten.fmod.Scalar)
+def _fmod(ctx, x, y):
+    x, y = as_compute(ctx, x, y)
+    return jnp.fmod(x, y)
+
+
+@register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
+def _pow(ctx, x, y):
+    if isinstance(y, (int, float)) and not isinstance(y, bool):
+        (x,) = as_compute(ctx, x)
+        if y == 2:
+            return x * x
+        if y == 0.5:
+            return jnp.sqrt(x)
+        if float(y).is_integer() and jnp.issubdtype(x.dtype, jnp.floating):
+            return lax.integer_pow(x, int(y))
+        return jnp.power(x, jnp.asarray(y, x.dtype))
+    x, y = as_compute(ctx, x, y)
+    return jnp.power(x, y)
+
+
+for _op, _fn in {
+    aten.maximum.default: jnp.maximum, aten.minimum.default: jnp.minimum,
+    aten.fmax.default: jnp.fmax, aten.fmin.default: jnp.fmin, aten.atan2.default: jnp.arctan2,
+    aten.hypot.default: jnp.hypot, aten.copysign.Tensor: jnp.copysign,
+    aten.xlogy.Tensor: jax.scipy.special.xlogy,
+}.items():
+    register(_op)(_binary(_fn))
+
+
+def _compare(fn):
+    def rule(ctx, x, y):
+        dt = common_dtype(x, y)
+        return fn(jnp.asarray(x).astype(dt), jnp.asarray(y).astype(dt))
+    return rule
+
+
+for _ops, _fn in {
+    (aten.eq.Tensor, aten.eq.Scalar): jnp.equal, (aten.ne.Tensor, aten.ne.Scalar): jnp.not_equal,
+    (aten.lt.Tensor, aten.lt.Scalar): jnp.less, (aten.le.Tensor, aten.le.Scalar): jnp.less_equal,
+    (aten.gt.Tensor, aten.gt.Scalar): jnp.greater, (aten.ge.Tensor, aten.ge.Scalar): jnp.greater_equal,
+    (aten.logical_and.default,): jnp.logical_and, (aten.logical_or.default,): jnp.logical_or,
+    (aten.logical_xor.default,): jnp.logical_xor,
+}.items():
+    register(*_ops)(_compare(_fn))
+
+
+def _bitwise(fn, logical):
+    def rule(ctx, x, y):
+        dt = common_dtype(x, y)
+        x, y = jnp.asarray(x).astype(dt), jnp.asarray(y).astype(dt)
+        return logical(x, y) if dt == jnp.bool_ else fn(x, y)
+    return rule
+
+
+register(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)(_bitwise(jnp.bitwise_and, jnp.logical_and))
+register(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)(_bitwise(jnp.bitwise_or, jnp.logical_or))
+register(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)(_bitwise(jnp.bitwise_xor, jnp.logical_xor))
+
+
+@register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(ctx, cond, x, y):
+    x, y = as_compute(ctx, x, y)
+    return jnp.where(cond, x, y)
+
+
+@register(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(ctx, x, mask, value):
+    return jnp.where(mask, jnp.asarray(value).astype(x.dtype), x)
+
+
+@register(aten.clamp.default, aten.clamp.Tensor)
+def _clamp(ctx, x, min=None, max=None):
+    (x,) = as_compute(ctx, x)
+    if min is not None:
+        x = jnp.maximum(x, jnp.asarray(min).astype(x.dtype))
+    if max is not None:
+        x = jnp.minimum(x, jnp.asarray(max).astype(x.dtype))
+    return x
+
+
+@register(aten.clamp_min.default, aten.clamp_min.Tensor)
+def _clamp_min(ctx, x, min):
+    x, m = as_compute(ctx, x, min)
+    return jnp.maximum(x, m)
+
+
+@register(aten.clamp_max.default, aten.clamp_max.Tensor)
+def _clamp_max(ctx, x, max):
+    x, m = as_compute(ctx, x, max)
+    return jnp.minimum(x, m)
+
+
+@register(aten.lerp.Scalar, aten.lerp.Tensor)
+def _lerp(ctx, x, end, weight):
+    x, end, weight = as_compute(ctx, x, end, weight)
+    return x + weight * (end - x)
+
+
+@register(aten.addcmul.default)
+def _addcmul(ctx, x, t1, t2, value=1):
+    x, t1, t2, value = as_compute(ctx, x, t1, t2, value)
+    return x + value * t1 * t2
+
+
+@register(aten.addcdiv.default)
+def _addcdiv(ctx, x, t1, t2, value=1):
+    x, t1, t2, value = as_compute(ctx, x, t1, t2, value)
+    return x + value * (t1 / t2)
+
+
+@register(aten.gelu.default)
+def _gelu(ctx, x, approximate="none"):
+    (x,) = as_compute(ctx, x)
+    return jax.nn.gelu(x, approximate=approximate == "tanh")
+
+
+@register(aten.gelu_backward.default)
+def _gelu_backward(ctx, grad, x, approximate="none"):
+    grad, x = as_compute(ctx, grad, x)
+    if approximate == "tanh":
+        k = jnp.sqrt(2.0 / jnp.pi).astype(x.dtype)
+        inner = k * (x + 0.044715 * x ** 3)
+        t = jnp.tanh(inner)
+        d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x)
+        return grad * d
+    cdf = 0.5 * (1 + lax.erf(x / jnp.sqrt(2.0).astype(x.dtype)))
+    pdf = jnp.exp(-0.5 * x * x) / jnp.sqrt(2 * jnp.pi).astype(x.dtype)
+    return grad * (cdf + x * pdf)
+
+
+@register(aten.threshold_backward.default)
+def _threshold_backward(ctx, grad, x, threshold):
+    grad, x, threshold = as_compute(ctx, grad, x, threshold)
+    return jnp.where(x <= threshold, jnp.zeros_like(grad), grad)
+
+
+@register(aten.threshold.default)
+def _threshold(ctx, x, threshold, value):
+    x, threshold, value = as_compute(ctx, x, threshold, value)
+    return jnp.where(x <= threshold, value, x)
+
+
+@register(aten.sigmoid_backward.default)
+def _sigmoid_backward(ctx, grad, y):
+    grad, y = as_compute(ctx, grad, y)
+    return grad * y * (1 - y)
+
+
+@register(aten.tanh_backward.default)
+def _tanh_backward(ctx, grad, y):
+    grad, y = as_compute(ctx, grad, y)
+    return grad * (1 - y * y)
+
+
+@register(aten.silu_backward.default)
+def _silu_backward(ctx, grad, x):
+    grad, x = as_compute(ctx, grad, x)
+    s = jax.nn.sigmoid(x)
+    return grad * s * (1 + x * (1 - s))
+
+
+@register(aten.leaky_relu.default)
+def _leaky_relu(ctx, x, slope=0.01):
+    x, slope = as_compute(ctx, x, slope)
+    return jnp.where(x > 0, x, x * slope)
+
+
+@register(aten.leaky_relu_backward.default)
+def _leaky_relu_backward(ctx, grad, x, slope, self_is_result):
+    grad, x, slope = as_compute(ctx, grad, x, slope)
+    return jnp.where(x > 0, grad, grad * slope)
+
+
+@register(aten.hardtanh.default)
+def _hardtanh(ctx, x, min_val=-1, max_val=1):
+    x, lo, hi = as_compute(ctx, x, min_val, max_val)
+    return jnp.clip(x, lo, hi)
+
+
+@register(aten.hardtanh_backward.default)
+def _hardtanh_backward(ctx, grad, x, min_val, max_val):
+    grad, x, lo, hi = as_compute(ctx, grad, x, min_val, max_val)
+    return jnp.where((x <= lo) | (x >= hi), jnp.zeros_like(grad), grad)
+
+
+@register(aten.elu.default)
+def _elu(ctx, x, alpha=1, scale=1, input_scale=1):
+    x, alpha, scale, input_scale = as_compute(ctx, x, alpha, scale, input_scale)
+    return scale * jnp.where(x > 0, x, alpha * jnp.expm1(x * input_scale))
+
+
+@register(aten.softplus.default)
+def _softplus(ctx, x, beta=1, threshold=20):
+    x, beta, threshold = as_compute(ctx, x, beta, threshold)
+    bx = x * beta
+    return jnp.where(bx > threshold, x, jnp.log1p(jnp.exp(bx)) / beta)
+
+
+@register(aten.nan_to_num.default)
+def _nan_to_num(ctx, x, nan=None, posinf=None, neginf=None):
+    return jnp.nan_to_num(x, nan=0.0 if nan is None else nan, posinf=posinf, neginf=neginf)

@@ -1,0 +1,75 @@
+"""Matrix products and convolutions. Matmuls accumulate in float32 for
+float16/bfloat16 inputs (preferred_element_type), as eager CPU does."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from ._util import opmath
+from .registry import register
+
+aten = torch.ops.aten
+_HIGHEST = lax.Precision.HIGHEST
+
+
+def _mm(ctx, a, b):
+    return jnp.matmul(a, b, precision=_HIGHEST, preferred_element_type=opmath(ctx.jdtype))
+
+
+@register(aten.mm.default, aten.bmm.default, aten.matmul.default, aten.mv.default, aten.dot.default)
+def _matmul(ctx, a, b):
+    return _mm(ctx, a, b)
+
+
+@register(aten.addmm.default, aten.baddbmm.default, aten.addmv.default)
+def _addmm(ctx, bias, a, b, *, beta=1, alpha=1):
+    dt = opmath(ctx.jdtype)
+    out = _mm(ctx, a, b) * jnp.asarray(alpha).astype(dt)
+    return out + bias.astype(dt) * jnp.asarray(beta).astype(dt)
+
+
+@register(aten.addbmm.default)
+def _addbmm(ctx, bias, a, b, *, beta=1, alpha=1):
+    dt = opmath(ctx.jdtype)
+    return bias.astype(dt) * beta + jnp.sum(_mm(ctx, a, b), axis=0) * alpha
+
+
+def _conv_dims(nd: int):
+    spatial = "DHW"[-nd:] if nd <= 3 else None
+    return ("NC" + spatial, "OI" + spatial, "NC" + spatial)
+
+
+@register(aten.convolution.default)
+def _convolution(ctx, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    nd = x.ndim - 2
+    dn = lax.conv_dimension_numbers(x.shape, w.shape, _conv_dims(nd))
+    dt = opmath(ctx.jdtype)
+    if not transposed:
+        out = lax.conv_general_dilated(
+            x, w, window_strides=tuple(stride), padding=[(p, p) for p in padding],
+            rhs_dilation=tuple(dilation), dimension_numbers=dn, feature_group_count=groups,
+            precision=_HIGHEST, preferred_element_type=dt)
+    else:
+        out = _conv_transpose(x, w, stride, padding, dilation, output_padding, groups, dt)
+    if bias is not None:
+        out = out + bias.astype(dt).reshape((1, -1) + (1,) * nd)
+    return out
+
+
+def _conv_transpose(x, w, stride, padding, dilation, output_padding, groups, dt):
+    nd = x.ndim - 2
+    # weight (Cin, Cout/groups, k...) -> (Cout, Cin/groups, k...) flipped
+    cin = w.shape[0]
+    w = w.reshape((groups, cin // groups) + w.shape[1:])
+    w = jnp.swapaxes(w, 1, 2).reshape((groups * w.shape[2], cin // groups) + w.shape[3:])
+    w = jnp.flip(w, axis=tuple(range(2, 2 + nd)))
+    pads = []
+    for k, p, d, op in zip(w.shape[2:], padding, dilation, output_padding):
+        lo = d * (k - 1) - p
+        pads.append((lo, lo + op))
+    dn = lax.conv_dimension_numbers(x.shape, w.shape, _conv_dims(nd))
+    return lax.conv_general_dilated(
+        x, w, window_strides=(1,) * nd, padding=pads, lhs_dilation=tuple(stride),
+        rhs_dilation=tuple(dilation), dimension_numbers=dn, feature_group_count=groups,
+        precision=_HIGHEST, preferred_element_type=dt)

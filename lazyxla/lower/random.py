@@ -1,0 +1,78 @@
+"""Random number generation. Each call carries a fresh seed drawn from PyTorch's
+default generator (frontend/special.py) as a runtime operand, so values are
+reproducible under torch.manual_seed and never recompile. The streams are
+JAX's (threefry), not PyTorch's: values differ from eager CPU, distributions
+match."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from .registry import register
+
+aten = torch.ops.aten
+
+
+def _key(seed):
+    return jax.random.key(seed.astype(jnp.uint32) ^ (seed >> 32).astype(jnp.uint32), impl="threefry2x32")
+
+
+def _float(ctx):
+    return ctx.jdtype if jnp.issubdtype(ctx.jdtype, jnp.floating) else jnp.float32
+
+
+@register(aten.normal_.default)
+def _normal(ctx, x, mean=0.0, std=1.0, *, seed):
+    return jax.random.normal(_key(seed), ctx.shape, _float(ctx)) * std + mean
+
+
+@register(aten.uniform_.default)
+def _uniform(ctx, x, low=0.0, high=1.0, *, seed):
+    return jax.random.uniform(_key(seed), ctx.shape, _float(ctx), low, high)
+
+
+@register(aten.bernoulli_.float, aten.bernoulli.p)
+def _bernoulli_p(ctx, x, p=0.5, *, seed):
+    return jax.random.uniform(_key(seed), ctx.shape, jnp.float32) < p
+
+
+@register(aten.bernoulli_.Tensor)
+def _bernoulli_t(ctx, x, p, *, seed):
+    return jax.random.uniform(_key(seed), ctx.shape, jnp.float32) < jnp.broadcast_to(p, ctx.shape)
+
+
+@register(aten.bernoulli.default)
+def _bernoulli(ctx, p, *, seed):
+    return jax.random.uniform(_key(seed), ctx.shape, jnp.float32) < p
+
+
+@register(aten.exponential_.default)
+def _exponential(ctx, x, lambd=1.0, *, seed):
+    return jax.random.exponential(_key(seed), ctx.shape, _float(ctx)) / lambd
+
+
+def _randint(ctx, seed, low, high):
+    return jax.random.randint(_key(seed), ctx.shape, low, high, jnp.int64)
+
+
+@register(getattr(aten.random_, "from"))
+def _random_from(ctx, x, low, high=None, *, seed):
+    if high is None:
+        high = 2 ** 63 - 1 if ctx.dtype == torch.int64 else 2 ** (torch.finfo(ctx.dtype).nmant + 1)
+    return _randint(ctx, seed, low, high)
+
+
+@register(aten.random_.to)
+def _random_to(ctx, x, high, *, seed):
+    return _randint(ctx, seed, 0, high)
+
+
+@register(aten.random_.default)
+def _random(ctx, x, *, seed):
+    if ctx.dtype == torch.bool:
+        return _randint(ctx, seed, 0, 2)
+    high = 2 ** 63 - 1 if ctx.dtype == torch.int64 else (
+        int(torch.iinfo(ctx.dtype).max) + 1 if not ctx.dtype.is_floating_point
+        else 2 ** (torch.finfo(ctx.dtype).nmant + 1) + 1)
+    return _randint(ctx, seed, 0, high)

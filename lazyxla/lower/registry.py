@@ -1,0 +1,31 @@
+"""The table of lowering rules.
+
+A rule is called as `rule(ctx, *args, **kwargs)` with the ATen call's
+arguments, JAX arrays in place of tensors and of lifted scalars. `ctx`
+describes the node's output: `ctx.shape`, `ctx.dtype` (torch) and
+`ctx.jdtype` (JAX); tuples for multi-output ops. The interpreter casts a
+single result to `ctx.jdtype`, so rules may compute in a wider type.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+LOWERINGS: dict = {}
+
+
+def register(*ops) -> Callable:
+    def deco(fn: Callable) -> Callable:
+        for op in ops:
+            LOWERINGS[op] = fn
+        return fn
+    return deco
+
+
+def load_all() -> None:
+    """Import every rule module (each registers itself)."""
+    import importlib
+    import pkgutil
+    from .. import lower
+    for mod in pkgutil.iter_modules(lower.__path__):
+        if mod.name != "registry":
+            importlib.import_module(f"{lower.__name__}.{mod.name}")

@@ -1,0 +1,1 @@
+"""Device buffers, transfers and execution."""

@@ -1,0 +1,83 @@
+"""The device-data handle: one device buffer and everything donation needs to know.
+
+A `DeviceData` wraps one `jax.Array`. Several lazy tensors (a base and its
+views, or two tensors that were synced to the same value) and several IR nodes
+may refer to the same handle; the handle, not the tensor, carries
+
+* `donate`: the explicit donation flag (`lx.set_buffer_donation`). It belongs
+  to the buffer, so it survives syncs that do not recompute the tensor, and a
+  recomputed tensor gets a fresh, unflagged handle.
+* `read_only`: never donated (data saved with `lx.save`, pinned constants).
+* `owner`: a weak reference to the `Storage` (alias group of a base tensor and
+  its views) that created the buffer. Automatic aliasing donates a buffer when
+  its owner is recomputed by the graph, i.e. it was updated in place.
+* `donated_in`: the graph key that consumed the buffer; after donation
+  `array` is None and every use raises `DonatedBufferError`.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Optional
+
+import torch
+
+from ..errors import DonatedBufferError
+
+
+class DeviceData:
+    __slots__ = ("array", "shape", "dtype", "device", "read_only", "donate",
+                 "donated_in", "owner", "__weakref__")
+
+    def __init__(self, array, shape: tuple, dtype: torch.dtype, device: int,
+                 owner=None, read_only: bool = False) -> None:
+        self.array = array
+        self.shape = shape
+        self.dtype = dtype
+        self.device = device
+        self.read_only = read_only
+        self.donate = False
+        self.donated_in: Optional[str] = None
+        self.owner = weakref.ref(owner) if owner is not None else None
+
+    @property
+    def nbytes(self) -> int:
+        n = self.dtype.itemsize
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def is_donated(self) -> bool:
+        return self.donated_in is not None
+
+    def owner_storage(self):
+        return self.owner() if self.owner is not None else None
+
+    def live_array(self):
+        """The buffer, or a clear error if it was donated."""
+        if self.donated_in is not None:
+            raise donated_error(self)
+        return self.array
+
+    def mark_donated(self, graph_key: str) -> None:
+        self.donated_in = graph_key
+        array, self.array = self.array, None
+        # JAX deletes donated inputs itself where the backend supports donation;
+        # deleting here makes the semantics identical on every backend.
+        if array is not None and not array.is_deleted():
+            array.delete()
+
+    def __repr__(self) -> str:
+        state = f"donated in graph {self.donated_in}" if self.donated_in else "live"
+        return (f"DeviceData(shape={list(self.shape)}, dtype={self.dtype}, device={self.device}, "
+                f"{state}, donate={self.donate}, read_only={self.read_only})")
+
+
+def donated_error(data: DeviceData) -> DonatedBufferError:
+    return DonatedBufferError(
+        f"lazyxla: the device buffer of this tensor (shape={list(data.shape)}, dtype={data.dtype}) "
+        f"was donated in graph {data.donated_in} and no longer exists. A donated tensor cannot be "
+        "read or used again. To keep it usable, do not mark it with lx.set_buffer_donation "
+        "(or call lx.set_buffer_donation(t, False) before the sync), or clone it before the sync "
+        "that donates it."
+    )

@@ -1,0 +1,56 @@
+"""Running a compiled graph and installing its results.
+
+Execution is asynchronous: JAX returns futures immediately, only host reads
+block. Results become fresh, unflagged device-data handles owned by the
+storage they are installed into; donated parameters are marked dead with the
+graph key that consumed them.
+"""
+from __future__ import annotations
+
+import weakref
+
+import jax
+
+from .. import metrics
+from ..compile.cache import Executable
+from ..compile.program import pack_scalars
+from ..ir.node import data_node
+from ..sync.collect import Graph
+from .device_data import DeviceData
+
+_in_flight: list = []
+
+
+def execute(graph: Graph, exe: Executable) -> tuple:
+    """Run `exe` on `graph`'s parameters; install results; return all output arrays."""
+    params = graph.params
+    args = [d.array for d in params]
+    args += pack_scalars(graph)
+    with metrics.timed("ExecuteTime"):
+        outs = exe.call(*args)
+    metrics.counter_add("ExecuteComputation")
+    if exe.donors:
+        donated = 0
+        for i in exe.donors:
+            donated += params[i].nbytes
+            params[i].mark_donated(exe.key_hex)
+        metrics.metric_add("DonatedBytes", donated)
+    installed: list = [None] * len(outs)
+    order, outputs, device = graph.order, graph.outputs, graph.device
+    for st, slot in graph.storages:
+        data = installed[slot]
+        if data is None:
+            node = order[outputs[slot]]
+            data = installed[slot] = DeviceData(outs[slot], node.shape, node.dtype, device, owner=st)
+        st.write(data_node(data))
+    _in_flight.extend(weakref.ref(o) for o in outs)
+    return outs
+
+
+def wait_all() -> None:
+    """Block until every execution scheduled so far has finished."""
+    pending = [r() for r in _in_flight]
+    _in_flight.clear()
+    live = [a for a in pending if a is not None and not a.is_deleted()]
+    if live:
+        jax.block_until_ready(live)

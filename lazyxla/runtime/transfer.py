@@ -1,0 +1,38 @@
+"""Host <-> device copies (the only places that move tensor data across)."""
+from __future__ import annotations
+
+import jax
+import numpy as np
+import torch
+
+from .. import metrics
+from .._jax import jax_devices, jax_dtype
+from .device_data import DeviceData
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(jax_dtype(torch.bfloat16))
+    return t.numpy()
+
+
+def upload(t: torch.Tensor, device: int, owner=None) -> DeviceData:
+    """Copy a CPU tensor to `device`; the returned handle is owned by `owner`."""
+    jax_dtype(t.dtype)  # clear error for unsupported dtypes
+    with metrics.timed("TransferToDeviceTime"):
+        array = jax.device_put(_to_numpy(t.cpu()), jax_devices()[device])
+    metrics.metric_add("OutboundData", t.numel() * t.element_size())
+    return DeviceData(array, tuple(t.shape), t.dtype, device, owner)
+
+
+def download(array, dtype: torch.dtype) -> torch.Tensor:
+    """Blocking copy of a device array to a new CPU tensor of `dtype`."""
+    with metrics.timed("TransferFromDeviceTime"):
+        host = np.asarray(array)
+    if dtype == torch.bfloat16:
+        out = torch.from_numpy(host.view(np.int16).copy()).view(torch.bfloat16)
+    else:
+        out = torch.from_numpy(host.copy() if not host.flags.writeable else host)
+    metrics.metric_add("InboundData", out.numel() * out.element_size())
+    return out if out.dtype == dtype else out.to(dtype)

@@ -1,0 +1,1 @@
+"""Sync: collect pending work into a graph, key it, plan donation, run it."""

@@ -1,0 +1,176 @@
+"""Sync entry points: step barrier, partial sync, host reads, graph hash.
+
+Every entry point goes through `_run`: collect -> plan donation -> cache /
+compile -> execute -> install. What differs is the set of roots and which
+donors the kind of sync allows (API.md "Sync"):
+
+| entry point                         | automatic donors | explicit donors        |
+|-------------------------------------|------------------|------------------------|
+| lx.sync() (step barrier)            | yes              | yes                    |
+| lx.sync_tensors(donate_inplace=True)| yes (safe only)  | if explicit enabled    |
+| lx.sync_tensors(donate_inplace=False)| no              | if explicit enabled    |
+| host reads (.cpu(), .item(), print) | no               | if explicit enabled    |
+
+Automatic donation is safe at partial syncs too because the planner checks
+the live holders of every buffer (see alias/planner.py).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Iterable, Optional
+
+import torch
+
+from .. import metrics
+from ..alias import config
+from ..alias.planner import plan
+from ..compile.cache import Executable, get_or_compile, key_hex
+from ..frontend.storage import live_devices, live_storages
+from ..frontend.tensor import LazyTensor
+from ..ir.node import DATA
+from ..runtime.execute import execute, wait_all
+from ..runtime.transfer import download
+from .collect import collect
+
+# One lock for the whole runtime: syncs (which read and rewrite every live
+# storage of a device) never interleave. See docs/concurrency.md.
+LOCK = threading.RLock()
+
+
+class LastGraph:
+    """What the most recent execution did, for lx.debug.donation_report()."""
+    executable: Optional[Executable] = None
+    decisions: list = []
+    kind: str = ""
+    n_nodes: int = 0
+
+
+def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str) -> Optional[tuple]:
+    if not items:
+        return None
+    graph = collect(device, items)
+    aliasing = config.aliasing_enabled(device)
+    donors, decisions = plan(graph, live_storages(device), automatic=automatic, explicit=explicit,
+                             aliasing=aliasing, kind=kind)
+    exe = get_or_compile(graph, donors)
+    outs = execute(graph, exe)
+    LastGraph.executable, LastGraph.decisions, LastGraph.kind = exe, decisions, kind
+    LastGraph.n_nodes = len(graph.order)
+    return outs
+
+
+def _pending(storages) -> list:
+    return [(st.value, st) for st in storages if st.value.op is not DATA]
+
+
+def sync(wait: bool = False) -> None:
+    """Step barrier: materialise every live pending tensor, one graph per device."""
+    with LOCK:
+        for device in live_devices():
+            _run(device, _pending(live_storages(device)), automatic=True, explicit=True,
+                 kind="step barrier")
+        metrics.counter_add("MarkStep")
+    if wait:
+        wait_device_ops()
+
+
+def _check_lazy(tensors, what: str) -> list:
+    if isinstance(tensors, torch.Tensor):
+        tensors = [tensors]
+    out = []
+    for t in tensors:
+        if not isinstance(t, LazyTensor):
+            raise TypeError(f"lazyxla: {what} expects lazyxla tensors, got a "
+                            f"{t.device if isinstance(t, torch.Tensor) else type(t).__name__} "
+                            f"{'tensor' if isinstance(t, torch.Tensor) else 'value'}; "
+                            "move it with t.to(lx.device()) first")
+        out.append(t)
+    return out
+
+
+def _by_device(tensors: Iterable[LazyTensor]) -> dict:
+    groups: dict = {}
+    seen: set = set()
+    for t in tensors:
+        st = t._st
+        if id(st) not in seen:
+            seen.add(id(st))
+            groups.setdefault(st.device, []).append(st)
+    return groups
+
+
+def sync_tensors(tensors, *, wait: bool = True, donate_inplace: bool = True) -> None:
+    """Partial sync of just `tensors`; never donates a buffer another live tensor needs."""
+    tensors = _check_lazy(tensors, "sync_tensors")
+    with LOCK:
+        for device, storages in _by_device(tensors).items():
+            _run(device, _pending(storages), automatic=donate_inplace,
+                 explicit=config.explicit_donation_enabled(device), kind="partial sync")
+    if wait:
+        wait_device_ops()
+
+
+def host_values(tensors: list, allow_explicit: bool = True) -> list:
+    """CPU copies of `tensors` (views included); materialises their bases, donates nothing
+    unless explicit donation is enabled (and `allow_explicit`)."""
+    tensors = _check_lazy(tensors, "host read")
+    with LOCK:
+        results: dict = {}
+        for device, storages in _by_device(tensors).items():
+            items = _pending(storages)
+            slots = {}
+            for t in tensors:
+                if t._st.device != device or t._view is None:
+                    continue
+                node = t.checked_value()
+                slots[id(t)] = len(items)
+                items.append((node, None))
+            explicit = allow_explicit and config.explicit_donation_enabled(device)
+            outs = _run(device, items, automatic=False, explicit=explicit, kind="host read") or ()
+            for t in tensors:
+                if t._st.device == device and id(t) in slots:
+                    results[id(t)] = outs[_slot_of(items, slots[id(t)])]
+        hosts = []
+        for t in tensors:
+            array = results.get(id(t))
+            if array is None:
+                node = t.checked_value()
+                array = node.data.live_array()
+            hosts.append(download(array, t.dtype))
+    return hosts
+
+
+def _slot_of(items: list, position: int) -> int:
+    """Output slot of items[position] (collect() dedupes equal roots)."""
+    seen: dict = {}
+    for i, (node, _) in enumerate(items):
+        slot = seen.setdefault(id(node), len(seen))
+        if i == position:
+            return slot
+    raise IndexError(position)
+
+
+def host_value(t: LazyTensor) -> torch.Tensor:
+    return host_values([t])[0]
+
+
+def wait_device_ops() -> None:
+    wait_all()
+
+
+def graph_hash(tensors) -> str:
+    """Key of the graph a sync of `tensors` would compile, with its donors (explicit
+    donors only when explicit donation is enabled, as upstream `_get_graph_hash`)."""
+    tensors = _check_lazy(tensors, "graph_hash")
+    keys = []
+    with LOCK:
+        for device, storages in _by_device(tensors).items():
+            items = _pending(storages)
+            if not items:
+                continue
+            graph = collect(device, items)
+            donors, _ = plan(graph, live_storages(device), automatic=False,
+                             explicit=config.explicit_donation_enabled(device),
+                             aliasing=config.aliasing_enabled(device), kind="graph hash")
+            keys.append(graph.key + (donors,))
+    return key_hex(tuple(keys))

@@ -1,0 +1,110 @@
+"""Collecting a graph from the pending values of a set of storages.
+
+One iterative post-order walk does everything a sync needs from the IR:
+topological order, parameters (device-data leaves, deduplicated by buffer so
+one buffer is never passed, or donated, twice), lifted scalars, and the graph
+key. The key is the sequence of `(signature id, operand positions)` per node:
+structure, operand shapes/dtypes and exact wiring, never data values, buffer
+identities, tensor ids or scalar values. Each lifted scalar is its own operand
+(never merged by value), so equal hyper-parameters cannot change the key.
+"""
+from __future__ import annotations
+
+from ..ir.node import DATA, SCALAR, Node
+from ..runtime.device_data import DeviceData, donated_error
+
+
+class Graph:
+    __slots__ = ("device", "order", "outputs", "params", "scalars", "key", "storages")
+
+    def __init__(self, device: int, order: list, outputs: tuple, params: list,
+                 scalars: list, key: tuple, storages: list) -> None:
+        self.device = device
+        self.order = order            # nodes in topological order
+        self.outputs = outputs        # positions in `order` of the distinct root nodes
+        self.params: list[DeviceData] = params
+        self.scalars: list[Node] = scalars
+        self.key = key
+        self.storages = storages      # (storage, output slot) pairs to install results into
+
+
+def collect(device: int, items: list) -> Graph:
+    """Graph computing `items`: `(root node, storage or None)` pairs, all on `device`.
+
+    A storage receives its root's result after execution; a root without a
+    storage is a temporary output (a view read back to the host).
+    """
+    index: dict = {}
+    order: list = []
+    entries: list = []
+    params: list = []
+    param_index: dict = {}
+    scalars: list = []
+    root_slot: dict = {}
+    outputs: list = []
+    targets: list = []
+    for root, st in items:
+        rid = id(root)
+        slot = root_slot.get(rid)
+        if slot is None:
+            _visit(root, index, order, entries, params, param_index, scalars)
+            slot = root_slot[rid] = len(outputs)
+            outputs.append(index[rid])
+        if st is not None:
+            targets.append((st, slot))
+    key = (device, tuple(entries), tuple(outputs))
+    return Graph(device, order, tuple(outputs), params, scalars, key, targets)
+
+
+def _visit(root: Node, index: dict, order: list, entries: list, params: list,
+           param_index: dict, scalars: list) -> None:
+    if id(root) in index:
+        return
+    stack = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        nid = id(node)
+        if nid in index:
+            continue
+        if not expanded:
+            stack.append((node, True))
+            for inp in reversed(node.inputs):
+                if id(inp) not in index:
+                    stack.append((inp, False))
+            continue
+        op = node.op
+        if op is DATA:
+            data = node.data
+            pi = param_index.get(id(data))
+            if pi is None:
+                if data.donated_in is not None:
+                    raise donated_error(data)
+                pi = param_index[id(data)] = len(params)
+                params.append(data)
+            entry = (node.sig, -1, pi)
+        elif op is SCALAR:
+            entry = (node.sig, -2, len(scalars))
+            scalars.append(node)
+        else:
+            entry = (node.sig, tuple([index[id(i)] for i in node.inputs]))
+        index[nid] = len(order)
+        order.append(node)
+        entries.append(entry)
+
+
+def data_reachable(roots) -> set:
+    """ids of every DeviceData reachable from `roots` (pending values)."""
+    seen: set = set()
+    found: set = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        nid = id(node)
+        if nid in seen:
+            continue
+        seen.add(nid)
+        if node.op is DATA:
+            found.add(id(node.data))
+        else:
+            stack.extend(node.inputs)
+    return found
