@@ -62,6 +62,22 @@ def _to_copy(func, info, args, kwargs):
     return _functional(func, info, args, kwargs)
 
 
+def _to(func, info, args, kwargs):
+    """`aten.to.*` overloads (reached from decompositions): `_to_copy` unless a no-op."""
+    x = args[0]
+    params = dict(zip(info.arg_names[1:], args[1:]), **kwargs)
+    other = params.pop("other", None)
+    if other is not None:
+        params["dtype"], params["device"] = other.dtype, other.device
+    dtype = params.get("dtype") or x.dtype
+    device = params.get("device")
+    device = torch.device(device) if device is not None else x.device
+    same_device = device.type == DEVICE_TYPE and (device.index or 0) == x._st.device
+    if dtype == x.dtype and same_device and not params.get("copy", False):
+        return x
+    return dispatch(aten._to_copy.default, (x,), {"dtype": dtype, "device": device})
+
+
 def _local_scalar_dense(func, info, args, kwargs):
     from ..sync.api import host_value
     return host_value(args[0]).item()
@@ -132,6 +148,10 @@ SPECIAL = {
     aten.split_with_sizes.default: _split,
     aten.unbind.int: _unbind,
     aten.resize_.default: _resize,
+    aten.to.device: _to,
+    aten.to.dtype: _to,
+    aten.to.other: _to,
+    aten.to.dtype_layout: _to,
 }
 for _op in (aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float, aten.bernoulli_.Tensor,
             aten.random_.default, getattr(aten.random_, "from"), aten.random_.to, aten.exponential_.default,

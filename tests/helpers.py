@@ -1,0 +1,67 @@
+"""Shared test helpers: compare lazyxla results with eager CPU PyTorch."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+import lazyxla as lx
+
+
+def to_dev(value, dev):
+    if isinstance(value, torch.Tensor):
+        t = value.detach().to(dev)
+        return t.requires_grad_(value.requires_grad) if value.is_floating_point() else t
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_dev(v, dev) for v in value)
+    return value
+
+
+def to_cpu(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_cpu(v) for v in value)
+    return value
+
+
+def assert_close(actual, expected, rtol=1e-5, atol=1e-6):
+    if isinstance(expected, torch.Tensor):
+        actual = to_cpu(actual)
+        assert actual.dtype == expected.dtype, f"dtype {actual.dtype} != {expected.dtype}"
+        assert actual.shape == expected.shape, f"shape {actual.shape} != {expected.shape}"
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+    elif isinstance(expected, (list, tuple)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert_close(a, e, rtol, atol)
+    else:
+        assert actual == expected or (actual != actual and expected != expected), f"{actual} != {expected}"
+
+
+def check_op(fn: Callable, *inputs, rtol=1e-5, atol=1e-6, backward=None):
+    """Run `fn` on CPU inputs and on lazyxla copies; compare outputs and, for
+    float inputs that require grad, gradients of sum(outputs * fixed weights)."""
+    dev = lx.device()
+    cpu_in = [i.detach().clone().requires_grad_(i.requires_grad) if isinstance(i, torch.Tensor) else i
+              for i in inputs]
+    dev_in = [to_dev(i, dev) for i in inputs]
+    expected = fn(*cpu_in)
+    actual = fn(*dev_in)
+    assert_close(actual, expected, rtol, atol)
+    wants_grad = [i for i in cpu_in if isinstance(i, torch.Tensor) and i.requires_grad]
+    if backward is False or not wants_grad:
+        return actual
+    exp_outs = [o for o in (expected if isinstance(expected, (list, tuple)) else [expected])
+                if isinstance(o, torch.Tensor) and o.requires_grad]
+    act_outs = [o for o in (actual if isinstance(actual, (list, tuple)) else [actual])
+                if isinstance(o, torch.Tensor) and o.requires_grad]
+    gen = torch.Generator().manual_seed(0)
+    weights = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in exp_outs]
+    sum(((o * w).sum() for o, w in zip(exp_outs, weights)), torch.zeros(())).backward()
+    sum(((o * w.to(dev)).sum() for o, w in zip(act_outs, weights)), torch.zeros((), device=dev)).backward()
+    for c, d in zip(cpu_in, dev_in):
+        if isinstance(c, torch.Tensor) and c.requires_grad:
+            assert d.grad is not None, "missing gradient"
+            assert_close(d.grad, c.grad, rtol=max(rtol, 1e-4), atol=max(atol, 1e-5))
+    return actual

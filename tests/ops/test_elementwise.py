@@ -1,0 +1,63 @@
+import pytest
+import torch
+
+from helpers import check_op
+
+UNARY = ["neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs",
+         "erf", "log1p", "expm1", "reciprocal", "floor", "ceil", "round", "sign", "trunc", "square"]
+
+
+@pytest.mark.parametrize("name", UNARY)
+def test_unary_forward_backward(name):
+    x = torch.rand(5, 7) + 0.1
+    check_op(getattr(torch, name), x.requires_grad_(name not in ("floor", "ceil", "round", "sign", "trunc")))
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "maximum", "minimum", "pow", "atan2"])
+def test_binary_broadcast(op):
+    a = torch.rand(4, 1, 3) + 0.5
+    b = torch.rand(5, 1) + 0.5
+    check_op(getattr(torch, op), a.requires_grad_(), b.requires_grad_())
+
+
+@pytest.mark.parametrize("op", ["eq", "ne", "lt", "le", "gt", "ge"])
+def test_comparisons(op):
+    a = torch.randint(0, 3, (4, 5)).float()
+    b = torch.randint(0, 3, (5,)).float()
+    check_op(getattr(torch, op), a, b)
+    check_op(lambda x: getattr(torch, op)(x, 1.0), a)
+
+
+def test_scalar_ops_keep_dtype():
+    x = torch.arange(6, dtype=torch.int64).reshape(2, 3)
+    check_op(lambda t: t * 3 + 1, x)
+    check_op(lambda t: t / 2, x)       # int / int -> float
+    check_op(lambda t: t * 0.5, x)     # int * float scalar -> default float
+    h = torch.rand(3, 4).half()
+    check_op(lambda t: t * 2.5 + 1, h, rtol=1e-3, atol=1e-3)
+    b = torch.rand(3, 4).bfloat16()
+    check_op(lambda t: t + 1, b, rtol=1e-2, atol=1e-2)
+
+
+def test_int64_large_values_round_trip(dev):
+    x = torch.tensor([2**40 + 3, -(2**50)], dtype=torch.int64)
+    d = x.to(dev)
+    assert (d + 1).cpu().tolist() == [2**40 + 4, -(2**50) + 1]
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.clamp(x, -0.5, 0.5),
+    lambda x: torch.clamp(x, min=0.1),
+    lambda x: torch.where(x > 0, x, x * 2),
+    lambda x: x.masked_fill(x > 0.2, -1.0),
+    lambda x: torch.nn.functional.gelu(x),
+    lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    lambda x: torch.nn.functional.silu(x),
+    lambda x: torch.nn.functional.leaky_relu(x, 0.1),
+    lambda x: torch.nn.functional.softplus(x),
+    lambda x: torch.lerp(x, torch.ones_like(x), 0.3),
+    lambda x: torch.addcmul(x, x, x, value=0.5),
+    lambda x: torch.addcdiv(x, x, x.abs() + 1, value=0.5),
+])
+def test_activation_like(fn):
+    check_op(fn, torch.randn(4, 6).requires_grad_())
