@@ -39,7 +39,8 @@ class Ctx:
         self.shape = node.shape
         self.dtype = node.dtype
         self.op = node.op
-        self.jdtype = tuple(jax_dtype(d) for d in node.dtype) if node.nout else jax_dtype(node.dtype)
+        self.jdtype = tuple(jax_dtype(d) if d is not None else None for d in node.dtype) if node.nout \
+            else jax_dtype(node.dtype)
 
 
 class _Ref:
@@ -128,7 +129,8 @@ def _apply(rule: Callable, ctx: Ctx, args: tuple, kwargs: dict):
     except Exception as e:
         raise LoweringError(f"lazyxla: lowering {ctx.op} failed: {type(e).__name__}: {e}") from e
     if isinstance(ctx.jdtype, tuple):
-        return tuple(o.astype(d) if o.dtype != d else o for o, d in zip(out, ctx.jdtype))
+        # d is None: an output the op was asked not to compute; the rule may return None
+        return tuple(o.astype(d) if d is not None and o.dtype != d else o for o, d in zip(out, ctx.jdtype))
     if out.dtype != ctx.jdtype:
         out = out.astype(ctx.jdtype)
     if out.shape != ctx.shape:

@@ -11,12 +11,14 @@ plus a few special handlers (copies, detach, RNG, foreach, host reads).
 """
 from __future__ import annotations
 
+import os
+
 import torch
 from torch._decomp import decomposition_table
 
 from .. import metrics
 from ..ir.node import Node, intern_sig
-from ..lower.registry import LOWERINGS
+from ..lower.registry import DECOMPOSITIONS, LOWERINGS
 from .opinfo import OpInfo, functional_variant, is_inplace, is_out
 from .tensor import LazyTensor
 from .tracing import convert_call, lookup, make_node, trace, wrap_outputs
@@ -25,12 +27,23 @@ aten = torch.ops.aten
 _INFOS: dict = {}
 _counters = metrics._counters
 
+# Graph size cap: after this many traced ops without a sync, pending work is cut
+# into a graph and run (like a step barrier, minus MarkStep), so a long loop
+# without lx.sync() neither grows an unbounded graph nor compiles forever.
+GRAPH_OP_LIMIT = int(os.environ.get("LAZYXLA_GRAPH_OP_LIMIT", "20000"))
+traced_since_sync = [0]
+
 
 def dispatch(func, args, kwargs):
     info = _INFOS.get(func)
     if info is None:
         info = classify(func)
     _counters["TracedOps"] += 1
+    budget = traced_since_sync
+    budget[0] += 1
+    if budget[0] > GRAPH_OP_LIMIT:
+        from ..sync.api import cut_graphs
+        cut_graphs()
     return info.handler(func, info, args, kwargs)
 
 
@@ -131,13 +144,13 @@ def _identity(func, info, args, kwargs):
 
 
 def _decompose(func, info, args, kwargs):
-    return decomposition_table[func](*args, **kwargs)
+    return decomposition_for(func)(*args, **kwargs)
 
 
 def _inplace_decomposed(func, info, args, kwargs):
     self = args[0]
     lookup(convert_call(info, args, kwargs)[3], func, args, kwargs)  # eager's errors
-    result = decomposition_table[info.functional](*args, **kwargs)
+    result = decomposition_for(info.functional)(*args, **kwargs)
     assign(self, result.lazy_value())
     return self
 
@@ -166,7 +179,7 @@ def classify(func) -> OpInfo:
         info.functional = functional_variant(func)
         if info.functional in LOWERINGS:
             info.handler = _inplace
-        elif info.functional is not None and info.functional in decomposition_table:
+        elif info.functional is not None and decomposition_for(info.functional) is not None:
             info.handler = _inplace_decomposed
         else:
             info.handler = _fallback_or_decompose(func)
@@ -182,7 +195,22 @@ def classify(func) -> OpInfo:
 
 
 def _fallback_or_decompose(func):
-    return _decompose if func in decomposition_table else _fallback
+    return _decompose if decomposition_for(func) is not None else _fallback
+
+
+_DECOMPS: dict = {}
+
+
+def decomposition_for(func):
+    """lazyxla's own decomposition, else PyTorch's, else the op's CompositeImplicitAutograd
+    kernel (such ops reach us when a decomposition calls them, e.g. flatten, pad), else None."""
+    if func in _DECOMPS:
+        return _DECOMPS[func]
+    fn = DECOMPOSITIONS.get(func) or decomposition_table.get(func)
+    if fn is None and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        fn = func.decompose
+    _DECOMPS[func] = fn
+    return fn
 
 
 from .special import SPECIAL  # noqa: E402  (special handlers use the helpers above)

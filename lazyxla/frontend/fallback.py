@@ -46,7 +46,7 @@ def run_on_host(func, info, args, kwargs):
     lazies: list = []
     _lazy_tensors(args, lazies)
     _lazy_tensors(list(kwargs.values()), lazies)
-    name = f"aten::{info.name}"
+    name = func._schema.name  # "aten::gather", "prims::var", ...
     metrics.counter_add(name)
     if func not in _warned:
         _warned.add(func)

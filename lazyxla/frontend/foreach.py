@@ -40,9 +40,20 @@ def _resolve(func):
     return target
 
 
+def _split_positional(target) -> tuple[int, tuple]:
+    """(number of positional args of `target`, names of its keyword-only args)."""
+    args = target._schema.arguments
+    return (sum(1 for a in args if not a.kwarg_only), tuple(a.name for a in args if a.kwarg_only))
+
+
 def foreach_handler(func, info, args, kwargs):
     from .dispatch import dispatch
     target = _resolve(func)
+    n_pos, kw_names = _split_positional(target)
+    if len(args) > n_pos:
+        # e.g. _foreach_addcmul_(self, t1, t2, value) -> addcmul_(self, t1, t2, *, value)
+        kwargs = dict(kwargs, **dict(zip(kw_names, args[n_pos:])))
+        args = args[:n_pos]
     n = len(args[0])
     inplace = info.name.endswith("_")
     per_element = []

@@ -9,6 +9,10 @@ themselves from the base.
 Every storage is registered per device in creation order; a sync walks this
 registry (weakly held, so dead tensors drop out) to find pending values and
 to learn which buffers other live tensors still hold.
+
+The registry is an append-only list of plain weak references, compacted when
+read (and when it doubles), rather than a WeakValueDictionary: registration is
+on the per-op hot path, and a weakref without callback is the cheapest handle.
 """
 from __future__ import annotations
 
@@ -18,7 +22,9 @@ import weakref
 from ..ir.node import Node
 
 _seq = itertools.count()
-_live: dict[int, "weakref.WeakValueDictionary[int, Storage]"] = {}
+_live: dict[int, list] = {}
+_compact_at: dict[int, int] = {}
+_ref = weakref.ref
 
 
 class Storage:
@@ -28,11 +34,14 @@ class Storage:
         self.value = value
         self.version = 0
         self.device = device
-        self.seq = seq = next(_seq)
+        self.seq = next(_seq)
         reg = _live.get(device)
         if reg is None:
-            reg = _live[device] = weakref.WeakValueDictionary()
-        reg[seq] = self
+            reg = _live[device] = []
+            _compact_at[device] = 4096
+        reg.append(_ref(self))
+        if len(reg) > _compact_at[device]:
+            live_storages(device)
 
     def write(self, value: Node) -> None:
         """Install a new base value (an in-place update or a sync result)."""
@@ -43,8 +52,13 @@ class Storage:
 def live_storages(device: int) -> list[Storage]:
     """Live storages of `device` in creation order (deterministic graph order)."""
     reg = _live.get(device)
-    return list(reg.values()) if reg else []
+    if not reg:
+        return []
+    alive = [st for st in (r() for r in reg) if st is not None]
+    reg[:] = [_ref(st) for st in alive]
+    _compact_at[device] = max(4096, 2 * len(reg))
+    return alive
 
 
 def live_devices() -> list[int]:
-    return [d for d, reg in _live.items() if len(reg)]
+    return [d for d, reg in _live.items() if reg]

@@ -154,8 +154,9 @@ def infer(func, args, kwargs):
     out = func(*margs, **mkwargs)
     if isinstance(out, torch.Tensor):
         return spec_of(out), False
-    if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
-        return tuple(spec_of(o) for o in out), True
+    if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) or o is None for o in out):
+        # None: an output the call asked not to compute (backward ops' output_mask)
+        return tuple(spec_of(o) if o is not None else None for o in out), True
     raise NotImplementedError(f"lazyxla: cannot infer the output of {func} (returned {type(out).__name__})")
 
 
@@ -179,8 +180,8 @@ def lookup(key, func, args, kwargs) -> MetaEntry:
 def make_node(op, nargs, nkw, inputs, entry: MetaEntry) -> Node:
     spec = entry.spec
     if entry.multi:
-        return Node(op, nargs, nkw, inputs, tuple(s[0] for s in spec), tuple(s[3] for s in spec),
-                    entry.sig, None, len(spec))
+        return Node(op, nargs, nkw, inputs, tuple(s[0] if s else None for s in spec),
+                    tuple(s[3] if s else None for s in spec), entry.sig, None, len(spec))
     return Node(op, nargs, nkw, inputs, spec[0], spec[3], entry.sig)
 
 
@@ -190,6 +191,9 @@ def wrap_outputs(node: Node, entry: MetaEntry, device: int):
         return LazyTensor.wrap(Storage(node, device), None, node, entry.spec)
     outs = []
     for i, spec in enumerate(entry.spec):
+        if spec is None:
+            outs.append(None)
+            continue
         item = getitem_node(node, i)
         outs.append(LazyTensor.wrap(Storage(item, device), None, item, spec))
     return tuple(outs)

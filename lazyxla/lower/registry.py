@@ -11,12 +11,25 @@ from __future__ import annotations
 from typing import Callable
 
 LOWERINGS: dict = {}
+# lazyxla's own decompositions (Python functions over lazy tensors), consulted
+# before PyTorch's table: for ops whose schema hides a mutation
+# (native_batch_norm updates running stats) or whose PyTorch decomposition
+# reaches ops without a lowering (native_dropout -> rand_like).
+DECOMPOSITIONS: dict = {}
 
 
 def register(*ops) -> Callable:
     def deco(fn: Callable) -> Callable:
         for op in ops:
             LOWERINGS[op] = fn
+        return fn
+    return deco
+
+
+def register_decomposition(*ops) -> Callable:
+    def deco(fn: Callable) -> Callable:
+        for op in ops:
+            DECOMPOSITIONS[op] = fn
         return fn
     return deco
 

@@ -25,6 +25,7 @@ from .. import metrics
 from ..alias import config
 from ..alias.planner import plan
 from ..compile.cache import Executable, get_or_compile, key_hex
+from ..frontend.dispatch import traced_since_sync
 from ..frontend.storage import live_devices, live_storages
 from ..frontend.tensor import LazyTensor
 from ..ir.node import DATA
@@ -66,12 +67,24 @@ def _pending(storages) -> list:
 def sync(wait: bool = False) -> None:
     """Step barrier: materialise every live pending tensor, one graph per device."""
     with LOCK:
+        traced_since_sync[0] = 0
         for device in live_devices():
             _run(device, _pending(live_storages(device)), automatic=True, explicit=True,
                  kind="step barrier")
         metrics.counter_add("MarkStep")
     if wait:
         wait_device_ops()
+
+
+def cut_graphs() -> None:
+    """Graph size cap reached: materialise all pending work (not a step barrier, so
+    explicit donors only if enabled; automatic aliasing stays safe via the planner)."""
+    with LOCK:
+        traced_since_sync[0] = 0
+        metrics.counter_add("GraphSizeCut")
+        for device in live_devices():
+            _run(device, _pending(live_storages(device)), automatic=True,
+                 explicit=config.explicit_donation_enabled(device), kind="graph size cut")
 
 
 def _check_lazy(tensors, what: str) -> list:
