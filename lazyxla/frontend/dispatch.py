@@ -59,8 +59,20 @@ def _functional(func, info, args, kwargs):
     return wrap_outputs(node, entry, device)
 
 
+def check_no_internal_overlap(t: LazyTensor) -> None:
+    """Eager refuses writes into views where several elements share memory (expand)."""
+    shape, stride = t._mkey[0], t._mkey[1]
+    for size, st in zip(shape, stride):
+        if st == 0 and size > 1:
+            raise RuntimeError(
+                "unsupported operation: more than one element of the written-to tensor refers to a "
+                "single memory location. Please clone() the tensor before performing the operation.")
+
+
 def _inplace(func, info, args, kwargs):
     self = args[0]
+    if self._view is not None:
+        check_no_internal_overlap(self)
     nargs, nkw, inputs, key, _ = convert_call(info, args, kwargs)
     entry = lookup(key, func, args, kwargs)  # meta run of the in-place op: eager's errors
     self.write(make_node(info.functional, nargs, nkw, inputs, entry))

@@ -28,6 +28,9 @@ def copy_from_host(src: torch.Tensor, dst: LazyTensor) -> None:
 
 def _copy(func, info, args, kwargs):
     dst, src = args[0], args[1]
+    if not isinstance(dst, LazyTensor):  # cpu_tensor.copy_(lazy): a host read
+        from ..sync.api import host_value
+        return dst.copy_(host_value(src))
     if isinstance(src, LazyTensor):
         if src._st.device != dst._st.device:
             from ..sync.api import host_value

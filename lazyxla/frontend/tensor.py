@@ -79,6 +79,10 @@ class LazyTensor(torch.Tensor):
         _DATA.__set__(self, new)
         self._st, self._view, self._vcache, self._mkey = new._st, new._view, new._vcache, new._mkey
 
+    def tolist(self):
+        from ..sync.api import host_value
+        return host_value(self).tolist()
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         return _dispatch(func, args, kwargs or {})

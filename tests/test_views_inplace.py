@@ -1,0 +1,160 @@
+"""View and in-place semantics against eager PyTorch."""
+import pytest
+import torch
+
+import lazyxla as lx
+from helpers import assert_close
+
+
+def both(fn):
+    """Run `fn(make)` on CPU and on lazyxla; `make(t)` places a CPU tensor."""
+    dev = lx.device()
+    expected = fn(lambda t: t.clone())
+    actual = fn(lambda t: t.clone().to(dev))
+    assert_close(actual, expected)
+    return actual
+
+
+def base():
+    return torch.arange(24, dtype=torch.float32).reshape(4, 6)
+
+
+def test_write_through_select_view():
+    def prog(make):
+        x = make(base())
+        x[1].add_(1)
+        return x
+    both(prog)
+
+
+def test_setitem_column():
+    def prog(make):
+        x = make(base())
+        x[:, 0] = 5
+        return x
+    both(prog)
+
+
+def test_transpose_view_mul_updates_base():
+    def prog(make):
+        x = make(base())
+        x.t().mul_(2)
+        return x
+    both(prog)
+
+
+def test_views_see_later_writes_to_base():
+    def prog(make):
+        x = make(base())
+        row = x[2]
+        col = x[:, 1:4:2]
+        flat = x.view(-1)
+        x.add_(10)
+        x[0, 0] = -1
+        return row.clone(), col.clone(), flat.clone(), row.sum()
+    both(prog)
+
+
+def test_nested_views_write_through():
+    def prog(make):
+        x = make(base())
+        v = x[1:3].transpose(0, 1)[2:5]
+        v.mul_(-1)
+        v[0, 1] = 100
+        return x, v
+    both(prog)
+
+
+def test_write_through_view_of_view_updates_sibling_view():
+    def prog(make):
+        x = make(torch.zeros(3, 4))
+        a = x[0]
+        b = x[:, 1]
+        a.fill_(7)
+        b.add_(1)
+        return a, b, x
+    both(prog)
+
+
+def test_unsqueeze_reshape_diagonal_writes():
+    def prog(make):
+        x = make(base()[:4, :4].contiguous())
+        x.unsqueeze(0).sub_(1)
+        x.diagonal().zero_()
+        x.reshape(2, 8)[1].mul_(3)
+        return x
+    both(prog)
+
+
+def test_detach_shares_storage():
+    def prog(make):
+        x = make(base())
+        d = x.detach()
+        d.add_(1)
+        return x, d
+    both(prog)
+
+
+def test_inplace_dtype_cast_and_broadcast():
+    def prog(make):
+        x = make(torch.zeros(3, 4, dtype=torch.float16))
+        x.add_(make(torch.ones(4)) * 0.5)
+        i = make(torch.arange(6))
+        i.mul_(3)
+        return x, i
+    both(prog)
+
+
+def test_inplace_errors_match_eager(dev):
+    x = torch.zeros(3, dtype=torch.int64, device=dev)
+    with pytest.raises(RuntimeError, match="can't be cast|not possible"):
+        x.add_(0.5)
+    y = torch.zeros(3, device=dev)
+    with pytest.raises(RuntimeError):
+        y.add_(torch.ones(4, device=dev))
+    with pytest.raises(RuntimeError, match="more than one element"):
+        torch.zeros(1, 3, device=dev).expand(2, 3).add_(1)
+
+
+def test_shape_errors_raised_at_the_op(dev):
+    a = torch.zeros(2, 3, device=dev)
+    b = torch.zeros(4, 5, device=dev)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied|same reduction dim"):
+        a @ b
+    with pytest.raises(RuntimeError):
+        a + b
+    assert lx.metrics.counter_value("UncachedCompile") is None  # nothing was compiled
+
+
+def test_index_ops_inplace():
+    def prog(make):
+        x = make(torch.zeros(5, 3))
+        x.index_copy_(0, make(torch.tensor([4, 0])), make(torch.ones(2, 3)))
+        x.masked_fill_(make(torch.eye(5, 3, dtype=torch.bool)), -2.0)
+        x.index_put_((make(torch.tensor([1, 2])), make(torch.tensor([0, 2]))), make(torch.tensor(9.0)))
+        x.scatter_(1, make(torch.tensor([[0], [1], [2], [0], [1]])), 3.0)
+        return x
+    both(prog)
+
+
+def test_copy_between_devices(dev):
+    cpu = torch.arange(6.0).reshape(2, 3)
+    x = torch.zeros(2, 3, device=dev)
+    x.copy_(cpu)
+    assert torch.equal(x.cpu(), cpu)
+    back = torch.empty(2, 3)
+    back.copy_(x * 2)
+    assert torch.equal(back, cpu * 2)
+    x[0].copy_(torch.tensor([7.0, 8.0, 9.0]))
+    assert x.tolist() == [[7.0, 8.0, 9.0], [3.0, 4.0, 5.0]]
+
+
+def test_contiguous_and_strides_follow_eager(dev):
+    x = torch.arange(12.0).reshape(3, 4)
+    d = x.to(dev)
+    assert d.t().stride() == x.t().stride()
+    assert not d.t().is_contiguous()
+    assert d.t().contiguous().is_contiguous()
+    assert_close(d.t().contiguous().view(-1), x.t().contiguous().view(-1))
+    with pytest.raises(RuntimeError):
+        d.t().view(-1)
