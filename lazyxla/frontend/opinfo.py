@@ -24,8 +24,10 @@ _STATIC_SCALARS = {
 
 
 def _is_scalar_type(t) -> bool:
+    # Python numbers passed where the schema says Tensor are PyTorch's "wrapped
+    # numbers" (x + 1.5 is add.Tensor(x, 1.5)): lifted like Scalars.
     s = str(t)
-    return s in ("Scalar", "Scalar?", "Scalar[]", "number", "number?")
+    return s in ("Scalar", "Scalar?", "Scalar[]", "number", "number?", "Tensor", "Tensor?")
 
 
 class OpInfo:

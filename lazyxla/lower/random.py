@@ -27,6 +27,26 @@ def _normal(ctx, x, mean=0.0, std=1.0, *, seed):
     return jax.random.normal(_key(seed), ctx.shape, _float(ctx)) * std + mean
 
 
+@register(aten.rand_like.default)
+def _rand_like(ctx, x, *, seed, **kwargs):
+    return jax.random.uniform(_key(seed), ctx.shape, _float(ctx))
+
+
+@register(aten.randn_like.default)
+def _randn_like(ctx, x, *, seed, **kwargs):
+    return jax.random.normal(_key(seed), ctx.shape, _float(ctx))
+
+
+@register(aten.randint_like.default)
+def _randint_like(ctx, x, high, *, seed, **kwargs):
+    return _randint(ctx, seed, 0, high)
+
+
+@register(aten.randint_like.low_dtype)
+def _randint_like_low(ctx, x, low, high, *, seed, **kwargs):
+    return _randint(ctx, seed, low, high)
+
+
 @register(aten.uniform_.default)
 def _uniform(ctx, x, low=0.0, high=1.0, *, seed):
     return jax.random.uniform(_key(seed), ctx.shape, _float(ctx), low, high)
