@@ -19,7 +19,8 @@ from __future__ import annotations
 import itertools
 import weakref
 
-from ..ir.node import Node
+from ..ir.node import DATA, Node
+from ..runtime.device_data import donated_error
 
 _seq = itertools.count()
 _live: dict[int, list] = {}
@@ -45,6 +46,12 @@ class Storage:
 
     def write(self, value: Node) -> None:
         """Install a new base value (an in-place update or a sync result)."""
+        old = self.value
+        if old is not None and old.op is DATA and old.data.donated_in is not None:
+            # Writing into a donated tensor (or a view of one) is a use of it: raise
+            # instead of silently reviving it (a partial write would also read the
+            # dead buffer at the next sync).
+            raise donated_error(old.data)
         self.value = value
         self.version += 1
 

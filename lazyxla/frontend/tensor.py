@@ -40,11 +40,17 @@ class LazyTensor(torch.Tensor):
         view = self._view
         if view is None:
             return st.value
+        base = st.value
+        if base.op is DATA and base.data.donated_in is not None:
+            # The base was donated: so is every view of it. Checked before the view
+            # cache, whose node still points at the dead buffer and would otherwise
+            # reach a graph and break every later sync.
+            raise donated_error(base.data)
         cache = self._vcache
         if cache[0] == st.version:
             return cache[1]
         from .views import apply_view_chain
-        node = apply_view_chain(st.value, view)
+        node = apply_view_chain(base, view)
         self._vcache = (st.version, node)
         return node
 
