@@ -1,0 +1,107 @@
+"""`python -m lazyxla.bench`: run the benchmark suite (docs/benchmarks.md)."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+
+from .config import FULL, QUICK, SYSTEMS, WORKLOADS, cells
+
+
+def _csv(value: str, allowed: tuple) -> tuple:
+    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    bad = [v for v in items if v not in allowed]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown {bad}; choose from {', '.join(allowed)}")
+    return items
+
+
+def _git_commit() -> str:
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=10)
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return out.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _load() -> str:
+    """1/5/15-minute load averages: other work on the machine skews timings."""
+    try:
+        return "/".join(f"{v:.1f}" for v in os.getloadavg())
+    except OSError:
+        return ""
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m lazyxla.bench", description=__doc__)
+    ap.add_argument("--quick", action="store_true",
+                    help="CI mode: 2 warm-up + 3 steps, small GPT, W3 64 MB, W4 200 ops")
+    ap.add_argument("--workloads", type=lambda v: _csv(v, WORKLOADS), default=WORKLOADS,
+                    help=f"comma-separated subset of {','.join(WORKLOADS)}")
+    ap.add_argument("--systems", type=lambda v: _csv(v, SYSTEMS), default=SYSTEMS,
+                    help=f"comma-separated subset of {','.join(SYSTEMS)} (torch_xla needs --torch-xla-python)")
+    ap.add_argument("--torch-xla-python", metavar="PYTHON",
+                    help="interpreter of an environment with torch_xla (run with PJRT_DEVICE=CPU)")
+    ap.add_argument("--out", default="bench_out", help="output folder (default bench_out/)")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="cells run at once (default 1; 2 in --quick mode). Timings need 1.")
+    ap.add_argument("--steps", type=int, help="override the number of measured steps")
+    ap.add_argument("--warmup", type=int, help="override the number of warm-up steps")
+    ap.add_argument("--timeout", type=int, help="seconds per cell before it is recorded as failed")
+    ap.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    settings = QUICK if args.quick else FULL
+    overrides = {k: v for k, v in (("steps", args.steps), ("warmup", args.warmup), ("timeout_s", args.timeout))
+                 if v is not None}
+    if overrides:
+        settings = type(settings).from_dict({**settings.to_dict(), **overrides})
+    systems = args.systems
+    skipped = []
+    if "torch_xla" in systems and not args.torch_xla_python:
+        systems = tuple(s for s in systems if s != "torch_xla")
+        skipped.append("torch_xla (no --torch-xla-python)")
+    todo = cells(args.workloads, systems)
+    if not todo:
+        print("nothing to run", file=sys.stderr)
+        return 2
+    jobs = args.jobs or (2 if args.quick else 1)
+
+    from .orchestrate import run_all
+    from .report import checks, render
+    from .chart import save_chart
+
+    os.makedirs(args.out, exist_ok=True)
+    meta = {"mode": settings.mode, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "commit": _git_commit(), "host": platform.node(), "cpus": len(os.sched_getaffinity(0)),
+            "python": sys.version.split()[0], "warmup": settings.warmup, "steps": settings.steps,
+            "jobs": jobs, "skipped": ", ".join(skipped), "load before": _load()}
+    records = run_all(todo, settings, args.out, args.torch_xla_python, jobs=jobs, progress=not args.no_progress)
+    meta["load after"] = _load()
+    text = render(records, meta)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(args.out, "meta.json"), "w") as f:
+        json.dump({**meta, "settings": settings.to_dict()}, f, indent=1)
+    chart = save_chart(records, os.path.join(args.out, "bench.png"), f"lazyxla benchmark ({settings.mode})")
+    print(text)
+    print(f"\nwrote {os.path.join(args.out, 'results.jsonl')}, {os.path.join(args.out, 'results.md')}"
+          + (f", {chart}" if chart else ""))
+    for problem in checks(records):
+        print(f"warning: {problem}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""The PNG chart: step time and peak memory per workload and system."""
+from __future__ import annotations
+
+from .config import SYSTEMS
+
+COLORS = {"lazyxla": "#d62728", "eager": "#7f7f7f", "jax": "#1f77b4", "torch_xla": "#ff7f0e"}
+
+
+def _groups(records):
+    """(label, {system: (step ms, memory MB)}) per workload (and W3 variant), in run order."""
+    groups: dict[str, dict] = {}
+    for r in records:
+        if not r.get("ok"):
+            continue
+        if r["workload"] == "donate":
+            label = f"donate\n{r['variant']}"
+            mem = r.get("peak_delta_mb")
+        else:
+            label = r["workload"]
+            mem = r.get("peak_rss_mb")
+        step = (r.get("step_ms") or {}).get("median")
+        groups.setdefault(label, {})[r["system"]] = (step, mem)
+    return list(groups.items())
+
+
+def save_chart(records, path: str, title: str = "lazyxla benchmark") -> str | None:
+    """Write the chart to `path`; None (and nothing written) when no cell succeeded."""
+    groups = _groups(records)
+    if not groups:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = [s for s in SYSTEMS if any(s in g for _, g in groups)]
+    width = 0.8 / max(len(systems), 1)
+    fig, (ax_t, ax_m) = plt.subplots(2, 1, figsize=(max(7, 1.6 * len(groups) + 2), 8))
+    for k, s in enumerate(systems):
+        xs = [i + (k - (len(systems) - 1) / 2) * width for i in range(len(groups))]
+        for ax, idx in ((ax_t, 0), (ax_m, 1)):
+            vals = [g.get(s, (None, None))[idx] for _, g in groups]
+            bars = ax.bar([x for x, v in zip(xs, vals) if v is not None], [v for v in vals if v is not None],
+                          width, label=s, color=COLORS.get(s))
+            ax.bar_label(bars, fmt="%.0f" if idx else "%.3g", fontsize=6, padding=1)
+    step_labels = [label for label, _ in groups]
+    mem_labels = [label + ("\n(peak Δ RSS)" if label.startswith("donate") else "\n(peak RSS)") for label, _ in groups]
+    ax_t.set_yscale("log")
+    ax_t.set_ylabel("step / iteration ms (median, log)")
+    ax_m.set_ylabel("peak memory MB")
+    for ax, labels in ((ax_t, step_labels), (ax_m, mem_labels)):
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels(labels, fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    ax_t.legend(ncol=len(systems), fontsize=8)
+    ax_t.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,79 @@
+"""What a run measures: settings per mode and the list of cells (stdlib only)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+WORKLOADS = ("mlp", "gpt", "donate", "trace")
+SYSTEMS = ("lazyxla", "eager", "jax", "torch_xla")
+TRAINING = ("mlp", "gpt")
+
+
+@dataclass(frozen=True)
+class Settings:
+    mode: str = "full"
+    warmup: int = 5           # W1/W2/W4 steps before measuring (step 0 includes compile)
+    steps: int = 30           # measured steps
+    donate_mb: int = 1024     # W3 tensor size
+    donate_iters: int = 5     # W3 in-place updates (the first one compiles)
+    trace_ops: int = 2000     # W4 chained elementwise ops per step
+    trace_shape: tuple = (64, 64)
+    timeout_s: int = 1800     # per cell
+    # W2's model: None = the reference GPTConfig; quick mode shrinks it (compile time)
+    gpt_config: dict | None = None
+    gpt_batch: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Settings":
+        d = dict(d)
+        d["trace_shape"] = tuple(d.get("trace_shape", (64, 64)))
+        return cls(**d)
+
+
+FULL = Settings()
+# Quick mode checks that the suite runs (CI); its numbers are not the benchmark.
+QUICK = Settings(mode="quick", warmup=2, steps=3, donate_mb=64, trace_ops=200, timeout_s=300,
+                 gpt_config={"vocab": 512, "d": 64, "heads": 4, "layers": 1, "seq": 32}, gpt_batch=4)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One workload x system (x aliasing, for W3) measured in one process."""
+    workload: str
+    system: str
+    variant: str = ""          # W3: "alias-on" / "alias-off"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.workload}{'[' + self.variant + ']' if self.variant else ''}/{self.system}"
+
+    @property
+    def aliasing(self) -> bool:
+        return self.variant != "alias-off"
+
+    def to_dict(self) -> dict:
+        return {"workload": self.workload, "system": self.system, "variant": self.variant, **self.extra}
+
+
+def cells(workloads=WORKLOADS, systems=SYSTEMS) -> list[Cell]:
+    """Every cell of the selected workloads and systems, grouped by workload.
+
+    Eager PyTorch updates in place and has no notion of donation, so it runs
+    W3 only once ("alias-on": plain in-place ops)."""
+    out = []
+    for w in WORKLOADS:
+        if w not in workloads:
+            continue
+        for s in SYSTEMS:
+            if s not in systems:
+                continue
+            if w == "donate":
+                out.append(Cell(w, s, "alias-on"))
+                if s != "eager":
+                    out.append(Cell(w, s, "alias-off"))
+            else:
+                out.append(Cell(w, s))
+    return out

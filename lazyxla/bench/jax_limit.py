@@ -1,0 +1,140 @@
+"""The JAX limit: each workload written directly in JAX, one `jax.jit` per step
+with the state donated. What lazyxla could reach with zero runtime overhead."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from . import measure as M
+from .export import load_workload
+from .jax_models import OPTIMIZERS, make_train_step, train_step_fn
+
+
+def _memory(compiled) -> dict:
+    stats = compiled.memory_analysis()
+    if stats is None:
+        return {}
+    fields = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
+              "temp_size_in_bytes", "generated_code_size_in_bytes")
+    m = {f: int(getattr(stats, f, 0) or 0) for f in fields}
+    m["peak_estimate_bytes"] = (m["argument_size_in_bytes"] + m["output_size_in_bytes"]
+                                - m["alias_size_in_bytes"] + m["temp_size_in_bytes"])
+    return m
+
+
+def train(cell, settings) -> dict:
+    arrays, meta = load_workload(cell.extra["npz"])
+    params = {k: jnp.asarray(v) for k, v in arrays.items()}
+    x, y = jnp.asarray(meta["inputs"]), jnp.asarray(meta["targets"])
+    hyper = {"heads": int(meta["heads"])} if "heads" in meta else {}
+    del arrays, meta
+    init, _ = OPTIMIZERS[cell.workload]
+    state = init(params)
+    step = make_train_step(cell.workload, **hyper)
+    jax.block_until_ready((params, state, x, y))
+    rec = {"rss_base_mb": round(M.rss_mb(), 1), "n_params": sum(int(p.size) for p in params.values())}
+    losses, step_s, trace_s, compiles, warmup_peak = [], [], [], [], 0.0
+    for i in range(settings.warmup + settings.steps):
+        if i == settings.warmup:
+            warmup_peak = M.peak_rss_mb()   # setup, first step (compile) and warm-up
+            M.reset_peak()
+        cache_before = step._cache_size()
+        t0 = M.now()
+        params, state, loss = step(params, state, x, y)
+        t1 = M.now()
+        jax.block_until_ready((params, state, loss))
+        t2 = M.now()
+        losses.append(float(loss))
+        if i == 0:
+            rec.update({"first_step_s": round(t2 - t0, 4), "first_trace_s": round(t1 - t0, 4)})
+        if i >= settings.warmup:
+            step_s.append(t2 - t0)
+            trace_s.append(t1 - t0)
+            compiles.append(step._cache_size() - cache_before)
+    rec.update({"step_ms": M.summary(step_s), "trace_ms": M.summary(trace_s),
+                "steady_peak_rss_mb": round(M.peak_rss_mb(), 1),
+                "peak_rss_mb": round(max(warmup_peak, M.peak_rss_mb()), 1), "losses": losses,
+                "compiles_per_step": M.mean(compiles), "graphs_per_step": 1.0})
+    # after the measurement: the step's jaxpr size and XLA's memory analysis
+    leaves = jax.tree.leaves((params, state))
+    rec["donors_per_graph"] = len(leaves)
+    rec["params_per_graph"] = len(leaves) + 2
+    rec["traced_ops_per_step"] = len(jax.make_jaxpr(train_step_fn(cell.workload, **hyper))(params, state, x, y).jaxpr.eqns)
+    rec["memory"] = _memory(step.lower(params, state, x, y).compile())
+    return rec
+
+
+def donate(cell, settings) -> dict:
+    n = settings.donate_mb * M.MB // 4
+    update = jax.jit(lambda w: w * 0.5 + 1.0, donate_argnums=(0,) if cell.aliasing else ())
+    w = jnp.ones((n,), jnp.float32).block_until_ready()
+    rss_after = M.rss_mb()
+    M.reset_peak()
+    iter_s = []
+    for _ in range(settings.donate_iters):
+        t0 = M.now()
+        w = update(w)
+        w.block_until_ready()
+        iter_s.append(M.now() - t0)
+    peak = M.peak_rss_mb()
+    expected = 2.0 - 0.5 ** settings.donate_iters
+    got = float(w[0])
+    return {"tensor_mb": settings.donate_mb, "aliasing": cell.aliasing, "rss_after_materialise_mb": round(rss_after, 1),
+            "peak_rss_mb_during": round(peak, 1), "peak_delta_mb": round(peak - rss_after, 1),
+            "first_step_s": round(iter_s[0], 4), "step_ms": M.summary(iter_s[1:]),
+            "value_ok": abs(got - expected) < 1e-6, "value": got,
+            "compiles_per_step": 0.0, "graphs_per_step": 1.0, "donors_per_graph": 1 if cell.aliasing else 0,
+            "memory": _memory(update.lower(w).compile())}
+
+
+_CHAIN = (lambda t: t * 0.5, lambda t: t + 1.0, jnp.negative, lambda t: t - 0.25)  # = torch_loops._op_chain
+
+
+def _chain_fn(n):
+    def chain(x):
+        for k in range(n):
+            x = _CHAIN[k % 4](x)
+        return x
+    return chain
+
+
+def trace(cell, settings) -> dict:
+    """W4 for JAX: tracing = `make_jaxpr` of a fresh 2000-op function (JAX's
+    counterpart of recording the ops); sync = the cached jitted call plus the wait."""
+    import numpy as np
+    n = settings.trace_ops
+    path = cell.extra.get("trace_input")
+    x_np = np.load(path) if path else np.random.default_rng(0).standard_normal(settings.trace_shape, np.float32)
+    x = jnp.asarray(x_np)
+    run = jax.jit(_chain_fn(n))
+    trace_s, sync_s, step_s, compiles = [], [], [], []
+    rec = {"ops": n, "shape": list(settings.trace_shape)}
+    for i in range(settings.warmup + settings.steps):
+        cache_before = run._cache_size()
+        t0 = M.now()
+        jax.make_jaxpr(_chain_fn(n))(x)     # a new function object: never a tracing-cache hit
+        t1 = M.now()
+        y = run(x)
+        y.block_until_ready()
+        t2 = M.now()
+        if i == 0:
+            rec["first_step_s"] = round(t2 - t0, 4)
+        if i >= settings.warmup:
+            trace_s.append(t1 - t0)
+            sync_s.append(t2 - t1)
+            step_s.append(t2 - t0)
+            compiles.append(run._cache_size() - cache_before)
+    per_op = [t / n for t in trace_s]
+    rec.update({"trace_us_per_op": {k: round(v * 1e3, 3) for k, v in M.summary(per_op).items()},
+                "trace_ms": M.summary(trace_s), "sync_ms": M.summary(sync_s), "step_ms": M.summary(step_s),
+                "result": float(y.reshape(-1)[0]), "compiles_per_step": M.mean(compiles), "graphs_per_step": 1.0,
+                "traced_ops_per_step": n})
+    return rec
+
+
+RUNNERS = {"mlp": train, "gpt": train, "donate": donate, "trace": trace}
+
+
+def versions() -> dict:
+    import jaxlib
+    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "platform": jax.default_backend()}

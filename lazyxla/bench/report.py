@@ -1,0 +1,224 @@
+"""The markdown report of a run: one table per workload family, ratios against
+the JAX limit, the losses side by side, and the failures."""
+from __future__ import annotations
+
+from .config import SYSTEMS, TRAINING
+
+LOSS_RTOL = 1e-3
+MB = 2**20
+
+
+def _get(rec, *path):
+    """rec[p0][p1]... with None for anything missing (dict keys or list indices)."""
+    for p in path:
+        if isinstance(rec, dict):
+            rec = rec.get(p)
+        elif isinstance(rec, list) and isinstance(p, int) and -len(rec) <= p < len(rec):
+            rec = rec[p]
+        else:
+            return None
+    return rec
+
+
+def _f(v, digits: int = 1) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if v != 0 and abs(v) < 10 ** -digits:
+            return f"{v:.2g}"
+        return f"{v:,.{digits}f}"
+    return str(v)
+
+
+def _ratio(a, b) -> str:
+    if a is None or b is None or not b:
+        return "—"
+    return f"{a / b:.2f}x"
+
+
+def _table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _by(records, workload, variant=""):
+    return {r["system"]: r for r in records if r["workload"] == workload and r.get("variant", "") == variant}
+
+
+def _ordered(cells: dict):
+    return [cells[s] for s in SYSTEMS if s in cells]
+
+
+def _status(r: dict) -> str:
+    return "ok" if r.get("ok") else "FAILED"
+
+
+def reference_loss_system(cells: dict) -> str | None:
+    for s in ("jax", "eager"):
+        if _get(cells, s, "losses"):
+            return s
+    return None
+
+
+def loss0_rel_diff(r: dict, ref: dict | None):
+    a, b = _get(r, "losses"), _get(ref, "losses") if ref else None
+    if not a or not b:
+        return None
+    return abs(a[0] - b[0]) / max(abs(b[0]), 1e-12)
+
+
+def training_table(records) -> str:
+    rows = []
+    for w in TRAINING:
+        cells = _by(records, w)
+        jax = cells.get("jax", {})
+        ref = cells.get(reference_loss_system(cells) or "", None)
+        for r in _ordered(cells):
+            if not r.get("ok"):
+                rows.append([w, r["system"]] + ["—"] * 14 + ["FAILED (see below)"])
+                continue
+            diff = loss0_rel_diff(r, ref)
+            loss_ok = "—" if diff is None else ("ok" if diff <= LOSS_RTOL else "MISMATCH")
+            rows.append([
+                w, r["system"], _f(_get(r, "step_ms", "median")), _f(_get(r, "step_ms", "min")),
+                _ratio(_get(r, "step_ms", "median"), _get(jax, "step_ms", "median")),
+                _f(_get(r, "trace_ms", "median")), _f(r.get("first_step_s"), 2),
+                _f(r.get("compiles_per_step"), 2), _f(r.get("graphs_per_step"), 2), _f(r.get("donors_per_graph")),
+                _f(r.get("traced_ops_per_step"), 0), _f(r.get("fallbacks_per_step"), 1),
+                _f(r.get("peak_rss_mb"), 0), _ratio(r.get("peak_rss_mb"), jax.get("peak_rss_mb")),
+                _f(_get(r, "losses", 0), 5) if r.get("losses") else "—",
+                _f(diff) if diff is None else f"{diff:.1e}", loss_ok])
+    header = ["workload", "system", "step ms (median)", "step ms (min)", "× JAX", "trace ms", "first step s",
+              "compiles/step", "graphs/step", "donors/graph", "traced ops/step", "host fallbacks/step",
+              "peak RSS MB", "RSS × JAX", "loss step 0", "loss₀ rel. diff", "loss₀ check"]
+    return _table(header, rows)
+
+
+def donate_table(records) -> str:
+    rows = []
+    for variant in ("alias-on", "alias-off"):
+        cells = _by(records, "donate", variant)
+        jax = cells.get("jax", {})
+        for r in _ordered(cells):
+            if not r.get("ok"):
+                rows.append([r["system"], variant] + ["—"] * 8 + ["FAILED"])
+                continue
+            mb = r.get("tensor_mb")
+            rows.append([r["system"], variant, _f(mb), _f(r.get("peak_delta_mb")),
+                         _f(r["peak_delta_mb"] / mb, 2) + "x" if mb and r.get("peak_delta_mb") is not None else "—",
+                         _f(_get(r, "step_ms", "median")), _f(_get(r, "step_ms", "min")),
+                         _ratio(_get(r, "step_ms", "median"), _get(jax, "step_ms", "median")),
+                         _f(r.get("first_step_s"), 3), _f(r.get("donors_per_graph")), _f(r.get("value_ok"))])
+    header = ["system", "aliasing", "tensor MB", "peak Δ RSS MB", "Δ / tensor", "iter ms (median)", "iter ms (min)",
+              "× JAX", "first iter s", "donors/graph", "value ok"]
+    return _table(header, rows)
+
+
+def trace_table(records) -> str:
+    cells = _by(records, "trace")
+    jax = cells.get("jax", {})
+    rows = []
+    for r in _ordered(cells):
+        if not r.get("ok"):
+            rows.append([r["system"]] + ["—"] * 9 + ["FAILED"])
+            continue
+        rows.append([r["system"], _f(r.get("ops")), _f(_get(r, "trace_us_per_op", "median"), 2),
+                     _f(_get(r, "trace_ms", "median"), 2), _f(_get(r, "sync_ms", "median"), 2),
+                     _f(_get(r, "step_ms", "median"), 2),
+                     _ratio(_get(r, "step_ms", "median"), _get(jax, "step_ms", "median")),
+                     _f(r.get("first_step_s"), 3), _f(r.get("compiles_per_step"), 2), _f(r.get("graphs_per_step"), 2),
+                     _f(r.get("result"), 5)])
+    header = ["system", "ops", "µs per op (median)", "trace ms", "sync ms", "step ms", "× JAX", "first step s",
+              "compiles/step", "graphs/step", "result[0]"]
+    return _table(header, rows)
+
+
+def memory_table(records) -> str:
+    rows = []
+    for r in records:
+        m = r.get("memory")
+        if not r.get("ok") or not m:
+            continue
+        label = r["workload"] + (f" [{r['variant']}]" if r.get("variant") else "")
+        rows.append([label, r["system"]] + [_f(m.get(k, 0) / MB, 1) for k in (
+            "argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes", "alias_size_in_bytes",
+            "peak_estimate_bytes")])
+    header = ["workload", "system", "arguments MB", "outputs MB", "temporaries MB", "aliased MB", "peak estimate MB"]
+    return _table(header, rows) if rows else "(no memory analysis recorded)"
+
+
+def loss_table(records) -> str:
+    rows = []
+    for w in TRAINING:
+        cells = _by(records, w)
+        ref_name = reference_loss_system(cells)
+        ref = cells.get(ref_name or "", {}).get("losses") or []
+        for r in _ordered(cells):
+            losses = r.get("losses") or []
+            if not losses:
+                continue
+            n = min(len(losses), len(ref))
+            worst = max((abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[:n], ref[:n])), default=None)
+            rows.append([w, r["system"], _f(losses[0], 5), _f(losses[1], 5) if len(losses) > 1 else "—",
+                         _f(losses[-1], 5), len(losses), f"{worst:.1e}" if worst is not None else "—",
+                         ref_name or "—"])
+    header = ["workload", "system", "loss step 0", "loss step 1", "loss last step", "steps",
+              "max rel. diff vs ref (all steps)", "ref"]
+    return _table(header, rows) if rows else "(no losses recorded)"
+
+
+def failures(records) -> str:
+    lines = []
+    for r in records:
+        if not r.get("ok"):
+            label = r["workload"] + (f"[{r['variant']}]" if r.get("variant") else "") + "/" + r["system"]
+            err = str(r.get("error") or "").strip().splitlines()
+            lines.append(f"- `{label}`: {err[0][:400] if err else 'unknown error'}"
+                         + (f" (log: `{r['log']}`)" if r.get("log") else ""))
+    return "\n".join(lines)
+
+
+def fallback_notes(records) -> str:
+    ops = sorted({f"{r['workload']}/{r['system']}: {', '.join(r['fallback_ops'])}"
+                  for r in records if r.get("fallback_ops")})
+    return "\n".join(f"- {o}" for o in ops)
+
+
+def checks(records) -> list[str]:
+    """Problems a reader must not miss: failed cells and step-0 loss mismatches."""
+    out = []
+    for w in TRAINING:
+        cells = _by(records, w)
+        ref_name = reference_loss_system(cells)
+        for r in _ordered(cells):
+            diff = loss0_rel_diff(r, cells.get(ref_name or ""))
+            if diff is not None and diff > LOSS_RTOL:
+                out.append(f"{w}/{r['system']}: step-0 loss differs from {ref_name} by {diff:.1e} (relative)")
+    out += [f"{r['workload']}{'[' + r['variant'] + ']' if r.get('variant') else ''}/{r['system']} failed"
+            for r in records if not r.get("ok")]
+    return out
+
+
+def render(records, meta: dict) -> str:
+    parts = [f"# lazyxla benchmark ({meta.get('mode', '?')} mode)", "",
+             " · ".join(f"{k}: {v}" for k, v in meta.items() if k != "mode" and v not in (None, "")), ""]
+    if any(r["workload"] in TRAINING for r in records):
+        parts += ["## W1 mlp / W2 gpt: training step", "", training_table(records), "",
+                  "### Losses (all systems train the same)", "", loss_table(records), ""]
+    if any(r["workload"] == "donate" for r in records):
+        parts += ["## W3 donate: in-place update of one big tensor", "", donate_table(records), ""]
+    if any(r["workload"] == "trace" for r in records):
+        parts += ["## W4 trace: chained elementwise ops", "", trace_table(records), ""]
+    parts += ["## XLA memory analysis of the step graph", "", memory_table(records), ""]
+    notes = fallback_notes(records)
+    if notes:
+        parts += ["## Ops run on the host (lazyxla fallbacks)", "", notes, ""]
+    fails = failures(records)
+    if fails:
+        parts += ["## Failures", "", fails, ""]
+    return "\n".join(parts)

@@ -1,0 +1,66 @@
+"""The system under test: lazyxla (model.to(lx.device()), foreach optimizer,
+`lx.sync()` per step, `lx.wait_device_ops()` to time it)."""
+from __future__ import annotations
+
+from .torch_backend import TorchBackend
+
+
+class LazyxlaBackend(TorchBackend):
+    name = "lazyxla"
+    lazy = True
+    foreach = True
+
+    def __init__(self, cell) -> None:
+        super().__init__(cell)
+        import lazyxla as lx
+        self.lx = lx
+        self.device = lx.device()
+        lx.set_aliasing(cell.aliasing)   # explicit: ignores a LAZYXLA_ALIASING=0 in the environment
+        self.alias_counts: list[float] = []   # InputOutputAliasCount samples, whole run
+
+    def workloads(self):
+        from lazyxla import workloads
+        return workloads
+
+    def set_aliasing(self, enabled: bool) -> None:
+        self.lx.set_aliasing(enabled)
+
+    def mark_step(self) -> None:
+        self.lx.sync()
+
+    def wait(self) -> None:
+        self.lx.wait_device_ops()
+
+    def begin_step(self) -> None:
+        self.lx.metrics.clear_all()
+
+    def step_counters(self) -> dict:
+        m = self.lx.metrics
+        fallbacks = {n[len("aten::"):]: m.counter_value(n) for n in m.counter_names() if n.startswith("aten::")}
+        alias = m.metric_data("InputOutputAliasCount")
+        if alias:
+            self.alias_counts += [v for _, v in alias[2]]
+        compile_time = m.metric_data("CompileTime")
+        return {"compiles": m.counter_value("UncachedCompile") or 0,
+                "cached_compiles": m.counter_value("CachedCompile") or 0,
+                "graphs": m.counter_value("ExecuteComputation") or 0,
+                "traced_ops": m.counter_value("TracedOps") or 0,
+                "fallbacks": sum(fallbacks.values()), "fallback_ops": sorted(fallbacks),
+                "compile_s": round(compile_time[1] / 1e9, 4) if compile_time else 0.0}
+
+    def final_info(self) -> dict:
+        report = self.lx.debug.donation_report()
+        info = {"alias_counts_per_compile": self.alias_counts}
+        if report is not None:
+            info.update({"donors_per_graph": report.donors, "params_per_graph": len(report.params),
+                         "donated_mb": round(report.donated_bytes / 2**20, 2),
+                         "last_graph_nodes": report.n_nodes, "memory": report.memory})
+        return info
+
+    def versions(self) -> dict:
+        import jax
+        return {"torch": self.torch.__version__, "jax": jax.__version__, "lazyxla": self.lx.__version__,
+                "platform": self.lx.platform()}
+
+
+Backend = LazyxlaBackend

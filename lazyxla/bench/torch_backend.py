@@ -1,0 +1,77 @@
+"""The interface the PyTorch-based systems (lazyxla, eager, PyTorch/XLA) give
+the shared measurement loops in `torch_loops.py`. Imports torch only."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+
+class TorchBackend:
+    """Defaults describe eager PyTorch on the CPU: nothing is lazy."""
+
+    name = "eager"
+    lazy = False          # whether a step has a trace phase and a sync
+    foreach = True        # optimizer foreach flag
+
+    def __init__(self, cell) -> None:
+        self.cell = cell
+        import torch
+        self.torch = torch
+        self.device = torch.device("cpu")
+
+    def workloads(self):
+        """The reference workloads module (lazyxla/workloads.py)."""
+        return load_workloads()
+
+    def set_aliasing(self, enabled: bool) -> None:
+        if not enabled:
+            raise ValueError(f"{self.name} has no aliasing switch")
+
+    def mark_step(self) -> None:
+        """The step barrier (sync) that ends tracing; asynchronous where possible."""
+
+    def wait(self) -> None:
+        """Block until all scheduled device work finished."""
+
+    def begin_step(self) -> None:
+        """Reset per-step counters."""
+
+    def step_counters(self) -> dict:
+        """Counters of the step just finished (compiles, graphs, traced ops, ...)."""
+        return {}
+
+    def final_info(self) -> dict:
+        """Whatever the system can say about its last graph (donors, memory analysis)."""
+        return {}
+
+    def versions(self) -> dict:
+        return {"torch": self.torch.__version__}
+
+
+def make_workload(wmod, name: str, settings):
+    """`wmod.make(name)`, except for W2 when the settings shrink the GPT (quick
+    mode): then the same recipe (seeds, batch layout) with the smaller config."""
+    if name != "gpt" or not settings.gpt_config:
+        return wmod.make(name)
+    import torch
+    cfg = wmod.GPTConfig(**settings.gpt_config)
+    gen = torch.Generator().manual_seed(1)
+    torch.manual_seed(0)
+    tokens = torch.randint(0, cfg.vocab, (settings.gpt_batch or 8, cfg.seq + 1), generator=gen)
+    return wmod.Workload("gpt", wmod.gpt(cfg), tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+
+
+def load_workloads():
+    """lazyxla/workloads.py loaded by file path, without importing the lazyxla
+    package (it needs only torch), so that the eager and PyTorch/XLA children stay
+    free of lazyxla and JAX."""
+    name = "lazyxla_bench_workloads"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workloads.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod

@@ -1,0 +1,148 @@
+"""W1/W2 training, W3 donate and W4 trace, written once for every PyTorch-based
+system (lazyxla, eager, PyTorch/XLA); the system comes in as a `TorchBackend`."""
+from __future__ import annotations
+
+from . import measure as M
+from .torch_backend import make_workload
+
+STEADY_KEYS = ("compiles", "cached_compiles", "graphs", "traced_ops", "fallbacks")
+
+
+def _steady(per_step: list[dict]) -> dict:
+    """Mean per step of each counter over the measured steps."""
+    out = {f"{k}_per_step": M.mean([c.get(k) for c in per_step]) if per_step and any(k in c for c in per_step)
+           else None for k in STEADY_KEYS}
+    ops = sorted({op for c in per_step for op in c.get("fallback_ops", ())})
+    out["fallback_ops"] = ops
+    return out
+
+
+def train(backend, cell, settings) -> dict:
+    """W1 mlp / W2 gpt: `warmup` then `steps` full training steps, each ended by
+    the system's step barrier and timed until the device finished."""
+    torch = backend.torch
+    wl = make_workload(backend.workloads(), cell.workload, settings)
+    dev = backend.device
+    model = wl.model.to(dev)
+    x, y = wl.inputs.to(dev), wl.targets.to(dev)
+    opt = wl.optimizer(model.parameters(), foreach=backend.foreach)
+    backend.mark_step()
+    backend.wait()
+    rec = {"rss_base_mb": round(M.rss_mb(), 1), "optimizer": type(opt).__name__,
+           "foreach": backend.foreach,
+           "n_params": sum(p.numel() for p in model.parameters())}
+    losses, step_s, trace_s, per_step, warmup_peak = [], [], [], [], 0.0
+    first = {}
+    for i in range(settings.warmup + settings.steps):
+        if i == settings.warmup:
+            warmup_peak = M.peak_rss_mb()   # setup, first step (compile) and warm-up
+            M.reset_peak()
+        backend.begin_step()
+        t0 = M.now()
+        opt.zero_grad(set_to_none=True)
+        loss = wl.loss(model, x, y)
+        loss.backward()
+        opt.step()
+        backend.mark_step()
+        t1 = M.now()
+        backend.wait()
+        t2 = M.now()
+        counters = backend.step_counters()
+        losses.append(float(loss.detach().item()))   # host read, outside the timing
+        if i == 0:
+            first = {"first_step_s": round(t2 - t0, 4), "first_trace_s": round(t1 - t0, 4)
+                     if backend.lazy else None, "first_step_counters": counters}
+        if i >= settings.warmup:
+            step_s.append(t2 - t0)
+            trace_s.append(t1 - t0)
+            per_step.append(counters)
+    del torch
+    rec.update(first)
+    rec.update({"step_ms": M.summary(step_s),
+                "trace_ms": M.summary(trace_s) if backend.lazy else None,
+                "steady_peak_rss_mb": round(M.peak_rss_mb(), 1),
+                "peak_rss_mb": round(max(warmup_peak, M.peak_rss_mb()), 1),
+                "losses": losses, **_steady(per_step)})
+    rec.update(backend.final_info())
+    return rec
+
+
+def donate(backend, cell, settings) -> dict:
+    """W3: a `donate_mb` float32 tensor materialised on the device, then
+    `donate_iters` times `w.mul_(0.5); w.add_(1.0)` and a step barrier. The peak
+    RSS is measured from the moment `w` is materialised."""
+    torch = backend.torch
+    if not cell.aliasing:
+        backend.set_aliasing(False)
+    n = settings.donate_mb * M.MB // 4
+    w = torch.ones(n, device=backend.device)
+    backend.mark_step()
+    backend.wait()
+    rss_after = M.rss_mb()
+    M.reset_peak()
+    iter_s, per_step = [], []
+    for i in range(settings.donate_iters):
+        backend.begin_step()
+        t0 = M.now()
+        w.mul_(0.5)
+        w.add_(1.0)
+        backend.mark_step()
+        backend.wait()
+        iter_s.append(M.now() - t0)
+        per_step.append(backend.step_counters())
+    peak = M.peak_rss_mb()
+    info = backend.final_info()   # before the value check below runs graphs of its own
+    expected = 2.0 - 0.5 ** settings.donate_iters
+    got = float(w[:1].cpu().item())
+    rec = {"tensor_mb": settings.donate_mb, "aliasing": cell.aliasing, "rss_after_materialise_mb": round(rss_after, 1),
+           "peak_rss_mb_during": round(peak, 1), "peak_delta_mb": round(peak - rss_after, 1),
+           "first_step_s": round(iter_s[0], 4), "step_ms": M.summary(iter_s[1:]),
+           "value_ok": abs(got - expected) < 1e-6, "value": got, **_steady(per_step[1:]), **info}
+    return rec
+
+
+def _op_chain(torch):
+    # cheap ops only (x -> -0.5x - 1.25 per cycle: stays bounded), so the step
+    # measures per-op overhead rather than kernels; the same chain as jax_limit._CHAIN
+    return (lambda t: t * 0.5, lambda t: t + 1.0, torch.neg, lambda t: t - 0.25)
+
+
+def trace(backend, cell, settings) -> dict:
+    """W4: `trace_ops` chained elementwise ops on a small tensor, then the step
+    barrier: how long recording (or, eagerly, running) one op takes, and the sync."""
+    torch = backend.torch
+    chain = _op_chain(torch)
+    n = settings.trace_ops
+    x = torch.randn(*settings.trace_shape, generator=torch.Generator().manual_seed(0)).to(backend.device)
+    backend.mark_step()
+    backend.wait()
+    trace_s, sync_s, step_s, per_step, first = [], [], [], [], {}
+    for i in range(settings.warmup + settings.steps):
+        backend.begin_step()
+        t0 = M.now()
+        y = x
+        for k in range(n):
+            y = chain[k % 4](y)
+        t1 = M.now()
+        backend.mark_step()
+        backend.wait()
+        t2 = M.now()
+        counters = backend.step_counters()
+        if i == 0:
+            first = {"first_step_s": round(t2 - t0, 4), "first_step_counters": counters}
+        if i >= settings.warmup:
+            trace_s.append(t1 - t0)
+            sync_s.append(t2 - t1)
+            step_s.append(t2 - t0)
+            per_step.append(counters)
+    info = backend.final_info()   # before reading the result runs a graph of its own
+    result = float(y.flatten()[0].cpu().item())
+    per_op = [t / n for t in trace_s]
+    rec = {"ops": n, "shape": list(settings.trace_shape), **first,
+           "trace_us_per_op": {k: (None if v is None else round(v * 1e3, 3)) for k, v in M.summary(per_op).items()},
+           "trace_ms": M.summary(trace_s), "sync_ms": M.summary(sync_s), "step_ms": M.summary(step_s),
+           "result": result, **_steady(per_step), **info}
+    return rec
+
+
+RUNNERS = {"mlp": train, "gpt": train, "donate": donate, "trace": trace}
