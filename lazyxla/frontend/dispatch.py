@@ -47,6 +47,14 @@ def dispatch(func, args, kwargs):
     return info.handler(func, info, args, kwargs)
 
 
+def run_op(func, args, kwargs):
+    """Record `func` from inside lazyxla (not a dispatcher entry: not counted in TracedOps)."""
+    info = _INFOS.get(func)
+    if info is None:
+        info = classify(func)
+    return info.handler(func, info, args, kwargs)
+
+
 def op_info(func) -> OpInfo:
     info = _INFOS.get(func)
     return info if info is not None else classify(func)
@@ -102,7 +110,7 @@ def _out(func, info, args, kwargs):
     kw = dict(kwargs)
     out = kw.pop("out")
     functional = info.functional
-    result = dispatch(functional, args, kw)
+    result = run_op(functional, args, kw)
     outs = out if isinstance(out, (tuple, list)) else (out,)
     results = result if isinstance(result, (tuple, list)) else (result,)
     for o, r in zip(outs, results):

@@ -22,22 +22,33 @@ _SPECIAL_TARGETS = {
 }
 
 
-def _resolve(func):
-    target = _RESOLVED.get(func)
-    if target is None:
+def _find(op_name: str, overload: str):
+    packet = getattr(aten, op_name, None)
+    for name in _OVERLOAD_CANDIDATES.get(overload, ("default",)):
+        if packet is not None and name in packet.overloads():
+            return getattr(packet, name)
+    return None
+
+
+def _resolve(func) -> tuple:
+    """(single-tensor op, write_back): write_back when an in-place foreach op has only a
+    functional single-tensor twin (e.g. _foreach_maximum_ -> maximum, then copy into self)."""
+    resolved = _RESOLVED.get(func)
+    if resolved is None:
         base = func._schema.name.split("::")[-1]
+        name = base[len("_foreach_"):]
         if base in _SPECIAL_TARGETS:
-            target = _SPECIAL_TARGETS[base]
+            resolved = (_SPECIAL_TARGETS[base], False)
         else:
-            packet = getattr(aten, base[len("_foreach_"):], None)
-            for name in _OVERLOAD_CANDIDATES.get(func._overloadname, ("default",)):
-                if packet is not None and name in packet.overloads():
-                    target = getattr(packet, name)
-                    break
-            if target is None:
+            target = _find(name, func._overloadname)
+            if target is not None:
+                resolved = (target, False)
+            elif name.endswith("_") and _find(name[:-1], func._overloadname) is not None:
+                resolved = (_find(name[:-1], func._overloadname), True)
+            else:
                 raise NotImplementedError(f"lazyxla: no single-tensor op for {func}")
-        _RESOLVED[func] = target
-    return target
+        _RESOLVED[func] = resolved
+    return resolved
 
 
 def _split_positional(target) -> tuple[int, tuple]:
@@ -47,8 +58,8 @@ def _split_positional(target) -> tuple[int, tuple]:
 
 
 def foreach_handler(func, info, args, kwargs):
-    from .dispatch import dispatch
-    target = _resolve(func)
+    from .dispatch import run_op
+    target, write_back = _resolve(func)
     n_pos, kw_names = _split_positional(target)
     if len(args) > n_pos:
         # e.g. _foreach_addcmul_(self, t1, t2, value) -> addcmul_(self, t1, t2, *, value)
@@ -66,7 +77,10 @@ def foreach_handler(func, info, args, kwargs):
     for i in range(n):
         el_args = tuple(a[i] if pa is not None else a for a, pa in zip(args, per_element))
         el_kwargs = {k: (v[i] if isinstance(v, (list, tuple)) and len(v) == n else v) for k, v in kwargs.items()}
-        results.append(dispatch(target, el_args, el_kwargs))
+        result = run_op(target, el_args, el_kwargs)
+        if write_back:
+            run_op(aten.copy_.default, (el_args[0], result), {})
+        results.append(result)
     if inplace:
         return None
     return results

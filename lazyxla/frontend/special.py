@@ -7,7 +7,7 @@ import torch
 from ..ir.node import Node, data_node, scalar_node
 from ..runtime.transfer import upload
 from .device import DEVICE_TYPE
-from .dispatch import _alias, _fallback, _functional, _identity, assign, dispatch
+from .dispatch import _alias, _fallback, _functional, _identity, assign, run_op
 from .tensor import LazyTensor
 from .tracing import convert_call, lookup, wrap_outputs
 
@@ -78,7 +78,7 @@ def _to(func, info, args, kwargs):
     same_device = device.type == DEVICE_TYPE and (device.index or 0) == x._st.device
     if dtype == x.dtype and same_device and not params.get("copy", False):
         return x
-    return dispatch(aten._to_copy.default, (x,), {"dtype": dtype, "device": device})
+    return run_op(aten._to_copy.default, (x,), {"dtype": dtype, "device": device})
 
 
 def _local_scalar_dense(func, info, args, kwargs):
@@ -99,7 +99,7 @@ def _split(func, info, args, kwargs):
         sizes = list(params["split_sizes"])
     outs, start = [], 0
     for s in sizes:
-        outs.append(dispatch(aten.slice.Tensor, (self, dim, start, start + s, 1), {}))
+        outs.append(run_op(aten.slice.Tensor, (self, dim, start, start + s, 1), {}))
         start += s
     return outs
 
@@ -107,7 +107,7 @@ def _split(func, info, args, kwargs):
 def _unbind(func, info, args, kwargs):
     self = args[0]
     dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
-    return [dispatch(aten.select.int, (self, dim, i), {}) for i in range(self.shape[dim])]
+    return [run_op(aten.select.int, (self, dim, i), {}) for i in range(self.shape[dim])]
 
 
 def _resize(func, info, args, kwargs):
