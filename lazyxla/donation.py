@@ -1,6 +1,7 @@
 """Explicit buffer donation (API.md "Buffer donation and aliasing")."""
 from __future__ import annotations
 
+import weakref
 from typing import Sequence, Union
 
 import torch
@@ -10,7 +11,6 @@ from .frontend.storage import live_storages
 from .frontend.tensor import LazyTensor
 from .ir.node import DATA
 from .sync.api import LOCK
-from .sync.collect import data_reachable
 
 
 def _lazy(t, what: str) -> LazyTensor:
@@ -21,33 +21,48 @@ def _lazy(t, what: str) -> LazyTensor:
     return t
 
 
-def _other_holders(device: int, exclude) -> dict:
-    """DeviceData id -> number of live storages other than `exclude` that need it."""
-    counts: dict = {}
-    pending = []
+# Identity copies: a pending one of these directly over a buffer is an
+# unmaterialised clone, i.e. the same buffer behind another tensor.
+_aten = torch.ops.aten
+_COPY_OPS = frozenset((_aten.clone.default, _aten.lift_fresh_copy.default, _aten.alias_copy.default,
+                       _aten.detach_copy.default, _aten.alias.default))
+
+
+def _sharers(device: int) -> dict:
+    """DeviceData id -> live storages whose value is that buffer: directly, or as a
+    pending clone of it that has not been materialised yet.
+
+    Other pending computation that merely reads a buffer (`y = cos(x)`) does not
+    share it and does not block marking: the planner never donates a buffer that a
+    pending computation outside the graph still needs, and a step barrier computes
+    such tensors in the same graph, before the buffer dies (SPEC §4 B.25/26 mark `x`
+    while `cos(x)` is pending).
+    """
+    out: dict = {}
     for st in live_storages(device):
-        if st is exclude:
-            continue
         value = st.value
+        if value.op is not DATA and value.op in _COPY_OPS and value.inputs and value.inputs[0].op is DATA:
+            value = value.inputs[0]
         if value.op is DATA:
-            counts[id(value.data)] = counts.get(id(value.data), 0) + 1
-        else:
-            pending.append(value)
-    for did in data_reachable(pending):
-        counts[did] = counts.get(did, 0) + 1
-    return counts
+            out.setdefault(id(value.data), []).append(st)
+    return out
 
 
-def _set_one(t: LazyTensor, donate: bool) -> bool:
+def _set_one(t: LazyTensor, donate: bool, sharers: dict) -> bool:
     node = t.checked_value()
     if node.op is not DATA:
         return False  # pending computation (or a view that is not the whole buffer)
     data = node.data
-    if donate and _other_holders(t._st.device, t._st).get(id(data)):
-        # Another live tensor (not a view of t) still needs this buffer, e.g. a clone
-        # that has not been materialised: donating would invalidate it.
+    if donate and any(st is not t._st for st in sharers.get(id(data), ())):
+        # Another live tensor (not a view of t) holds this buffer, e.g. a copy_ of t
+        # or a clone that has not been materialised: donating would invalidate it.
         return False
     data.donate = donate
+    if donate:
+        # t is now the only tensor holding the buffer: it becomes the owner, so the
+        # planner can tell "the marked tensor still holds it" (fine) from "another
+        # tensor got it later, e.g. by copy_" (never donated).
+        data.owner = weakref.ref(t._st)
     metrics.counter_add("XlaSetBufferDonation")
     return True
 
@@ -61,9 +76,14 @@ def set_buffer_donation(t: Union[torch.Tensor, Sequence[torch.Tensor]], donate: 
     """
     with LOCK:
         if isinstance(t, torch.Tensor):
-            return _set_one(_lazy(t, "set_buffer_donation"), donate)
+            t = _lazy(t, "set_buffer_donation")
+            return _set_one(t, donate, _sharers(t._st.device) if donate else {})
         tensors = [_lazy(x, "set_buffer_donation") for x in t]
-        return [_set_one(x, donate) for x in tensors]
+        sharers: dict = {}
+        if donate:  # one scan of the live tensors for the whole batch
+            for device in {x._st.device for x in tensors}:
+                sharers.update(_sharers(device))
+        return [_set_one(x, donate, sharers) for x in tensors]
 
 
 def get_buffer_donation(t: torch.Tensor) -> bool:

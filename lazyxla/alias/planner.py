@@ -4,7 +4,12 @@ Donor set = automatic donors ∪ explicit donors, sorted, where
 
 * automatic (in-place aliasing): the buffer's owner storage is recomputed by
   this graph (it was updated in place), at syncs that allow it (step
-  barriers, `sync_tensors(donate_inplace=True)`);
+  barriers, `sync_tensors(donate_inplace=True)`). A buffer whose owner is
+  gone (an orphan: the temporary that created it died, or it was created
+  without one, e.g. by the host fallback's write-back or `a.copy_(tmp)`)
+  belongs to whoever still holds it, so it is a candidate too; the holder
+  checks below keep it whenever a live tensor outside the graph's outputs
+  still holds or needs it;
 * explicit: the buffer carries the donate flag, at step barriers always and
   at other syncs only with explicit donation enabled for the device;
 
@@ -70,17 +75,24 @@ def plan(graph: Graph, live: list, *, automatic: bool, explicit: bool, aliasing:
     decisions = []
     for i, data in enumerate(graph.params):
         owner = data.owner_storage()
-        is_auto = automatic and owner is not None and id(owner) in outputs
+        # Orphans: without this, a tensor updated in place after its buffer was
+        # installed by a temporary (host fallback of index_copy_, copy_ from a
+        # dead tensor) could never be aliased again: 2x memory on every later step.
+        is_auto = automatic and (owner is None or id(owner) in outputs)
         is_explicit = data.donate and explicit
         reason = ""
-        holders = direct.get(id(data), ())
+        # Live tensors outside the outputs that would lose their data. The owner may
+        # keep holding an explicitly marked buffer (it is the marked tensor:
+        # lx.set_buffer_donation makes the marker the owner); anyone else may not,
+        # also when the buffer is an automatic donor too (a copy_ made after marking).
+        holders = [h for h in direct.get(id(data), ()) if h is not owner]
         if not aliasing:
             reason = "aliasing is off (lx.set_aliasing / LAZYXLA_ALIASING=0)"
         elif not (is_auto or is_explicit):
             if data.donate:
                 reason = (f"marked for donation, but explicit donation is not enabled at a {kind} "
                           "(lx.set_explicit_donation(True) or use lx.sync())")
-            elif owner is not None and id(owner) in outputs:
+            elif owner is None or id(owner) in outputs:
                 reason = f"updated in place, but a {kind} does not donate automatically"
             else:
                 reason = "not updated in place by this graph and not marked for donation"
@@ -88,10 +100,8 @@ def plan(graph: Graph, live: list, *, automatic: bool, explicit: bool, aliasing:
             reason = "read-only buffer"
         elif id(data) in needed_by_pending:
             reason = "still needed by pending computation of another live tensor"
-        elif is_auto and not is_explicit and holders:
+        elif holders:
             reason = "also held by " + ", ".join(_describe_holder(h) for h in holders[:3])
-        elif is_explicit and not is_auto and len(holders) > 1:
-            reason = "held by several live tensors: " + ", ".join(_describe_holder(h) for h in holders[:3])
         aval = (data.shape, data.dtype)
         if not reason and is_auto and not is_explicit and free_outputs[aval] <= 0:
             reason = "no output of matching shape/dtype to reuse the buffer"

@@ -25,13 +25,14 @@ from .. import metrics
 from ..alias import config
 from ..alias.planner import plan
 from ..compile.cache import Executable, get_or_compile, key_hex
+from ..errors import DonatedBufferError
 from ..frontend.dispatch import traced_since_sync
 from ..frontend.storage import live_devices, live_storages
 from ..frontend.tensor import LazyTensor
 from ..ir.node import DATA
 from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
-from .collect import collect
+from .collect import collect, reads_donated
 
 # One lock for the whole runtime: syncs (which read and rewrite every live
 # storage of a device) never interleave. See docs/concurrency.md.
@@ -46,10 +47,23 @@ class LastGraph:
     n_nodes: int = 0
 
 
-def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str) -> Optional[tuple]:
+def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str,
+         skip_donated: bool = False) -> Optional[tuple]:
     if not items:
         return None
-    graph = collect(device, items)
+    try:
+        graph = collect(device, items)
+    except DonatedBufferError:
+        if not skip_donated:
+            raise
+        # A pending tensor computed from a donated buffer (e.g. `v + 1` for a view `v`
+        # of a donated tensor) can never be evaluated. A step barrier leaves it
+        # pending instead of failing, so a donated tensor that stays referenced never
+        # disturbs the syncs of other tensors; using it still raises DonatedBufferError.
+        items = [item for item in items if not reads_donated(item[0])]
+        if not items:
+            return None
+        graph = collect(device, items)
     aliasing = config.aliasing_enabled(device)
     donors, decisions = plan(graph, live_storages(device), automatic=automatic, explicit=explicit,
                              aliasing=aliasing, kind=kind)
@@ -70,7 +84,7 @@ def sync(wait: bool = False) -> None:
         traced_since_sync[0] = 0
         for device in live_devices():
             _run(device, _pending(live_storages(device)), automatic=True, explicit=True,
-                 kind="step barrier")
+                 kind="step barrier", skip_donated=True)
         metrics.counter_add("MarkStep")
     if wait:
         wait_device_ops()
@@ -84,7 +98,8 @@ def cut_graphs() -> None:
         metrics.counter_add("GraphSizeCut")
         for device in live_devices():
             _run(device, _pending(live_storages(device)), automatic=True,
-                 explicit=config.explicit_donation_enabled(device), kind="graph size cut")
+                 explicit=config.explicit_donation_enabled(device), kind="graph size cut",
+                 skip_donated=True)
 
 
 def _check_lazy(tensors, what: str) -> list:

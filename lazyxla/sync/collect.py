@@ -108,3 +108,20 @@ def data_reachable(roots) -> set:
         else:
             stack.extend(node.inputs)
     return found
+
+
+def reads_donated(root: Node) -> bool:
+    """True if computing `root` needs a buffer that was donated (slow path only)."""
+    seen: set = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.op is DATA:
+            if node.data.donated_in is not None:
+                return True
+        else:
+            stack.extend(node.inputs)
+    return False
