@@ -34,6 +34,7 @@ def train(cell, settings) -> dict:
     jax.block_until_ready((params, state, x, y))
     rec = {"rss_base_mb": round(M.rss_mb(), 1), "n_params": sum(int(p.size) for p in params.values())}
     losses, step_s, trace_s, compiles, warmup_peak = [], [], [], [], 0.0
+    warmup_s, warmup_compiles = [], []
     for i in range(settings.warmup + settings.steps):
         if i == settings.warmup:
             warmup_peak = M.peak_rss_mb()   # setup, first step (compile) and warm-up
@@ -47,11 +48,15 @@ def train(cell, settings) -> dict:
         losses.append(float(loss))
         if i == 0:
             rec.update({"first_step_s": round(t2 - t0, 4), "first_trace_s": round(t1 - t0, 4)})
-        if i >= settings.warmup:
+        if i < settings.warmup:
+            warmup_s.append(t2 - t0)
+            warmup_compiles.append(step._cache_size() - cache_before)
+        else:
             step_s.append(t2 - t0)
             trace_s.append(t1 - t0)
             compiles.append(step._cache_size() - cache_before)
-    rec.update({"step_ms": M.summary(step_s), "trace_ms": M.summary(trace_s),
+    rec.update({"warmup_s": round(sum(warmup_s), 4), "warmup_compiles": sum(warmup_compiles),
+                "step_ms": M.summary(step_s), "trace_ms": M.summary(trace_s),
                 "steady_peak_rss_mb": round(M.peak_rss_mb(), 1),
                 "peak_rss_mb": round(max(warmup_peak, M.peak_rss_mb()), 1), "losses": losses,
                 "compiles_per_step": M.mean(compiles), "graphs_per_step": 1.0})

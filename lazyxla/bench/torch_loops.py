@@ -32,7 +32,7 @@ def train(backend, cell, settings) -> dict:
            "foreach": backend.foreach,
            "n_params": sum(p.numel() for p in model.parameters())}
     losses, step_s, trace_s, per_step, warmup_peak = [], [], [], [], 0.0
-    first = {}
+    first, warmup_s, warmup_compiles = {}, [], []
     for i in range(settings.warmup + settings.steps):
         if i == settings.warmup:
             warmup_peak = M.peak_rss_mb()   # setup, first step (compile) and warm-up
@@ -52,12 +52,17 @@ def train(backend, cell, settings) -> dict:
         if i == 0:
             first = {"first_step_s": round(t2 - t0, 4), "first_trace_s": round(t1 - t0, 4)
                      if backend.lazy else None, "first_step_counters": counters}
-        if i >= settings.warmup:
+        if i < settings.warmup:
+            warmup_s.append(t2 - t0)
+            warmup_compiles.append(counters.get("compiles"))
+        else:
             step_s.append(t2 - t0)
             trace_s.append(t1 - t0)
             per_step.append(counters)
     del torch
     rec.update(first)
+    rec.update({"warmup_s": round(sum(warmup_s), 4),
+                "warmup_compiles": sum(warmup_compiles) if None not in warmup_compiles else None})
     rec.update({"step_ms": M.summary(step_s),
                 "trace_ms": M.summary(trace_s) if backend.lazy else None,
                 "steady_peak_rss_mb": round(M.peak_rss_mb(), 1),
