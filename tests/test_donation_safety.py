@@ -202,3 +202,29 @@ def test_graph_size_cut_skips_pending_tensor_reading_a_donated_buffer(dev, monke
     assert_close(keep, k + 8)
     with pytest.raises(lx.DonatedBufferError, match="donated"):
         y.cpu()
+
+
+# -- uploads own their memory ----------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_upload_does_not_alias_the_host_tensor(dev, dtype):
+    """Bug: on the CPU backend jax.device_put adopted the CPU tensor's memory, so a later
+    in-place change of the source (`h.to(dev); h.mul_(0)`) changed the device tensor, and
+    an in-place step that donated the upload could write through into `h`."""
+    n = 1 << 20  # large enough for JAX's zero-copy path
+    h = torch.arange(n, dtype=torch.float32).remainder_(250.0).to(dtype)
+    expected = h.clone()
+    w = h.to(dev)
+    h2 = h.clone()
+    dst = torch.empty(n, dtype=dtype, device=dev)
+    dst.copy_(h2)
+    h.mul_(0)
+    h2.add_(7)
+    assert torch.equal(w.cpu(), expected)
+    assert torch.equal(dst.cpu(), expected)
+    zeros = h.clone()
+    w.add_(1)
+    lx.sync()
+    assert report().donors == 1
+    assert torch.equal(h, zeros)  # the donated buffer was not the host tensor's memory
+    assert torch.equal(w.cpu(), expected + 1)

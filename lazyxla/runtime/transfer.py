@@ -11,7 +11,18 @@ from .device_data import DeviceData
 
 
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
-    t = t.detach().contiguous()
+    """A numpy array over a private copy of `t`'s data.
+
+    On the CPU backend jax.device_put adopts a suitably aligned numpy buffer
+    without copying (also with may_alias=False, jax 0.10.2), and asynchronously:
+    a later in-place change of the source CPU tensor (`h.to(dev); h.mul_(0)`) then
+    changed the device tensor, and a donated upload could be written through. So
+    hand JAX memory nobody else can write: copy unless contiguous() already did.
+    """
+    src = t.detach()
+    t = src.contiguous()
+    if t.untyped_storage().data_ptr() == src.untyped_storage().data_ptr():
+        t = t.clone()
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(jax_dtype(torch.bfloat16))
     return t.numpy()

@@ -1,0 +1,132 @@
+"""lx.metrics: SPEC-donation.md §4 D (scenarios 36-38) and §1.6 semantics, with the
+PyTorch/XLA names users know."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import lazyxla as lx
+from helpers import assert_close
+from lazyxla.compile.cache import clear_cache
+
+m = lx.metrics
+
+
+@pytest.fixture(autouse=True)
+def _fresh_compile_cache():
+    clear_cache()
+
+
+def rand(*shape, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_d36_alias_metric_and_clearing(dev):
+    c = rand(3, 3, seed=36)
+    x = c.to(dev)
+    y = x * 3  # no in-place update: a compile with 0 donors
+    lx.sync()
+    assert "InputOutputAliasCount" in m.metric_names()
+    total, acc, samples = m.metric_data("InputOutputAliasCount")
+    assert (total, acc) == (1, 0.0)
+    assert isinstance(samples, tuple) and len(samples) == 1
+    ts, value = samples[0]
+    assert isinstance(ts, float) and value == 0.0
+    assert m.counter_value("UncachedCompile") == 1
+    assert m.counter_value("MarkStep") == 1
+    m.clear_metrics()
+    assert "InputOutputAliasCount" not in m.metric_names()
+    assert m.metric_data("InputOutputAliasCount") is None
+    assert m.counter_value("UncachedCompile") == 1  # counters untouched
+    m.clear_counters()
+    for name in ("UncachedCompile", "MarkStep", "CreateCompileHandles"):
+        assert m.counter_value(name) is None
+        assert name not in m.counter_names()
+        assert name not in m.report()
+    assert m.counter_value("NoSuchCounter") is None
+    assert m.metric_data("NoSuchMetric") is None
+    assert_close(y, c * 3)
+
+
+def test_d37_cache_hits_add_no_alias_sample(dev):
+    c = rand(4, 5, seed=37)
+    t1 = c.to(dev)
+    m.clear_all()
+    t1 += 1
+    lx.sync()
+    t1 *= 100
+    lx.sync()
+    assert m.metric_data("InputOutputAliasCount")[:2] == (2, 2.0)
+    cached = m.counter_value("CachedCompile") or 0
+    for _ in range(2):  # scenario 4's second step shape, twice more
+        t1 *= 100
+        lx.sync()
+    assert m.metric_data("InputOutputAliasCount")[:2] == (2, 2.0)
+    assert m.counter_value("CachedCompile") == cached + 2
+    assert m.counter_value("UncachedCompile") == 2
+    assert m.metric_data("CompileTime")[0] == 2
+    assert m.metric_data("ExecuteTime")[0] == 4
+    assert_close(t1, (c + 1) * 100 ** 3, rtol=1e-5)
+
+
+def test_d38_short_report(dev):
+    c = rand(3, seed=38)
+    x = c.to(dev)
+    y = x + 1
+    assert_close(y.cpu(), c + 1)  # a compile, and bytes back from the device
+    report = m.short_report(["CreateCompileHandles"], ["InboundData", "InputOutputAliasCount"])
+    assert "InboundData" in report
+    assert "InputOutputAliasCount" in report
+    assert "CreateCompileHandles" in report
+    assert "CompileTime" not in report
+    default = m.short_report()
+    assert "CompileTime" in default and "InputOutputAliasCount" in default
+
+
+def test_short_report_appends_host_fallback_counters(dev):
+    from lazyxla.frontend.dispatch import op_info
+    from lazyxla.frontend.fallback import run_on_host
+    x = rand(4, seed=39).to(dev)
+    op = torch.ops.aten.add.Tensor
+    with pytest.warns(UserWarning):
+        y = run_on_host(op, op_info(op), (x, x), {})
+    assert m.counter_value("aten::add") == 1
+    assert "aten::add" in m.short_report(["MarkStep"], ["CompileTime"])
+    assert "aten::add" in m.counter_names()
+    assert_close(y, rand(4, seed=39) * 2)
+
+
+def test_donation_counters_and_metrics(dev):
+    c = rand(6, seed=40)
+    a, b = c.to(dev), (c * 2).to(dev)
+    assert m.counter_value("XlaSetBufferDonation") is None
+    assert lx.set_buffer_donation([a, b]) == [True, True]
+    assert m.counter_value("XlaSetBufferDonation") == 2
+    assert lx.set_buffer_donation(a + 1) is False  # pending: not counted
+    assert m.counter_value("XlaSetBufferDonation") == 2
+    out = a + b
+    lx.sync()
+    assert m.metric_data("InputOutputAliasCount")[:2] == (1, 2.0)
+    assert m.metric_data("DonatedBytes")[1] == 2 * 6 * 4
+    assert "XlaSetBufferDonation" in m.report()
+    assert_close(out, c * 3)
+
+
+def test_report_format_and_time_metrics(dev):
+    c = rand(2, 2, seed=41)
+    x = c.to(dev)
+    x.add_(1)
+    assert_close(x.cpu(), c + 1)
+    report = m.report()
+    for name in ("CompileTime", "ExecuteTime", "TransferToDeviceTime", "TransferFromDeviceTime"):
+        assert f"Metric: {name}" in report
+        total, acc, samples = m.metric_data(name)
+        assert total >= 1 and acc > 0  # nanoseconds
+        assert all(v > 0 for _, v in samples)
+    assert "TotalSamples" in report and "Accumulator" in report
+    assert "Counter: UncachedCompile" in report and "Value: 1" in report
+    # metric names and counter names are sorted and list only non-zero entries
+    assert m.counter_names() == sorted(m.counter_names())
+    assert m.metric_names() == sorted(m.metric_names())
+    m.clear_all()
+    assert m.report() == "" and m.counter_names() == [] and m.metric_names() == []
