@@ -83,3 +83,15 @@ def test_copy_of_marked_tensor_survives_when_marker_dies(dev):
     lx.sync()
     assert not lx.is_donated(b)
     assert b.tolist() == [1.0] * 4 and c.tolist() == [2.0] * 4
+
+
+def test_host_read_of_marked_tensor_and_its_view_with_explicit_donation(dev):
+    # Bug: reading [a, a.unsqueeze(0)] at once with explicit donation enabled ran a graph
+    # for the view that donated a's marked buffer, then failed to download a itself.
+    a = torch.tensor(3.0).to(dev)
+    v = a.unsqueeze(0)
+    assert lx.set_buffer_donation(a)
+    from lazyxla.sync.api import host_values
+    with lx.explicit_donation(True):
+        ha, hv = host_values([a, v])
+    assert ha.item() == 3.0 and hv.tolist() == [3.0]

@@ -143,6 +143,11 @@ def host_values(tensors: list, allow_explicit: bool = True) -> list:
     unless explicit donation is enabled (and `allow_explicit`)."""
     tensors = _check_lazy(tensors, "host read")
     with LOCK:
+        # Tensors that already hold device data are read before any graph runs: with
+        # explicit donation enabled, the graph of this same read (e.g. for a view in
+        # `[a, a[0]]`) may donate a marked buffer that was asked for.
+        early = {id(t): download(t.checked_value().data.live_array(), t.dtype)
+                 for t in tensors if t._view is None and t._st.value.op is DATA}
         results: dict = {}
         for device, storages in _by_device(tensors).items():
             items = _pending(storages)
@@ -160,6 +165,9 @@ def host_values(tensors: list, allow_explicit: bool = True) -> list:
                     results[id(t)] = outs[_slot_of(items, slots[id(t)])]
         hosts = []
         for t in tensors:
+            if id(t) in early:
+                hosts.append(early[id(t)])
+                continue
             array = results.get(id(t))
             if array is None:
                 node = t.checked_value()
