@@ -1,0 +1,1 @@
+"""Differential testing of lazyxla against eager CPU PyTorch (see program.py)."""
