@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import torch
 
@@ -11,28 +12,34 @@ from .device_data import DeviceData
 
 
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A numpy array over a private copy of `t`'s data.
-
-    On the CPU backend jax.device_put adopts a suitably aligned numpy buffer
-    without copying (also with may_alias=False, jax 0.10.2), and asynchronously:
-    a later in-place change of the source CPU tensor (`h.to(dev); h.mul_(0)`) then
-    changed the device tensor, and a donated upload could be written through. So
-    hand JAX memory nobody else can write: copy unless contiguous() already did.
-    """
-    src = t.detach()
-    t = src.contiguous()
-    if t.untyped_storage().data_ptr() == src.untyped_storage().data_ptr():
-        t = t.clone()
+    t = t.detach().contiguous()
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(jax_dtype(torch.bfloat16))
     return t.numpy()
 
 
+@jax.jit
+def _owned_copy(x):
+    return jnp.copy(x)
+
+
 def upload(t: torch.Tensor, device: int, owner=None) -> DeviceData:
-    """Copy a CPU tensor to `device`; the returned handle is owned by `owner`."""
+    """Copy a CPU tensor to `device`; the returned handle is owned by `owner`.
+
+    On the CPU backend `jax.device_put` adopts the host memory without copying
+    (also with may_alias=False, jax 0.10.2) and asynchronously, which breaks two
+    promises: the device tensor would change when the source CPU tensor is later
+    modified, and XLA cannot reuse an adopted buffer when it is donated (the
+    first step after an upload would hold two copies). So the adopted array is
+    copied once on the device into an XLA-owned buffer, and the copy completes
+    before we return (a host-to-device copy is synchronous in PyTorch too).
+    """
     jax_dtype(t.dtype)  # clear error for unsupported dtypes
     with metrics.timed("TransferToDeviceTime"):
-        array = jax.device_put(_to_numpy(t.cpu()), jax_devices()[device])
+        staged = jax.device_put(_to_numpy(t.cpu()), jax_devices()[device])
+        array = _owned_copy(staged)
+        array.block_until_ready()
+        del staged
     metrics.metric_add("OutboundData", t.numel() * t.element_size())
     return DeviceData(array, tuple(t.shape), t.dtype, device, owner)
 
