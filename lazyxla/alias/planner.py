@@ -15,7 +15,9 @@ Donor set = automatic donors ∪ explicit donors, sorted, where
 
 minus buffers that must survive the graph: read-only buffers, buffers that
 another live tensor holds (directly, or through pending computation that this
-graph does not compute), and, for automatic donors, buffers that no output of
+graph does not compute; for explicit donors "another" means other than the
+owner, which lx.set_buffer_donation made the marked tensor), and, for
+automatic donors, buffers that no output of
 matching shape/dtype could reuse. With aliasing off nothing is donated.
 
 Holders are tracked from the live-storage registry, not from stamp order as
