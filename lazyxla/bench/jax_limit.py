@@ -64,7 +64,8 @@ def train(cell, settings) -> dict:
     leaves = jax.tree.leaves((params, state))
     rec["donors_per_graph"] = len(leaves)
     rec["params_per_graph"] = len(leaves) + 2
-    rec["traced_ops_per_step"] = len(jax.make_jaxpr(train_step_fn(cell.workload, **hyper))(params, state, x, y).jaxpr.eqns)
+    jaxpr = jax.make_jaxpr(train_step_fn(cell.workload, **hyper))(params, state, x, y)
+    rec["traced_ops_per_step"] = len(jaxpr.jaxpr.eqns)
     rec["memory"] = _memory(step.lower(params, state, x, y).compile())
     return rec
 

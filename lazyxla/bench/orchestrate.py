@@ -36,7 +36,8 @@ def prepare(cells: list[Cell], settings: Settings, out_dir: str) -> list[Cell]:
 
 def _error_record(cell: Cell, settings: Settings, error: str, log: str) -> dict:
     rec = {**cell.to_dict(), "mode": settings.mode, "ok": False, "error": error, "log": log}
-    rec.pop("npz", None), rec.pop("trace_input", None)
+    for path_key in ("npz", "trace_input"):
+        rec.pop(path_key, None)
     return rec
 
 

@@ -20,7 +20,6 @@ def _steady(per_step: list[dict]) -> dict:
 def train(backend, cell, settings) -> dict:
     """W1 mlp / W2 gpt: `warmup` then `steps` full training steps, each ended by
     the system's step barrier and timed until the device finished."""
-    torch = backend.torch
     wl = make_workload(backend.workloads(), cell.workload, settings)
     dev = backend.device
     model = wl.model.to(dev)
@@ -50,8 +49,9 @@ def train(backend, cell, settings) -> dict:
         counters = backend.step_counters()
         losses.append(float(loss.detach().item()))   # host read, outside the timing
         if i == 0:
-            first = {"first_step_s": round(t2 - t0, 4), "first_trace_s": round(t1 - t0, 4)
-                     if backend.lazy else None, "first_step_counters": counters}
+            first = {"first_step_s": round(t2 - t0, 4),
+                     "first_trace_s": round(t1 - t0, 4) if backend.lazy else None,
+                     "first_step_counters": counters}
         if i < settings.warmup:
             warmup_s.append(t2 - t0)
             warmup_compiles.append(counters.get("compiles"))
@@ -59,7 +59,6 @@ def train(backend, cell, settings) -> dict:
             step_s.append(t2 - t0)
             trace_s.append(t1 - t0)
             per_step.append(counters)
-    del torch
     rec.update(first)
     rec.update({"warmup_s": round(sum(warmup_s), 4),
                 "warmup_compiles": sum(warmup_compiles) if None not in warmup_compiles else None})

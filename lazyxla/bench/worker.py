@@ -44,7 +44,8 @@ def measure_cell(cell: Cell, settings: Settings) -> dict:
     """`run_cell` wrapped: never raises; errors and host-fallback warnings are recorded."""
     rec = {**cell.to_dict(), "mode": settings.mode, "ok": False, "error": None,
            "python": sys.version.split()[0], "host": platform.node(), "cpus": M.cpu_count()}
-    rec.pop("npz", None), rec.pop("trace_input", None)
+    for path_key in ("npz", "trace_input"):   # input files of the JAX limit, not results
+        rec.pop(path_key, None)
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
