@@ -21,7 +21,7 @@ from ..ir.node import Node, intern_sig
 from ..lower.registry import DECOMPOSITIONS, LOWERINGS
 from .opinfo import OpInfo, functional_variant, is_inplace, is_out
 from .tensor import LazyTensor
-from .tracing import convert_call, lookup, make_node, trace, wrap_outputs
+from .tracing import DeviceMismatchError, convert_call, lookup, make_node, trace, wrap_outputs
 
 aten = torch.ops.aten
 _INFOS: dict = {}
@@ -77,8 +77,20 @@ def check_no_internal_overlap(t: LazyTensor) -> None:
                 "single memory location. Please clone() the tensor before performing the operation.")
 
 
+def check_lazy_target(t, info) -> None:
+    """In-place / out= targets must be lazy tensors: a CPU target with lazy operands is a
+    device mismatch (as in eager PyTorch), not an AttributeError deep in the runtime."""
+    if not isinstance(t, LazyTensor):
+        raise DeviceMismatchError(
+            f"lazyxla: {info.name} would write into a {getattr(t, 'device', type(t).__name__)} tensor "
+            "from lazyxla tensors; expected all tensors on the lazyxla device. Move the target with "
+            "t.to(lx.device()), or read the result with .cpu() first.")
+
+
 def _inplace(func, info, args, kwargs):
     self = args[0]
+    if type(self) is not LazyTensor:
+        check_lazy_target(self, info)
     if self._view is not None:
         check_no_internal_overlap(self)
     nargs, nkw, inputs, key, _ = convert_call(info, args, kwargs)
@@ -110,6 +122,8 @@ def _out(func, info, args, kwargs):
     kw = dict(kwargs)
     out = kw.pop("out")
     functional = info.functional
+    for o in (out if isinstance(out, (tuple, list)) else (out,)):
+        check_lazy_target(o, info)
     result = run_op(functional, args, kw)
     outs = out if isinstance(out, (tuple, list)) else (out,)
     results = result if isinstance(result, (tuple, list)) else (result,)
@@ -169,6 +183,7 @@ def _decompose(func, info, args, kwargs):
 
 def _inplace_decomposed(func, info, args, kwargs):
     self = args[0]
+    check_lazy_target(self, info)
     lookup(convert_call(info, args, kwargs)[3], func, args, kwargs)  # eager's errors
     result = decomposition_for(info.functional)(*args, **kwargs)
     assign(self, result.lazy_value())
@@ -190,6 +205,8 @@ def classify(func) -> OpInfo:
     name = info.name
     if special is not None:
         info.handler = special
+    elif func in DECOMPOSITIONS:  # lazyxla's own, also for in-place ops (index_put_ with CPU indices)
+        info.handler = _decompose
     elif name.startswith("_foreach_"):
         from .foreach import foreach_handler
         info.handler = foreach_handler

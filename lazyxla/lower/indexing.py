@@ -186,15 +186,22 @@ def _is_mask(t) -> bool:
     return isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8)
 
 
-def _masks_to_indices(indices) -> list:
-    """Replace each k-d boolean mask by its k index tensors (one host read of the mask)."""
+def _masks_to_indices(x, indices) -> list:
+    """Replace each k-d boolean mask by its k index tensors (one host read of a device mask)."""
     out = []
     for t in indices:
         if _is_mask(t):
-            out.extend(t.bool().nonzero().unbind(1))
+            cols = t.bool().nonzero().unbind(1)
+            out.extend(c.to(x.device) if c.device != x.device else c for c in cols)
         else:
             out.append(t)
     return out
+
+
+def _on_device(x, indices) -> list:
+    """PyTorch accepts CPU index tensors for device tensors: upload them (masks too)."""
+    return [t.to(x.device) if isinstance(t, torch.Tensor) and t.device != x.device and t.dim() else t
+            for t in indices]
 
 
 def _has_0d_mask(indices) -> bool:
@@ -212,8 +219,8 @@ def _index_decomp(x, indices):
     if _has_0d_mask(indices):
         return _host(aten.index.Tensor, x, indices)
     if any(_is_mask(t) for t in indices):
-        indices = _masks_to_indices(indices)
-    return aten._unsafe_index.Tensor(x, indices)
+        indices = _masks_to_indices(x, indices)
+    return aten._unsafe_index.Tensor(x, _on_device(x, indices))
 
 
 def _single_mask(indices) -> bool:
@@ -230,8 +237,13 @@ def _index_put_decomp(x, indices, values, accumulate=False, unsafe=False):
         if _single_mask(indices):
             indices = [t.bool() if t is not None else None for t in indices]
         else:
-            indices = _masks_to_indices(indices)
-    return aten._unsafe_index_put.default(x, indices, values, accumulate)
+            indices = _masks_to_indices(x, indices)
+    return aten._unsafe_index_put.default(x, _on_device(x, indices), values, accumulate)
+
+
+@register_decomposition(aten.index_put_.default, aten._index_put_impl_.default)
+def _index_put_inplace(x, indices, values, accumulate=False, unsafe=False):
+    return x.copy_(_index_put_decomp(x, indices, values, accumulate))
 
 
 def _jnp_index(x, indices) -> tuple:

@@ -304,3 +304,25 @@ def test_view_scatter_ops():
     check_op(lambda t, s: torch.diagonal_scatter(t, s, 1), x, _x(4))
     check_op(lambda t, s: torch.as_strided_scatter(t, s, (2, 2), (5, 1), 1), x, _x(2, 2))
     assert_no_fallback("select_scatter", "slice_scatter", "diagonal_scatter", "as_strided_scatter")
+
+
+def test_cpu_index_tensors_on_device_tensor(dev):
+    # like CUDA tensors, device tensors accept CPU index tensors and masks
+    x = torch.randn(5, 4)
+    i = torch.tensor([0, -2])
+    m = x[:, 0] > 0
+    xd = x.to(dev)
+    assert torch.equal(xd[i].cpu(), x[i])
+    assert torch.equal(xd[m].cpu(), x[m])
+    assert torch.equal(xd[x > 0].cpu(), x[x > 0])
+    y, yd = x.clone(), xd.clone()
+    y[i] = 2.0
+    yd[i] = 2.0
+    y[m] += 1.0
+    yd[m] += 1.0
+    y[1:][i[:1]] = -1.0                     # through a view
+    yd[1:][i[:1]] = -1.0
+    y.index_put_((i,), torch.tensor(5.0), accumulate=True)
+    yd.index_put_((i,), torch.tensor(5.0), accumulate=True)
+    assert torch.equal(yd.cpu(), y)
+    assert [n for n in lx.metrics.counter_names() if n.startswith("aten::")] == []
