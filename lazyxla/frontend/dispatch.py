@@ -178,7 +178,10 @@ def _identity(func, info, args, kwargs):
 
 
 def _decompose(func, info, args, kwargs):
-    return decomposition_for(func)(*args, **kwargs)
+    out = decomposition_for(func)(*args, **kwargs)
+    if out is NotImplemented:  # some PyTorch decompositions decline some arguments
+        return _fallback(func, info, args, kwargs)
+    return out
 
 
 def _inplace_decomposed(func, info, args, kwargs):

@@ -207,3 +207,45 @@ def _adaptive_avg_pool2d_backward(ctx, grad, x):
     oh, ow = grad.shape[-2:]
     acc = opmath(x.dtype)
     return _adaptive(grad, _adaptive_matrix(H, oh).T, _adaptive_matrix(W, ow).T, acc)
+
+
+# -- adaptive max pooling ------------------------------------------------------------------
+
+def _adaptive_windows(size: int, out: int):
+    """(out, K) input positions of each adaptive window (padded by repeating the
+    last one) and their validity; K is the longest window."""
+    lo = np.array([(i * size) // out for i in range(out)])
+    hi = np.array([-((-(i + 1) * size) // out) for i in range(out)])
+    k = int((hi - lo).max())
+    pos = lo[:, None] + np.arange(k)[None, :]
+    valid = pos < hi[:, None]
+    return np.where(valid, pos, (hi - 1)[:, None]), valid
+
+
+@register(aten.adaptive_max_pool2d.default)
+def _adaptive_max_pool2d(ctx, x, output_size):
+    H, W = x.shape[-2:]
+    oh, ow = ctx.shape[0][-2:]
+    rows, vr = _adaptive_windows(H, oh)
+    cols, vc = _adaptive_windows(W, ow)
+    g = x[..., rows[:, :, None, None], cols[None, None, :, :]]          # (..., oh, Kh, ow, Kw)
+    valid = vr[:, :, None, None] & vc[None, None, :, :]
+    g = jnp.where(valid, g, jnp.asarray(_lowest(x.dtype), x.dtype))
+    g = jnp.moveaxis(g, -3, -2).reshape(x.shape[:-2] + (oh, ow, -1))   # (..., oh, ow, Kh*Kw) row-major
+    flat = (rows[:, :, None, None] * W + cols[None, None, :, :]).transpose(0, 2, 1, 3).reshape(oh, ow, -1)
+    best = jnp.argmax(g, axis=-1)
+    out = jnp.take_along_axis(g, best[..., None], axis=-1)[..., 0]
+    idx = jnp.take_along_axis(jnp.broadcast_to(jnp.asarray(flat), g.shape), best[..., None], axis=-1)[..., 0]
+    return out, idx.astype(jnp.int64)
+
+
+@register(aten.adaptive_max_pool2d_backward.default)
+def _adaptive_max_pool2d_backward(ctx, grad, x, indices):
+    acc = opmath(x.dtype)
+    H, W = x.shape[-2:]
+    lead = x.shape[:-2]
+    g = grad.astype(acc).reshape((-1, grad.shape[-2] * grad.shape[-1]))
+    idx = indices.reshape(g.shape)
+    rows = jnp.arange(g.shape[0])[:, None]
+    out = jnp.zeros((g.shape[0], H * W), acc).at[rows, idx].add(g)
+    return out.reshape(lead + (H, W))

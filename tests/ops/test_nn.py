@@ -378,3 +378,18 @@ def test_convnet_training_step_has_no_host_fallback(dev):
     model.eval()
     cpu_model.load_state_dict({k: v.cpu() for k, v in model.state_dict().items()})
     assert_close(model(x.to(dev)), cpu_model(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("size", [3, (2, 5), 1, (4, 4)])
+def test_adaptive_max_pool2d(size):
+    check_op(lambda t: F.adaptive_max_pool2d(t, size, return_indices=True), _x(2, 3, 8, 7))
+    ties = torch.randint(0, 3, (2, 2, 9, 6)).float().requires_grad_()
+    check_op(lambda t: F.adaptive_max_pool2d(t, size, return_indices=True), ties)
+    check_op(lambda t: F.adaptive_max_pool2d(t, size), _x(3, 10, 9))
+    assert_no_fallback("adaptive_max_pool2d", "adaptive_max_pool2d_backward")
+
+
+def test_decomposition_returning_not_implemented_runs_on_host():
+    # PyTorch's adaptive_max_pool3d decomposition declines non-divisible sizes
+    check_op(lambda t: F.adaptive_max_pool3d(t, 3), torch.randn(1, 2, 5, 7, 8))
+    assert lx.metrics.counter_value("aten::adaptive_max_pool3d") == 1
