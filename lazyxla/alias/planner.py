@@ -2,14 +2,18 @@
 
 Donor set = automatic donors ∪ explicit donors, sorted, where
 
-* automatic (in-place aliasing): the buffer's owner storage is recomputed by
-  this graph (it was updated in place), at syncs that allow it (step
-  barriers, `sync_tensors(donate_inplace=True)`). A buffer whose owner is
-  gone (an orphan: the temporary that created it died, or it was created
-  without one, e.g. by the host fallback's write-back or `a.copy_(tmp)`)
-  belongs to whoever still holds it, so it is a candidate too; the holder
-  checks below keep it whenever a live tensor outside the graph's outputs
-  still holds or needs it;
+* automatic, at syncs that allow it (step barriers,
+  `sync_tensors(donate_inplace=True)`): the buffer's owner storage no longer
+  holds it after this graph. That is in-place aliasing (the owner is
+  recomputed by the graph: it was updated in place), and it is also every
+  input nobody will read again: an orphan whose owner is gone (the temporary
+  that created it died, or it was created without one, e.g. by the host
+  fallback's write-back or `a.copy_(tmp)`), or a buffer whose owner already
+  moved on to a newer value (e.g. `.cpu()` installed it) while pending work
+  still read the old one. Upstream donates only in-place lineage and keeps such
+  dead inputs alive until the graph ends (SPEC §5.15). The holder checks below
+  keep the buffer whenever a live tensor outside the graph's outputs still
+  holds or needs it;
 * explicit: the buffer carries the donate flag, at step barriers always and
   at other syncs only with explicit donation enabled for the device;
 
@@ -77,10 +81,12 @@ def plan(graph: Graph, live: list, *, automatic: bool, explicit: bool, aliasing:
     decisions = []
     for i, data in enumerate(graph.params):
         owner = data.owner_storage()
-        # Orphans: without this, a tensor updated in place after its buffer was
-        # installed by a temporary (host fallback of index_copy_, copy_ from a
-        # dead tensor) could never be aliased again: 2x memory on every later step.
-        is_auto = automatic and (owner is None or id(owner) in outputs)
+        # Without orphans, a tensor updated in place after its buffer was installed
+        # by a temporary (host fallback of index_copy_, copy_ from a dead tensor)
+        # could never be aliased again: 2x memory on every later step.
+        owner_keeps_it = (owner is not None and id(owner) not in outputs
+                          and owner.value.op is DATA and owner.value.data is data)
+        is_auto = automatic and not owner_keeps_it
         is_explicit = data.donate and explicit
         reason = ""
         # Live tensors outside the outputs that would lose their data. The owner may
@@ -94,10 +100,11 @@ def plan(graph: Graph, live: list, *, automatic: bool, explicit: bool, aliasing:
             if data.donate:
                 reason = (f"marked for donation, but explicit donation is not enabled at a {kind} "
                           "(lx.set_explicit_donation(True) or use lx.sync())")
-            elif owner is None or id(owner) in outputs:
-                reason = f"updated in place, but a {kind} does not donate automatically"
+            elif not owner_keeps_it:
+                reason = f"no longer needed after this graph, but a {kind} does not donate automatically"
             else:
-                reason = "not updated in place by this graph and not marked for donation"
+                reason = ("held by its tensor, which this graph does not update in place, "
+                          "and not marked for donation")
         elif data.read_only:
             reason = "read-only buffer"
         elif id(data) in needed_by_pending:
