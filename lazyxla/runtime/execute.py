@@ -26,8 +26,23 @@ def execute(graph: Graph, exe: Executable) -> tuple:
     params = graph.params
     args = [d.array for d in params]
     args += pack_scalars(graph)
-    with metrics.timed("ExecuteTime"):
-        outs = exe.call(*args)
+    try:
+        with metrics.timed("ExecuteTime"):
+            outs = exe.call(*args)
+    except Exception as e:
+        # Nothing has been installed or marked yet, so every tensor keeps its value or
+        # pending computation. Only a backend that consumed donated inputs before
+        # failing loses data: mark those buffers dead so that using them raises
+        # DonatedBufferError instead of a backend error on a deleted array.
+        lost = [params[i] for i in exe.donors
+                if params[i].array is not None and params[i].array.is_deleted()]
+        for data in lost:
+            data.mark_donated(exe.key_hex + " (failed execution)")
+        try:
+            e.lazyxla_lost_buffers = len(lost)  # for the message sync adds
+        except AttributeError:
+            pass
+        raise
     metrics.counter_add("ExecuteComputation")
     if exe.donors:
         donated = 0

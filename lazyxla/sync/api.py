@@ -67,8 +67,19 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
     aliasing = config.aliasing_enabled(device)
     donors, decisions = plan(graph, live_storages(device), automatic=automatic, explicit=explicit,
                              aliasing=aliasing, kind=kind)
-    exe = get_or_compile(graph, donors)
-    outs = execute(graph, exe)
+    try:
+        exe = get_or_compile(graph, donors)
+        outs = execute(graph, exe)
+    except Exception as e:
+        # Compile and execute change nothing before the executable has run (execute()
+        # marks donors and installs results only after it returns), so the sync is
+        # all or nothing: say so, keep the original error type.
+        lost = getattr(e, "lazyxla_lost_buffers", 0)
+        e.add_note(f"lazyxla: the {kind} was not applied: "
+                   + (f"the backend consumed {lost} donated buffer(s) before failing (their tensors now "
+                      "raise DonatedBufferError); all other" if lost else "nothing was donated and the")
+                   + " tensors keep their values or pending computation; the next sync retries.")
+        raise
     LastGraph.executable, LastGraph.decisions, LastGraph.kind = exe, decisions, kind
     LastGraph.n_nodes = len(graph.order)
     return outs
