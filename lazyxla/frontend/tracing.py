@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from .._jax import TORCH_TO_JAX, jax_dtype
 from ..ir.node import DATA, Node, getitem_node, intern_sig, scalar_node
 from ..runtime.device_data import donated_error
 from .device import DEVICE_TYPE
@@ -152,6 +153,11 @@ def infer(func, args, kwargs):
     margs = _to_meta(args)
     mkwargs = {k: _to_meta(v) for k, v in kwargs.items()} if kwargs else {}
     out = func(*margs, **mkwargs)
+    # Once per cache key: an output dtype the device cannot hold (complex) fails here,
+    # at the call, not at the next sync.
+    for o in (out if isinstance(out, (tuple, list)) else (out,)):
+        if isinstance(o, torch.Tensor) and o.dtype not in TORCH_TO_JAX:
+            jax_dtype(o.dtype)
     if isinstance(out, torch.Tensor):
         return spec_of(out), False
     if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) or o is None for o in out):
