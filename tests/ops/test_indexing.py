@@ -326,3 +326,15 @@ def test_cpu_index_tensors_on_device_tensor(dev):
     yd.index_put_((i,), torch.tensor(5.0), accumulate=True)
     assert torch.equal(yd.cpu(), y)
     assert [n for n in lx.metrics.counter_names() if n.startswith("aten::")] == []
+
+
+def test_scatter_src_larger_than_index_and_bf16_reduce():
+    x = torch.randn(4, 6)
+    src = torch.randn(5, 7)                        # only src[:3, :2] is read
+    idx = torch.tensor([[0, 1], [2, 3], [1, 0]])
+    check_op(lambda t, i, s: torch.scatter(t, 0, i, s), x, idx, src)
+    check_op(lambda t, i, s: torch.scatter_add(t, 1, i, s), x, idx, src)
+    xb, sb = torch.randn(4, 3).bfloat16(), torch.randn(6, 3).bfloat16()
+    ib = torch.randint(0, 4, (6, 3))
+    for reduce in ("sum", "mean", "amax"):
+        check_op(lambda t, i, s: t.scatter_reduce(0, i, s, reduce), xb, ib, sb, rtol=2e-2, atol=2e-2)

@@ -246,6 +246,7 @@ def test_nll_loss(reduction):
     t2[0, 0, 0] = -100
     check_op(lambda x, t: F.nll_loss(x, t, reduction=reduction), x2, t2)
     check_op(lambda x, t: F.nll_loss(x, t, reduction=reduction), _x(5), torch.tensor(3))
+    check_op(lambda x, t: F.nll_loss(x, t, reduction=reduction), _x(3, 4, 6), torch.randint(0, 4, (3, 6)))
     assert_no_fallback("nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward",
                        "gather", "scatter")
 
