@@ -107,10 +107,11 @@ def _bn_functional(ctx, x, weight, bias, running_mean, running_var, training, mo
         return out, unused, unused, running_mean, running_var
     xhat, mean, var, invstd = _batch_stats(x, eps)
     n = x.size // x.shape[1]
-    m = jnp.asarray(momentum, jnp.float32)
+    rm, rv = _f(running_mean), _f(running_var)
+    m = jnp.asarray(momentum, rm.dtype)
     unbiased = var * (n / max(n - 1, 1))
-    new_mean = (1 - m) * _f(running_mean) + m * mean
-    new_var = (1 - m) * _f(running_var) + m * unbiased
+    new_mean = (1 - m) * rm + m * mean
+    new_var = (1 - m) * rv + m * unbiased
     return _affine(xhat, x, weight, bias), mean, invstd, new_mean, new_var
 
 
