@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .sync.api import LastGraph
+from .compile.cache import LastCompile
+from .sync.api import LastGraph, pending_graphs
 
 
 class DonationReport:
@@ -52,3 +53,17 @@ def donation_report() -> Optional[DonationReport]:
         return None
     return DonationReport(exe.key_hex, LastGraph.kind, LastGraph.n_nodes, LastGraph.decisions,
                           exe.memory_analysis())
+
+
+def explain_last_compile() -> Optional[str]:
+    """Why the most recent compile happened: the first node (op, shapes, wiring) or
+    donor set in which its graph differs from the closest earlier graph."""
+    return LastCompile.reason
+
+
+def ir_text(tensors=None) -> str:
+    """Readable IR of what a sync would compile: of `tensors` (a partial sync), or of
+    every live pending tensor (a step barrier) when None. Compiles nothing."""
+    from .ir.printer import graph_text
+    texts = [graph_text(graph, donors) for graph, donors in pending_graphs(tensors)]
+    return "\n".join(texts) if texts else "(nothing pending)"

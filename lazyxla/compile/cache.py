@@ -19,9 +19,17 @@ from .. import metrics
 from .._jax import jax_devices, jax_dtype
 from ..errors import LoweringError
 from ..sync.collect import Graph
+from .explain import explain
 from .program import PACK_DTYPES, build
 
 _MAX = int(os.environ.get("LAZYXLA_COMPILE_CACHE_SIZE", "1024"))
+# LAZYXLA_EXPLAIN_RECOMPILES=1 warns with the reason at every compile.
+_EXPLAIN = os.environ.get("LAZYXLA_EXPLAIN_RECOMPILES", "0") not in ("0", "")
+
+
+class LastCompile:
+    """Why the most recent cache miss compiled (lx.debug.explain_last_compile())."""
+    reason: Optional[str] = None
 _cache: "collections.OrderedDict[tuple, Executable]" = collections.OrderedDict()
 
 
@@ -78,6 +86,10 @@ def get_or_compile(graph: Graph, donors: tuple) -> Executable:
         metrics.counter_add("CachedCompile")
         return exe
     metrics.counter_add("UncachedCompile")
+    reason = explain(graph.key, donors)
+    LastCompile.reason = reason
+    if _EXPLAIN:
+        warnings.warn(f"lazyxla: compiling graph {key_hex(graph.key + (donors,))}: {reason}", stacklevel=4)
     exe = compile_graph(graph, donors)
     _cache[(graph.key, donors)] = exe
     while len(_cache) > _MAX:

@@ -50,14 +50,21 @@ class Node:
 
 
 _SIG_IDS: dict = {}
+_SIGS: list = []
 
 
 def intern_sig(sig) -> int:
     """Small stable int for a structural signature (hashable tuple)."""
     sid = _SIG_IDS.get(sig)
     if sid is None:
-        sid = _SIG_IDS[sig] = len(_SIG_IDS)
+        sid = _SIG_IDS[sig] = len(_SIGS)
+        _SIGS.append(sig)
     return sid
+
+
+def sig_of(sid: int):
+    """The structural signature behind an interned id (for explanations)."""
+    return _SIGS[sid]
 
 
 _DATA_SIGS: dict = {}

@@ -205,19 +205,32 @@ def wait_device_ops() -> None:
     wait_all()
 
 
-def graph_hash(tensors) -> str:
-    """Key of the graph a sync of `tensors` would compile, with its donors (explicit
-    donors only when explicit donation is enabled, as upstream `_get_graph_hash`)."""
-    tensors = _check_lazy(tensors, "graph_hash")
-    keys = []
+def pending_graphs(tensors=None, *, automatic: bool = True, explicit: Optional[bool] = None) -> list:
+    """(graph, donors) per device that a sync would run, without compiling or running it:
+    a step barrier's when `tensors` is None, else a partial sync of `tensors`.
+    `explicit=None` means "as that sync would": always at a barrier, else if enabled."""
     with LOCK:
-        for device, storages in _by_device(tensors).items():
+        if tensors is None:
+            groups = {d: live_storages(d) for d in live_devices()}
+        else:
+            groups = _by_device(_check_lazy(tensors, "graph inspection"))
+        result = []
+        for device, storages in groups.items():
             items = _pending(storages)
             if not items:
                 continue
             graph = collect(device, items)
-            donors, _ = plan(graph, live_storages(device), automatic=False,
-                             explicit=config.explicit_donation_enabled(device),
-                             aliasing=config.aliasing_enabled(device), kind="graph hash")
-            keys.append(graph.key + (donors,))
-    return key_hex(tuple(keys))
+            use_explicit = explicit if explicit is not None else (
+                tensors is None or config.explicit_donation_enabled(device))
+            donors, _ = plan(graph, live_storages(device), automatic=automatic, explicit=use_explicit,
+                             aliasing=config.aliasing_enabled(device), kind="inspection")
+            result.append((graph, donors))
+        return result
+
+
+def graph_hash(tensors) -> str:
+    """Key of the graph a sync of `tensors` would compile, with its donors (explicit
+    donors only when explicit donation is enabled, as upstream `_get_graph_hash`)."""
+    tensors = _check_lazy(tensors, "graph_hash")
+    graphs = pending_graphs(tensors, automatic=False)
+    return key_hex(tuple(graph.key + (donors,) for graph, donors in graphs))

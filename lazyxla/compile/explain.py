@@ -1,0 +1,66 @@
+"""Why did this graph compile? Compare a new key with the closest earlier key.
+
+Keys are tuples of per-node entries (compile cache key = graph key + donors),
+so the first entry that differs names the node whose op, shapes, static
+arguments or operand wiring changed; equal graphs that differ only in their
+donor set are reported as such.
+"""
+from __future__ import annotations
+
+import collections
+
+from ..ir.node import DATA, SCALAR, sig_of
+from ..ir.printer import op_text
+
+_HISTORY = 16
+_recent: dict = collections.defaultdict(lambda: collections.deque(maxlen=_HISTORY))
+
+
+def _common_prefix(a: tuple, b: tuple) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _describe(entry) -> str:
+    sig = sig_of(entry[0])
+    head = sig[0]
+    if head is DATA or head == DATA:
+        return f"parameter {entry[2]} of shape {list(sig[1])} {sig[2]}"
+    if head is SCALAR or head == SCALAR:
+        return f"runtime scalar ({sig[1]})"
+    parts = []
+    for p in sig[1:]:
+        if isinstance(p, tuple) and len(p) == 4 and isinstance(p[0], tuple):
+            parts.append(f"{list(p[0])}:{p[3]}".replace("torch.", ""))
+        else:
+            parts.append(repr(p))
+    return f"{op_text(head)}({', '.join(parts)}) reading nodes {entry[1] if len(entry) == 2 else '?'}"
+
+
+def explain(key: tuple, donors: tuple) -> str:
+    """Explanation of a cache miss for (graph key, donors); records the key."""
+    device, entries, outputs = key
+    history = _recent[device]
+    try:
+        if not history:
+            return f"first graph compiled on lazyxla:{device}"
+        best_key, best_donors = max(history, key=lambda kd: _common_prefix(kd[0][1], entries))
+        old_entries = best_key[1]
+        n = _common_prefix(old_entries, entries)
+        if n == len(old_entries) == len(entries):
+            if best_key[2] != outputs:
+                return f"same {n} nodes as an earlier graph, but it returns different outputs"
+            return (f"same graph as an earlier one ({n} nodes); only the donor set changed: "
+                    f"{list(best_donors)} -> {list(donors)}")
+        if n >= len(entries):
+            return f"a prefix of an earlier graph: {len(entries)} of its {len(old_entries)} nodes"
+        if n >= len(old_entries):
+            return f"an earlier graph ({len(old_entries)} nodes) plus {len(entries) - n} more nodes"
+        return (f"differs from the closest earlier graph at node {n} of {len(entries)}: "
+                f"was {_describe(old_entries[n])}; now {_describe(entries[n])}")
+    finally:
+        history.append((key, donors))
