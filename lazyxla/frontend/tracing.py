@@ -129,6 +129,9 @@ def _to_meta(value):
         return tp(_to_meta(v) for v in value)
     if tp is torch.device and value.type == DEVICE_TYPE:
         return _META
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and value.device.type == "cpu":
+        # a 0-d host operand becomes a runtime scalar; some meta kernels refuse to mix devices
+        return torch.empty((), dtype=value.dtype, device=_META)
     return value
 
 
