@@ -49,7 +49,8 @@ def _randint_like_low(ctx, x, low, high, *, seed, **kwargs):
 
 @register(aten.uniform_.default)
 def _uniform(ctx, x, low=0.0, high=1.0, *, seed):
-    return jax.random.uniform(_key(seed), ctx.shape, _float(ctx), low, high)
+    dt = _float(ctx)
+    return jax.random.uniform(_key(seed), ctx.shape, dt, jnp.asarray(low, dt), jnp.asarray(high, dt))
 
 
 @register(aten.bernoulli_.float, aten.bernoulli.p)
