@@ -1,6 +1,6 @@
 """Registration of the `lazyxla` device with PyTorch.
 
-Route (verified on torch 2.13, see docs/frontend.md): PrivateUse1 renamed to
+Route (verified on torch 2.13, see docs/design.md): PrivateUse1 renamed to
 "lazyxla" with a Python device guard so autograd works without C++; Python
 kernels on the PrivateUse1 key for allocation and for the factory ops whose
 composite kernels would resize an `out=` tensor (a wrapper subclass cannot be
@@ -44,7 +44,8 @@ def device_index(device) -> int:
 def register_kernels() -> None:
     """Python kernels on the PrivateUse1 key (called once, after dispatch exists)."""
     from ..ir.node import Node
-    from .dispatch import dispatch
+    from ..lock import LOCK
+    from .dispatch import dispatch as _dispatch
     from .special import copy_from_host
     from .storage import Storage
     from .tensor import LazyTensor
@@ -52,6 +53,12 @@ def register_kernels() -> None:
 
     lib = torch.library.Library("aten", "IMPL")
     aten = torch.ops.aten
+
+    # These kernels are entry points like __torch_dispatch__: they hold the runtime
+    # lock (lazyxla/lock.py) so that a sync in another thread never sees them half done.
+    def dispatch(op, args, kwargs):
+        with LOCK:
+            return _dispatch(op, args, kwargs)
 
     def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
         return _empty(tuple(size), None, dtype, device)
@@ -66,7 +73,8 @@ def register_kernels() -> None:
         index = device_index(device)
         node = _zeros_node(size, dtype)
         spec = (size, stride if stride is not None else contiguous_strides(size), 0, dtype)
-        return LazyTensor.wrap(Storage(node, index), None, node, spec)
+        with LOCK:
+            return LazyTensor.wrap(Storage(node, index), None, node, spec)
 
     def _zeros_node(size, dtype) -> Node:
         from ..ir.node import intern_sig
@@ -74,7 +82,8 @@ def register_kernels() -> None:
                     intern_sig(("zeros", size, dtype)))
 
     def copy_from(src, dst, non_blocking=False):
-        copy_from_host(src, dst)
+        with LOCK:
+            copy_from_host(src, dst)
         return dst
 
     def factory(op):
