@@ -7,6 +7,7 @@ import torch
 
 from .frontend.tensor import LazyTensor
 from .ir.node import OPT_BARRIER, Node, getitem_node, intern_sig
+from .lock import LOCK
 from .sync.api import host_values
 
 
@@ -55,12 +56,13 @@ def optimization_barrier_(tensors: Sequence[torch.Tensor]) -> None:
             raise TypeError("lazyxla: optimization_barrier_ expects lazyxla tensors")
     if not tensors:
         return
-    values = tuple(t.checked_value() for t in tensors)
-    shapes = tuple(v.shape for v in values)
-    dtypes = tuple(v.dtype for v in values)
-    node = Node(OPT_BARRIER, values, None, values, shapes, dtypes,
-                intern_sig((OPT_BARRIER, shapes, dtypes)), None, len(values))
-    for i, t in enumerate(tensors):
-        t.write(getitem_node(node, i))
+    with LOCK:  # reads and rewrites storages, like a traced op (lazyxla/lock.py)
+        values = tuple(t.checked_value() for t in tensors)
+        shapes = tuple(v.shape for v in values)
+        dtypes = tuple(v.dtype for v in values)
+        node = Node(OPT_BARRIER, values, None, values, shapes, dtypes,
+                    intern_sig((OPT_BARRIER, shapes, dtypes)), None, len(values))
+        for i, t in enumerate(tensors):
+            t.write(getitem_node(node, i))
 
 

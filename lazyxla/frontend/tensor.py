@@ -14,6 +14,7 @@ import torch
 
 from ..ir.node import DATA, Node
 from ..runtime.device_data import donated_error
+from ..lock import LOCK
 from .device import DEVICES
 from .storage import Storage
 
@@ -91,7 +92,8 @@ class LazyTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        return _dispatch(func, args, kwargs or {})
+        with LOCK:  # each traced op is atomic w.r.t. syncs in other threads (lazyxla/lock.py)
+            return _dispatch(func, args, kwargs or {})
 
     def __repr__(self, *, tensor_contents=None) -> str:  # noqa: D105
         from ..sync.api import host_value

@@ -16,7 +16,6 @@ the live holders of every buffer (see alias/planner.py).
 """
 from __future__ import annotations
 
-import threading
 from typing import Iterable, Optional
 
 import torch
@@ -34,9 +33,9 @@ from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
 from .collect import collect, reads_donated
 
-# One lock for the whole runtime: syncs (which read and rewrite every live
-# storage of a device) never interleave. See docs/concurrency.md.
-LOCK = threading.RLock()
+# One lock for the whole runtime, also held by every op trace (lazyxla/lock.py,
+# docs/reliability.md): syncs never interleave with each other or with tracing.
+from ..lock import LOCK  # noqa: E402
 
 
 class LastGraph:
