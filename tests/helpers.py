@@ -65,3 +65,14 @@ def check_op(fn: Callable, *inputs, rtol=1e-5, atol=1e-6, backward=None):
             assert d.grad is not None, "missing gradient"
             assert_close(d.grad, c.grad, rtol=max(rtol, 1e-4), atol=max(atol, 1e-5))
     return actual
+
+
+def randn_grad(*shape, dtype=torch.float32):
+    """A random leaf tensor that requires grad."""
+    return torch.randn(shape).to(dtype).requires_grad_()
+
+
+def assert_no_fallback(*names):
+    """None of the ops `names` ran on the host (their aten:: counters are unset)."""
+    for name in names:
+        assert lx.metrics.counter_value(f"aten::{name}") is None, f"aten::{name} ran on the host"

@@ -158,14 +158,13 @@ def _reshape_back(base, src, *args):
     return jnp.reshape(src, base.shape)
 
 
-@_direct(aten.t.default)
-def _t_back(base, src):
-    return src.T if src.ndim == 2 else src
+def _self_inverse(forward):
+    """Scatter for a view that is its own inverse: apply it to the new values."""
+    return lambda base, src, *args: forward(None, src, *args)
 
 
-@_direct(aten.transpose.int)
-def _transpose_back(base, src, d0, d1):
-    return jnp.swapaxes(src, d0, d1)
+_DIRECT_SCATTER[aten.t.default] = _self_inverse(_t)
+_DIRECT_SCATTER[aten.transpose.int] = _self_inverse(_transpose)
 
 
 @_direct(aten.permute.default)

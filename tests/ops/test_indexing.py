@@ -5,18 +5,10 @@ import torch
 import torch.nn.functional as F
 
 import lazyxla as lx
-from helpers import check_op
+from helpers import assert_no_fallback, check_op
+from helpers import randn_grad as _x
 
 LOW = [(torch.float32, 1e-5, 1e-6), (torch.bfloat16, 2e-2, 2e-2), (torch.float16, 2e-3, 2e-3)]
-
-
-def _x(*shape, dtype=torch.float32):
-    return torch.randn(shape).to(dtype).requires_grad_()
-
-
-def assert_no_fallback(*names):
-    for name in names:
-        assert lx.metrics.counter_value(f"aten::{name}") is None, f"aten::{name} ran on the host"
 
 
 # -- gather / scatter ----------------------------------------------------------------

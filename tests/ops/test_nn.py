@@ -9,18 +9,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import lazyxla as lx
-from helpers import assert_close, check_op
+from helpers import assert_close, assert_no_fallback, check_op
+from helpers import randn_grad as _x
 
 LOW = [(torch.float32, 1e-5, 1e-5), (torch.bfloat16, 3e-2, 3e-2), (torch.float16, 3e-3, 3e-3)]
-
-
-def _x(*shape, dtype=torch.float32):
-    return torch.randn(shape).to(dtype).requires_grad_()
-
-
-def assert_no_fallback(*names):
-    for name in names:
-        assert lx.metrics.counter_value(f"aten::{name}") is None, f"aten::{name} ran on the host"
 
 
 def check_module(module, *inputs, steps=1, rtol=1e-5, atol=1e-5, input_grad=True):
