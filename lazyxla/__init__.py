@@ -31,3 +31,13 @@ from . import debug  # noqa: E402,F401
 from .devices import device, device_count, devices, platform  # noqa: E402,F401
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "device", "devices", "device_count", "platform",
+    "sync", "sync_tensors", "wait_device_ops",
+    "set_buffer_donation", "get_buffer_donation", "is_donated",
+    "set_explicit_donation", "explicit_donation_enabled", "explicit_donation",
+    "set_aliasing", "aliasing_enabled",
+    "graph_hash", "metrics", "debug", "save", "optimization_barrier_",
+    "DonatedBufferError", "LoweringError", "LazyTensor",
+]
