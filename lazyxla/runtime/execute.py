@@ -59,6 +59,8 @@ def execute(graph: Graph, exe: Executable) -> tuple:
             data = installed[slot] = DeviceData(outs[slot], node.shape, node.dtype, device, owner=st)
         st.write(data_node(data))
     _in_flight.extend(weakref.ref(o) for o in outs)
+    if len(_in_flight) > 4096:  # a loop that never waits: forget outputs already freed
+        _in_flight[:] = [r for r in _in_flight if r() is not None]
     return outs
 
 
