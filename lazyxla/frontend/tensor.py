@@ -90,6 +90,22 @@ class LazyTensor(torch.Tensor):
         from ..sync.api import host_value
         return host_value(self).tolist()
 
+    def numpy(self, *, force: bool = False):
+        if not force:
+            raise TypeError(f"can't convert {self.device} device type tensor to numpy. "
+                            "Use Tensor.cpu() to copy the tensor to host memory first.")
+        from ..sync.api import host_value
+        return host_value(self).numpy()
+
+    def __reduce_ex__(self, protocol):
+        # Pickling (torch.save, multiprocessing) stores the value as a CPU tensor, like
+        # lx.save: device buffers and lazy state are process-local.
+        from ..sync.api import host_value
+        host = host_value(self)
+        if self.requires_grad:
+            host.requires_grad_()
+        return host.__reduce_ex__(protocol)
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         with LOCK:  # each traced op is atomic w.r.t. syncs in other threads (lazyxla/lock.py)
@@ -103,6 +119,10 @@ class LazyTensor(torch.Tensor):
             return f"<lazyxla tensor shape={list(self.shape)} dtype={self.dtype} device={self.device}: {e}>"
         body = repr(host)
         suffix = f", device='{self.device}'"
+        if self.grad_fn is not None:
+            suffix += f", grad_fn=<{type(self.grad_fn).__name__}>"
+        elif self.requires_grad:
+            suffix += ", requires_grad=True"
         if body.endswith(")"):
             return body[:-1] + suffix + ")"
         return body + suffix
