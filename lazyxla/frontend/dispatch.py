@@ -47,17 +47,15 @@ def dispatch(func, args, kwargs):
     return info.handler(func, info, args, kwargs)
 
 
-def run_op(func, args, kwargs):
-    """Record `func` from inside lazyxla (not a dispatcher entry: not counted in TracedOps)."""
-    info = _INFOS.get(func)
-    if info is None:
-        info = classify(func)
-    return info.handler(func, info, args, kwargs)
-
-
 def op_info(func) -> OpInfo:
     info = _INFOS.get(func)
     return info if info is not None else classify(func)
+
+
+def run_op(func, args, kwargs):
+    """Record `func` from inside lazyxla (not a dispatcher entry: not counted in TracedOps)."""
+    info = op_info(func)
+    return info.handler(func, info, args, kwargs)
 
 
 # -- handlers ------------------------------------------------------------------------
@@ -191,10 +189,6 @@ def _inplace_decomposed(func, info, args, kwargs):
     result = decomposition_for(info.functional)(*args, **kwargs)
     assign(self, result.lazy_value())
     return self
-
-
-def _unsupported_mutation(func, info, args, kwargs):
-    raise NotImplementedError(f"lazyxla: {func} mutates its arguments in a way lazyxla does not support")
 
 
 def _fallback(func, info, args, kwargs):
