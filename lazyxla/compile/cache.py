@@ -7,6 +7,7 @@ LAZYXLA_COMPILE_CACHE_SIZE (default 1024), least recently used evicted.
 from __future__ import annotations
 
 import collections
+import ctypes
 import os
 import time
 import warnings
@@ -20,7 +21,7 @@ from .._jax import jax_devices, jax_dtype
 from ..errors import LoweringError
 from ..sync.collect import Graph
 from .explain import explain
-from .program import PACK_DTYPES, build
+from .program import PACK_DTYPES, build, pack_counts
 
 _MAX = int(os.environ.get("LAZYXLA_COMPILE_CACHE_SIZE", "1024"))
 # LAZYXLA_EXPLAIN_RECOMPILES=1 warns with the reason at every compile.
@@ -37,11 +38,11 @@ class Executable:
     """One compiled graph: what `jax.stages.Compiled` gives plus our bookkeeping."""
     __slots__ = ("key_hex", "donors", "call", "compiled", "n_params", "compile_ns", "memory")
 
-    def __init__(self, key_hex: str, donors: tuple, call, compiled, n_params: int, compile_ns: int) -> None:
+    def __init__(self, key_hex: str, donors: tuple, compiled, n_params: int, compile_ns: int) -> None:
         self.key_hex = key_hex
         self.donors = donors
-        self.call = call
-        self.compiled = compiled
+        self.compiled = compiled  # jax.stages.Compiled
+        self.call = compiled      # what execute() invokes (tests may wrap it)
         self.n_params = n_params
         self.compile_ns = compile_ns
         self.memory: Optional[dict] = None
@@ -102,11 +103,8 @@ def compile_graph(graph: Graph, donors: tuple) -> Executable:
     device = jax_devices()[graph.device]
     sharding = SingleDeviceSharding(device)
     avals = [jax.ShapeDtypeStruct(d.shape, jax_dtype(d.dtype), sharding=sharding) for d in graph.params]
-    counts = [0, 0, 0]
-    from .program import pack_kind
-    for s in graph.scalars:
-        counts[pack_kind(s)] += 1
-    avals += [jax.ShapeDtypeStruct((n,), dt, sharding=sharding) for n, dt in zip(counts, PACK_DTYPES)]
+    avals += [jax.ShapeDtypeStruct((n,), dt, sharding=sharding)
+              for n, dt in zip(pack_counts(graph), PACK_DTYPES)]
     jitted = jax.jit(program, donate_argnums=donors, keep_unused=True, out_shardings=sharding)
     start = time.perf_counter_ns()
     try:
@@ -123,4 +121,28 @@ def compile_graph(graph: Graph, donors: tuple) -> Executable:
     metrics.metric_add("CompileTime", elapsed)
     metrics.metric_add("InputOutputAliasCount", len(donors))
     metrics.counter_add("CreateCompileHandles")
-    return Executable(key_hex(graph.key + (donors,)), donors, compiled, compiled, n_params, elapsed)
+    _release_freed_heap()
+    return Executable(key_hex(graph.key + (donors,)), donors, compiled, n_params, elapsed)
+
+
+def _release_freed_heap() -> None:
+    """Hand the compiler's freed scratch memory back to the OS.
+
+    XLA's compile of a training step allocates hundreds of MB that glibc keeps
+    in its heap after they are freed; without this, that memory stays in the
+    process's resident set for the whole run (measured: W2 steady-state RSS
+    1065 MB -> 696 MB). No-op where glibc's malloc_trim does not exist."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _load_libc():
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim  # noqa: B018  (raises AttributeError if missing)
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_LIBC = _load_libc()

@@ -1,9 +1,10 @@
 """Why did this graph compile? Compare a new key with the closest earlier key.
 
-Keys are tuples of per-node entries (compile cache key = graph key + donors),
-so the first entry that differs names the node whose op, shapes, static
-arguments or operand wiring changed; equal graphs that differ only in their
-donor set are reported as such.
+Keys are tuples of per-node entries (compile cache key = graph key + donors).
+The closest earlier graph is the one sharing the most node signatures (then
+the longest common prefix); the first entry that differs names the node whose
+op, shapes, static arguments or operand wiring changed; equal graphs that
+differ only in their donor set are reported as such.
 """
 from __future__ import annotations
 
@@ -48,7 +49,14 @@ def explain(key: tuple, donors: tuple) -> str:
     try:
         if not history:
             return f"first graph compiled on lazyxla:{device}"
-        best_key, best_donors = max(history, key=lambda kd: _common_prefix(kd[0][1], entries))
+        sigs = collections.Counter(e[0] for e in entries)
+
+        def similarity(kd):
+            old = kd[0][1]
+            shared = sum((collections.Counter(e[0] for e in old) & sigs).values())
+            return shared, _common_prefix(old, entries)
+
+        best_key, best_donors = max(history, key=similarity)
         old_entries = best_key[1]
         n = _common_prefix(old_entries, entries)
         if n == len(old_entries) == len(entries):

@@ -138,6 +138,14 @@ def _apply(rule: Callable, ctx: Ctx, args: tuple, kwargs: dict):
     return out
 
 
+def pack_counts(graph: Graph) -> list:
+    """Length of each scalar pack (float64, int64, bool) of `graph`."""
+    counts = [0, 0, 0]
+    for s in graph.scalars:
+        counts[pack_kind(s)] += 1
+    return counts
+
+
 def pack_scalars(graph: Graph) -> list:
     values: list = [[], [], []]
     for s in graph.scalars:
