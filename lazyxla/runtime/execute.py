@@ -7,6 +7,7 @@ graph key that consumed them.
 """
 from __future__ import annotations
 
+import threading
 import weakref
 
 import jax
@@ -16,6 +17,7 @@ from ..compile.cache import Executable
 from ..compile.program import pack_scalars
 from ..ir.node import data_node
 from ..sync.collect import Graph
+from . import shutdown
 from .device_data import DeviceData
 
 _in_flight: list = []
@@ -70,4 +72,9 @@ def wait_all() -> None:
     _in_flight.clear()
     live = [a for a in pending if a is not None and not a.is_deleted()]
     if live:
-        jax.block_until_ready(live)
+        me = threading.get_ident()
+        shutdown.waiting.add(me)  # the exit handler lets this wait return first
+        try:
+            jax.block_until_ready(live)
+        finally:
+            shutdown.waiting.discard(me)
