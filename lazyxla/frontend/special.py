@@ -7,7 +7,7 @@ import torch
 from ..ir.node import Node, data_node, scalar_node
 from ..runtime.transfer import upload
 from .device import DEVICE_TYPE
-from .dispatch import _alias, _fallback, _functional, _identity, assign, run_op
+from .dispatch import _alias, _fallback, _functional, _identity, _view, assign, run_op
 from .tensor import LazyTensor
 from .tracing import convert_call, lookup, wrap_outputs
 
@@ -140,7 +140,51 @@ def _random(func, info, args, kwargs):
     return wrap_outputs(node, entry, device)
 
 
+def _inplace_view(func, info, args, kwargs):
+    """t_ / transpose_ / unsqueeze_ / squeeze_ / swapdims_ / as_strided_ / set_(tensor):
+    `self` becomes the view (or alias) in place. The functional view is traced as
+    usual, then `.data =` swaps self's metadata to it (found by the differential
+    tester: treating these as ordinary in-place ops wrote a transposed value into
+    the storage behind the old shape, and the next sync failed)."""
+    self = args[0]
+    if func is aten.set_.source_Tensor:
+        new = args[1] if len(args) > 1 else kwargs["source"]
+        if not isinstance(new, LazyTensor):
+            raise RuntimeError(f"lazyxla: set_ expects a lazyxla source tensor, got a {new.device} tensor")
+    else:
+        new = run_op(_INPLACE_VIEWS[func], args, kwargs)
+    self.data = new
+    return self
+
+
+def _as_strided(func, info, args, kwargs):
+    """as_strided addresses the *storage*; its lowering indexes the input's row-major
+    values, which is the storage only for a contiguous base tensor. Elsewhere (a view,
+    a transposed base) it would silently read the wrong elements: refuse clearly."""
+    self = args[0]
+    if self._view is not None or not self.is_contiguous():
+        raise NotImplementedError(
+            "lazyxla: as_strided is supported on contiguous base tensors only (this one is a view or "
+            f"has strides {tuple(self.stride())}); call .contiguous() or .clone() first and index that")
+    return _view(func, info, args, kwargs)
+
+
+_INPLACE_VIEWS = {
+    aten.t_.default: aten.t.default,
+    aten.transpose_.default: aten.transpose.int,
+    aten.unsqueeze_.default: aten.unsqueeze.default,
+    aten.squeeze_.default: aten.squeeze.default,
+    aten.squeeze_.dim: aten.squeeze.dim,
+    aten.squeeze_.dims: aten.squeeze.dims,
+    aten.swapdims_.default: aten.swapdims.default,
+    aten.swapaxes_.default: aten.swapaxes.default,
+    aten.as_strided_.default: aten.as_strided.default,
+}
+
 SPECIAL = {
+    aten.as_strided.default: _as_strided,
+    aten.set_.source_Tensor: _inplace_view,
+    **{op: _inplace_view for op in _INPLACE_VIEWS},
     aten.copy_.default: _copy,
     aten._to_copy.default: _to_copy,
     aten.detach.default: _alias,
