@@ -95,3 +95,46 @@ def test_host_read_of_marked_tensor_and_its_view_with_explicit_donation(dev):
     with lx.explicit_donation(True):
         ha, hv = host_values([a, v])
     assert ha.item() == 3.0 and hv.tolist() == [3.0]
+
+
+@pytest.mark.parametrize("op", ["t_", "transpose_", "unsqueeze_", "squeeze_", "swapdims_", "set_"])
+def test_inplace_view_ops_change_the_tensor_not_the_storage(dev, op):
+    # Bug: x.t_() was traced as an ordinary in-place op: the transposed value was written
+    # into the storage while x kept its old shape; the next sync failed with "lowering of
+    # aten.mul.Tensor produced shape (4, 3), expected (3, 4)".
+    def prog(base):
+        x = base[1:] if op in ("squeeze_", "transpose_") else base
+        if op == "t_":
+            x.t_()
+        elif op == "transpose_":
+            x.transpose_(0, 1)
+        elif op == "unsqueeze_":
+            x.unsqueeze_(0)
+        elif op == "squeeze_":
+            x = base[:1]
+            x.squeeze_(0)
+        elif op == "swapdims_":
+            x.swapdims_(0, 1)
+        else:
+            x.set_(base[1:])
+        x[0].mul_(-1)  # writes through the new geometry
+        return x * 1, base * 1
+
+    host = torch.arange(12.0).reshape(3, 4)
+    lazy = host.to(dev)
+    want = prog(host)
+    got = prog(lazy)
+    lx.sync()
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and torch.equal(g.cpu(), w)
+
+
+def test_as_strided_on_a_view_refuses_instead_of_reading_wrong_elements(dev):
+    # as_strided addresses the storage; on a view the lowering read the view's own
+    # values instead ([[5, 9], [6, 10]] where eager gives [[1, 5], [2, 6]]).
+    host = torch.arange(12.0).reshape(3, 4)
+    x = host.to(dev)
+    assert torch.equal(x.as_strided((2, 2), (1, 4), 1).cpu(), host.as_strided((2, 2), (1, 4), 1))
+    for view in (x[1:], x.t()):
+        with pytest.raises(NotImplementedError, match="as_strided"):
+            view.as_strided((2, 2), (1, 4), 1)

@@ -355,7 +355,17 @@ class Program:
             kinds += ["transpose", "diagonal"]
         if nd == 2:
             kinds.append("t")
+        kinds.append("inplace_view")
         kind = self.choice(kinds)
+        if kind == "inplace_view":  # x itself becomes a view of itself (metadata change)
+            variants = [("unsqueeze_(0)", lambda t: t.unsqueeze_(0))]
+            if nd >= 2:
+                variants += [("t_()" if nd == 2 else "transpose_(0, 1)",
+                              (lambda t: t.t_()) if nd == 2 else (lambda t: t.transpose_(0, 1)))]
+            if 1 in shape or nd == 0:
+                variants.append(("squeeze_()", lambda t: t.squeeze_()))
+            name, fn = self.choice(variants)
+            return self.inplace("{}." + name, fn, x)
         if kind == "slice":
             d = self.draw(st.integers(0, nd - 1))
             n = shape[d]
