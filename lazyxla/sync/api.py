@@ -101,15 +101,16 @@ def sync(wait: bool = False) -> None:
 
 
 def cut_graphs() -> None:
-    """Graph size cap reached: materialise all pending work (not a step barrier, so
-    explicit donors only if enabled; automatic aliasing stays safe via the planner)."""
+    """Graph size cap reached: materialise all pending work (automatic aliasing stays
+    safe via the planner). Never explicit donors, even with explicit donation enabled:
+    the cut happens at an op the user did not choose, often one that reads the marked
+    tensor, which then raised DonatedBufferError at a random op (differential tester)."""
     with LOCK:
         traced_since_sync[0] = 0
         metrics.counter_add("GraphSizeCut")
         for device in live_devices():
             _run(device, _pending(live_storages(device)), automatic=True,
-                 explicit=config.explicit_donation_enabled(device), kind="graph size cut",
-                 skip_donated=True)
+                 explicit=False, kind="graph size cut", skip_donated=True)
 
 
 def _check_lazy(tensors, what: str) -> list:
