@@ -138,3 +138,21 @@ def test_as_strided_on_a_view_refuses_instead_of_reading_wrong_elements(dev):
     for view in (x[1:], x.t()):
         with pytest.raises(NotImplementedError, match="as_strided"):
             view.as_strided((2, 2), (1, 4), 1)
+
+
+def test_graph_size_cut_never_donates_explicit_marks(dev, monkeypatch):
+    # Bug: with explicit donation enabled, an automatic graph-size cut (a sync the user
+    # did not ask for, run at the entry of an op) donated a marked buffer, and the very
+    # op that triggered the cut, `-v0`, raised DonatedBufferError.
+    from lazyxla.frontend import dispatch as dispatch_mod
+    lx.sync()
+    monkeypatch.setattr(dispatch_mod, "GRAPH_OP_LIMIT", 2)
+    v0 = torch.tensor(3.0).to(dev)
+    assert lx.set_buffer_donation(v0)
+    lx.set_explicit_donation(True)
+    v1 = v0 + 2
+    v2 = -v0
+    v3 = v0 * v1
+    assert (lx.metrics.counter_value("GraphSizeCut") or 0) >= 1
+    assert not lx.is_donated(v0)
+    assert [v1.item(), v2.item(), v3.item()] == [5.0, -3.0, 15.0]

@@ -342,6 +342,25 @@ class Program:
         else:
             self.derive("{} @ {}", torch.matmul, x, y)
 
+    def op_grad(self):
+        """Autograd on the device: gradient of a small expression of a float32 tensor."""
+        x = self.pick(lambda v: v.eager.dtype == F32)
+        if x is None:
+            return
+        exprs = (
+            ("(l * l + l).sum()", lambda l: (l * l + l).sum()),
+            ("l.relu().mean()", lambda l: l.relu().mean()),
+            ("(l.unsqueeze(0) * 3).sum()", lambda l: (l.unsqueeze(0) * 3).sum()),
+            ("l.t().sum() if 2-d else l.sum()", lambda l: (l.t() if l.dim() == 2 else l).sum()),
+            ("(l.clone().mul_(2) * l).sum()", lambda l: (l.clone().mul_(2) * l).sum()),
+        )
+        text, expr = self.choice(exprs)
+
+        def grad(t):
+            leaf = t.detach().clone().requires_grad_()
+            return torch.autograd.grad(expr(leaf), leaf)[0]
+        self.derive(f"grad({text} at l={{}})", grad, x)
+
     # -- views -------------------------------------------------------------------------
     def op_view(self):
         x = self.pick()
@@ -629,7 +648,7 @@ class Program:
         ("op_reduce", 2), ("op_matmul", 1), ("op_view", 5), ("op_inplace", 7), ("op_del", 1),
         ("op_mark", 6), ("op_sync", 3), ("op_sync_tensors", 2), ("op_explicit", 2), ("op_host_read", 2),
         ("op_check_all", 1), ("op_drop_dead", 1), ("op_donate_cycle", 3), ("op_aliasing", 1),
-        ("op_barrier", 1), ("op_save", 1),
+        ("op_barrier", 1), ("op_save", 1), ("op_grad", 1),
     )
     _TABLE = tuple(name for name, w in OPS for _ in range(w))
 
