@@ -8,9 +8,19 @@ same process keeps working (it just sees 64-bit defaults).
 """
 from __future__ import annotations
 
+import os
+
 import jax
 
 jax.config.update("jax_enable_x64", True)
+
+# LAZYXLA_CACHE_DIR: keep compiled executables on disk (JAX's persistent
+# compilation cache), so a second run of the same program skips XLA compiles.
+_cache_dir = os.environ.get("LAZYXLA_CACHE_DIR")
+if _cache_dir:
+    jax.config.update("jax_compilation_cache_dir", _cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 import jax.numpy as jnp  # noqa: E402  (must come after the x64 switch)
 import numpy as np  # noqa: E402
