@@ -308,3 +308,26 @@ def test_host_fallback_failure_reports_op_and_shapes(dev):
     assert "out of range" in msg  # the host's own message is kept
     assert x.tolist() == [1.0, 2.0, 3.0, 4.0]  # the input is intact and usable
     assert (x * 2).sum().item() == 20.0
+
+
+class _Picky(Exception):
+    def __init__(self, code, detail):  # not constructible from one message
+        super().__init__(f"{code}: {detail}")
+
+
+def test_host_fallback_failure_with_an_unusual_exception_type(dev):
+    lib = torch.library.Library("lazyxla_failtest", "DEF")
+    lib.define("boom(Tensor x, *, int k) -> Tensor")
+
+    def boom(x, *, k):
+        raise _Picky(7, "host kernel exploded")
+
+    lib.impl("boom", boom, "CPU")
+    x = torch.ones(2, 3, device=dev)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(_Picky) as info:
+            torch.ops.lazyxla_failtest.boom(x, k=5)
+    notes = " ".join(getattr(info.value, "__notes__", ()))
+    assert "boom" in notes and "Tensor[2, 3]" in notes and "k=5" in notes, notes
+    assert x.sum().item() == 6.0

@@ -69,7 +69,14 @@ def run_on_host(func, info, args, kwargs):
     try:
         result = func(*hargs, **hkwargs)
     except Exception as e:
-        raise type(e)(f"lazyxla host fallback of {func} failed for ({_describe(args)}): {e}") from e
+        described = _describe(args) + "".join(f", {k}={_describe([v])}" for k, v in kwargs.items())
+        msg = f"lazyxla host fallback of {func} failed for ({described}): {e}"
+        try:
+            err = type(e)(msg)  # same type, so callers' except clauses keep working
+        except Exception:  # noqa: BLE001  (a constructor with other arguments)
+            e.add_note(msg)
+            raise e
+        raise err from e
     # write back arguments the op mutated
     schema_args = func._schema.arguments
     for i, a in enumerate(schema_args):
