@@ -16,6 +16,7 @@ from .. import metrics
 from ..compile.cache import Executable
 from ..compile.program import pack_scalars
 from ..ir.node import data_node
+from ..lock import LOCK
 from ..sync.collect import Graph
 from . import shutdown
 from .device_data import DeviceData
@@ -68,8 +69,9 @@ def execute(graph: Graph, exe: Executable) -> tuple:
 
 def wait_all() -> None:
     """Block until every execution scheduled so far has finished."""
-    pending = [r() for r in _in_flight]
-    _in_flight.clear()
+    with LOCK:  # executes append under the lock: take and clear the list atomically
+        pending = [r() for r in _in_flight]
+        _in_flight.clear()
     live = [a for a in pending if a is not None and not a.is_deleted()]
     if live:
         me = threading.get_ident()
