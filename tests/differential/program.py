@@ -106,6 +106,11 @@ def assert_same(what: str, lazy_host, eager) -> None:
 
 _NO = object()
 
+
+def _fallbacks() -> int:
+    """Host-fallback runs so far (counters named aten::<op> / prims::<op>)."""
+    return sum(v for k, v in list(lx.metrics._counters.items()) if "::" in k)
+
 # Uses of a donated tensor; each must raise lx.DonatedBufferError.
 USES = (
     ("cpu()", lambda t: t.cpu()),
@@ -160,12 +165,17 @@ BINARY = (
 class Program:
     def __init__(self, data) -> None:
         self.data = data
+        self.fallbacks = _fallbacks()
         self.vars: dict[str, Var] = {}
         self.dead: list = []       # donated lazy tensors deliberately kept referenced
         self.marked: set = set()   # alias groups marked with set_buffer_donation(.., True) -> True
         self.counter = 0
         self.groups = 0
         self.steps = 0
+        # Whether the current step ran a sync that may donate explicitly marked buffers:
+        # a step barrier, or any other sync or host read with explicit donation enabled
+        # (never graph-size cuts or lx.save; nothing with aliasing off).
+        self.may_donate = False
 
     # -- drawing helpers -----------------------------------------------------------
     def draw(self, strategy):
@@ -563,6 +573,7 @@ class Program:
     def op_sync(self):
         wait = self.draw(st.booleans())
         self.log(f"lx.sync(wait={wait})")
+        self.allow_donation(barrier=True)
         lx.sync(wait=wait)
 
     def op_sync_tensors(self):
@@ -571,6 +582,7 @@ class Program:
             return
         wait, inplace = self.draw(st.booleans()), self.draw(st.booleans())
         self.log(f"lx.sync_tensors([{', '.join(v.name for v in vs)}], wait={wait}, donate_inplace={inplace})")
+        self.allow_donation()
         lx.sync_tensors([v.lazy for v in vs], wait=wait, donate_inplace=inplace)
 
     def op_explicit(self):
@@ -586,6 +598,7 @@ class Program:
         if kind == "item" and x.eager.numel() != 1:
             kind = "cpu"
         self.log(f"{x.name}.{kind}()")
+        self.allow_donation(barrier=kind == "explicit_cpu")
         if kind == "cpu":
             assert_same(f"{x.name}.cpu()", x.lazy.cpu(), x.eager)
         elif kind == "explicit_cpu":
@@ -606,6 +619,7 @@ class Program:
     def op_check_all(self):
         names = list(self.vars)
         self.log("check_all()")
+        self.allow_donation()
         try:
             hosts = host_values([self.vars[n].lazy for n in names])
         except lx.DonatedBufferError as e:
@@ -619,13 +633,25 @@ class Program:
             self.dead.clear()
 
     # -- donation scan -----------------------------------------------------------------------
+    def allow_donation(self, barrier: bool = False) -> None:
+        if lx.aliasing_enabled() and (barrier or lx.explicit_donation_enabled()):
+            self.may_donate = True
+
     def scan_donated(self) -> None:
+        may_donate, self.may_donate = self.may_donate, False
+        if _fallbacks() != self.fallbacks:  # a host fallback ran: its read is a sync too
+            self.fallbacks = _fallbacks()
+            if lx.aliasing_enabled() and lx.explicit_donation_enabled():
+                may_donate = True
         for name, v in list(self.vars.items()):
             if not lx.is_donated(v.lazy):
                 continue
             if v.group not in self.marked:
                 raise Mismatch(f"{name} was donated although neither it nor any view/alias of it was "
                                "marked with lx.set_buffer_donation")
+            if not may_donate:
+                raise Mismatch(f"{name} was donated by a step that may not donate marked buffers "
+                               "(no step barrier, explicit donation off, or aliasing off)")
             use_name, use = self.choice(USES if v.writable else READ_USES)
             self.log(f"# {name} is donated; {name}.{use_name} must raise DonatedBufferError")
             try:
@@ -660,7 +686,9 @@ class Program:
 
     def finish(self) -> None:
         self.op_check_all()
+        self.scan_donated()
         self.log("lx.sync(wait=True)")
+        self.allow_donation(barrier=True)
         lx.sync(wait=True)
         self.scan_donated()
         self.op_check_all()
