@@ -65,6 +65,9 @@ def _functional(func, info, args, kwargs):
     return wrap_outputs(node, entry, device)
 
 
+_FILLS = (aten.fill.Scalar, aten.fill.Tensor, aten.zero.default)
+
+
 def check_no_internal_overlap(t: LazyTensor) -> None:
     """Eager refuses writes into views where several elements share memory (expand)."""
     shape, stride = t._mkey[0], t._mkey[1]
@@ -89,7 +92,7 @@ def _inplace(func, info, args, kwargs):
     self = args[0]
     if type(self) is not LazyTensor:
         check_lazy_target(self, info)
-    if self._view is not None:
+    if self._view is not None and info.functional not in _FILLS:  # eager fills overlapping memory
         check_no_internal_overlap(self)
     nargs, nkw, inputs, key, _ = convert_call(info, args, kwargs)
     entry = lookup(key, func, args, kwargs)  # meta run of the in-place op: eager's errors

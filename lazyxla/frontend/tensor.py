@@ -70,6 +70,17 @@ class LazyTensor(torch.Tensor):
             st.write(node)
             return
         from .views import scatter_chain
+        if _broadcasts(st.value.shape, view) and not (
+                node.op in _UNIFORM_WRITES and _broadcasts(st.value.shape, view[:-1]) is False
+                and view[-1][0] in _EXPANDS):
+            # Found by the differential tester (writing into an autograd.grad result):
+            # the scatter back through a broadcasting expand keeps one of the aliased
+            # elements, often a stale one, so the write was silently lost. Eager
+            # rejects most such writes itself (internal overlap); refuse the rest.
+            # Filling a whole expanded view is exact (every alias gets the value).
+            raise NotImplementedError(
+                "lazyxla: in-place writes through an expanded (broadcast) view are not supported, "
+                "except filling the whole expanded view; clone() the tensor first")
         st.write(scatter_chain(st.value, view, node))
         self._vcache = (st.version, node)
 
@@ -126,6 +137,24 @@ class LazyTensor(torch.Tensor):
         if body.endswith(")"):
             return body[:-1] + suffix + ")"
         return body + suffix
+
+
+_aten = torch.ops.aten
+_EXPANDS = (_aten.expand.default, _aten.expand_copy.default)
+_UNIFORM_WRITES = (_aten.fill.Scalar, _aten.fill.Tensor, _aten.zero.default)
+
+
+def _broadcasts(shape: tuple, chain) -> bool:
+    """Whether a view chain from a base of `shape` contains an expand that broadcasts
+    (several view elements alias one base element)."""
+    for step in chain:
+        new = step[2]
+        if step[0] in _EXPANDS and tuple(new) != tuple(shape):
+            old = (1,) * (len(new) - len(shape)) + tuple(shape)
+            if any(o == 1 and n != 1 for o, n in zip(old, new)):
+                return True
+        shape = new
+    return False
 
 
 def _dispatch(func, args, kwargs):  # replaced by frontend.dispatch.dispatch on import
