@@ -156,3 +156,31 @@ def test_graph_size_cut_never_donates_explicit_marks(dev, monkeypatch):
     assert (lx.metrics.counter_value("GraphSizeCut") or 0) >= 1
     assert not lx.is_donated(v0)
     assert [v1.item(), v2.item(), v3.item()] == [5.0, -3.0, 15.0]
+
+
+def _grad_of_sum(dev):
+    x = torch.ones(4).to(dev).requires_grad_()
+    return torch.autograd.grad(x.sum(), x)[0]  # an expand view (stride 0), as in eager
+
+
+def test_write_through_expanded_view_refuses_instead_of_losing_the_write(dev):
+    # Bug: g[2:3] = -3 on the (expanded) gradient of a sum: eager writes the one shared
+    # element (all four read -3); lazyxla's scatter back through the expand kept a stale
+    # element and the write was silently lost (all four read 1).
+    g = _grad_of_sum(dev)
+    assert g.stride() == (0,)
+    with pytest.raises(NotImplementedError, match="expanded"):
+        g[2:3] = -3.0
+    with pytest.raises(NotImplementedError, match="expanded"):
+        g[1:3].fill_(7)
+    assert g.tolist() == [1.0] * 4  # unchanged
+    with pytest.raises(RuntimeError, match="more than one element"):
+        g.add_(1)  # eager rejects this one too
+
+
+@pytest.mark.parametrize("fill", ["zero_", "fill_"])
+def test_fill_of_a_whole_expanded_view_works_like_eager(dev, fill):
+    # Eager allows fill_/zero_ on overlapping memory; lazyxla raised the overlap error.
+    g = _grad_of_sum(dev)
+    g.zero_() if fill == "zero_" else g.fill_(5.0)
+    assert g.tolist() == ([0.0] if fill == "zero_" else [5.0]) * 4

@@ -211,6 +211,8 @@ class Program:
         if lazy.stride() != eager.stride() or lazy.storage_offset() != eager.storage_offset():
             raise Mismatch(f"{name} = {desc}: lazyxla strides/offset {lazy.stride()}/{lazy.storage_offset()} "
                            f"!= eager {eager.stride()}/{eager.storage_offset()}")
+        if any(st == 0 and n > 1 for st, n in zip(eager.stride(), eager.shape)):
+            writable = False  # a broadcast result (e.g. autograd's expand): eager rejects writes
         group = None
         for s in sources:
             if _shares(eager, s.eager):
