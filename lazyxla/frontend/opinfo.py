@@ -17,6 +17,7 @@ aten = torch.ops.aten
 _STATIC_SCALARS = {
     (aten.pow.Tensor_Scalar, "exponent"),
     (aten.pow_.Scalar, "exponent"),
+    (aten.linalg_vector_norm.default, "ord"),
     # output shapes depend on these values
     (aten.arange.start_step, "start"), (aten.arange.start_step, "end"), (aten.arange.start_step, "step"),
     (aten.arange.start, "start"), (aten.arange.start, "end"), (aten.arange.default, "end"),

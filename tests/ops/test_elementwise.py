@@ -61,3 +61,58 @@ def test_int64_large_values_round_trip(dev):
 ])
 def test_activation_like(fn):
     check_op(fn, torch.randn(4, 6).requires_grad_())
+
+
+MORE_UNARY = {
+    "tan": (-1, 1), "asin": (-0.9, 0.9), "acos": (-0.9, 0.9), "atan": (-3, 3), "sinh": (-2, 2),
+    "cosh": (-2, 2), "asinh": (-3, 3), "acosh": (1.1, 3), "atanh": (-0.9, 0.9), "log2": (0.1, 3),
+    "log10": (0.1, 3), "exp2": (-2, 2), "erfinv": (-0.9, 0.9), "lgamma": (0.5, 4), "digamma": (0.5, 4),
+    "frac": (-3, 3), "sgn": (-3, 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MORE_UNARY))
+def test_more_unary(name):
+    lo, hi = MORE_UNARY[name]
+    x = torch.rand(4, 5) * (hi - lo) + lo
+    check_op(getattr(torch, name), x.requires_grad_(name not in ("sgn", "frac")), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("fn", [
+    torch.nn.functional.hardsigmoid, torch.nn.functional.hardswish, torch.nn.functional.mish,
+    torch.nn.functional.elu, lambda x: torch.nn.functional.hardtanh(x, -0.5, 0.5),
+    lambda x: torch.nn.functional.threshold(x, 0.1, -2.0), torch.nn.functional.relu6,
+    lambda x: torch.nan_to_num(x / 0.0, posinf=9.0, neginf=-9.0), torch.isnan, torch.isinf,
+    torch.isfinite, lambda x: torch.logical_not(x > 0),
+])
+def test_more_pointwise(fn):
+    check_op(fn, torch.randn(4, 6).requires_grad_())
+
+
+@pytest.mark.parametrize("op", ["fmod", "remainder", "hypot", "copysign", "fmax", "fmin", "xlogy"])
+def test_more_binary(op):
+    a = torch.randn(4, 5) * 3
+    b = torch.rand(5) + 0.5
+    if op == "xlogy":
+        a = a.abs()
+    grad = op not in ("fmod", "remainder")
+    check_op(getattr(torch, op), a.requires_grad_(grad), b.requires_grad_(grad), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["bitwise_and", "bitwise_or", "bitwise_xor", "logical_and", "logical_or",
+                                "logical_xor"])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool])
+def test_bitwise_and_logical(op, dtype):
+    a, b = torch.randint(0, 4, (3, 4)).to(dtype), torch.randint(0, 4, (4,)).to(dtype)
+    check_op(getattr(torch, op), a, b)
+    check_op(lambda t: ~t, a)
+
+
+def test_rsub_and_scalar_first_ops():
+    x = torch.rand(3, 4) + 0.5
+    check_op(lambda t: 2.0 - t, x.requires_grad_())
+    check_op(lambda t: 2.0 ** t, x.requires_grad_())
+    check_op(lambda t: 1.0 / t, x.requires_grad_())
+    check_op(lambda t: t ** 3, x.requires_grad_())
+    check_op(lambda t: t ** 2.5, x.requires_grad_())
+    check_op(lambda t: (-t) ** 2, x.requires_grad_())
