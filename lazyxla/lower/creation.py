@@ -1,4 +1,9 @@
-"""Factories, fills, copies and dtype conversion."""
+"""Factories, fills, copies and dtype conversion.
+
+Factories without a tensor argument (torch.zeros/ones/full(..., device=dev))
+never reach these rules: PyTorch builds them from `empty` (our PrivateUse1
+kernel, a zeros node) and an in-place fill; only the `*_like`/`new_*` forms,
+called on a lazy tensor, are recorded as such."""
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -10,13 +15,12 @@ aten = torch.ops.aten
 
 
 @register(aten.empty_like.default, aten.new_empty.default, aten.new_empty_strided.default,
-          aten.zeros_like.default, aten.new_zeros.default, aten.zero.default,
-          aten.empty.memory_format, aten.empty_strided.default, aten.zeros.default)
+          aten.zeros_like.default, aten.new_zeros.default, aten.zero.default, aten.zeros.default)
 def _zeros(ctx, *args, **kwargs):
     return jnp.zeros(ctx.shape, ctx.jdtype)
 
 
-@register(aten.ones_like.default, aten.new_ones.default, aten.ones.default)
+@register(aten.ones_like.default, aten.new_ones.default)
 def _ones(ctx, *args, **kwargs):
     return jnp.ones(ctx.shape, ctx.jdtype)
 
@@ -29,16 +33,6 @@ def _full_like(ctx, x, fill_value, **kwargs):
 @register(aten.new_full.default)
 def _new_full(ctx, x, size, fill_value, **kwargs):
     return jnp.full(ctx.shape, fill_value, ctx.jdtype)
-
-
-@register(aten.full.default)
-def _full(ctx, size, fill_value, **kwargs):
-    return jnp.full(ctx.shape, fill_value, ctx.jdtype)
-
-
-@register(aten.scalar_tensor.default)
-def _scalar_tensor(ctx, value, **kwargs):
-    return jnp.asarray(value).astype(ctx.jdtype)
 
 
 @register(aten.fill.Scalar, aten.fill.Tensor)
