@@ -107,6 +107,14 @@ def assert_same(what: str, lazy_host, eager) -> None:
 _NO = object()
 
 
+def _int_castable(v: Var, dtype: torch.dtype) -> bool:
+    """NaN/inf -> integer casts are undefined behaviour in C++: eager on x86 gives
+    INT64_MIN, XLA gives 0 / saturates. Not a lazyxla property: never generated."""
+    if dtype.is_floating_point or dtype == BOOL or not v.eager.dtype.is_floating_point:
+        return True
+    return bool(torch.isfinite(v.eager).all())
+
+
 def _fallbacks() -> int:
     """Host-fallback runs so far (counters named aten::<op> / prims::<op>)."""
     return sum(v for k, v in list(lx.metrics._counters.items()) if "::" in k)
@@ -139,7 +147,7 @@ UNARY = (
     ("{} > 0", lambda x: x > 0, lambda v: True),
     ("{}.clamp(-2, 2)", lambda x: x.clamp(-2, 2), lambda v: v.eager.dtype != BOOL),
     ("{}.to(float32)", lambda x: x.to(F32), lambda v: True),
-    ("{}.to(int64)", lambda x: x.to(I64), lambda v: True),
+    ("{}.to(int64)", lambda x: x.to(I64), lambda v: _int_castable(v, I64)),
     ("{}.to(bool)", lambda x: x.to(BOOL), lambda v: True),
     ("{}.to(bfloat16)", lambda x: x.to(BF16), lambda v: True),
     ("{}.cumsum(0)", lambda x: x.cumsum(0), lambda v: v.eager.dim() >= 1),
@@ -439,6 +447,8 @@ class Program:
                 return False
             if v.group == x.group and v is not x:
                 return False  # partial overlap: eager raises or is order-dependent
+            if not _int_castable(v, x.eager.dtype):
+                return False
             if same_dtype_rule:
                 return torch.can_cast(torch.result_type(x.eager, v.eager), x.eager.dtype)
             return True
@@ -492,7 +502,8 @@ class Program:
                 target = (stop - start,) + tuple(x.eager.shape[1:])
 
                 def ok(v):
-                    return (_broadcasts_to(tuple(v.eager.shape), target) and v.group != x.group)
+                    return (_broadcasts_to(tuple(v.eager.shape), target) and v.group != x.group
+                            and _int_castable(v, dt))
                 y = self.pick(ok)
                 if y is not None:
                     self.inplace(f"{{}}[{start}:{stop}] = {{}}",
