@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from differential.program import run_program
 
-EXAMPLES = int(os.environ.get("LAZYXLA_DIFF_EXAMPLES", "250"))
+EXAMPLES = int(os.environ.get("LAZYXLA_DIFF_EXAMPLES", "400"))
 STEPS = int(os.environ.get("LAZYXLA_DIFF_STEPS", "20"))
 
 
