@@ -5,7 +5,7 @@ from typing import Sequence
 
 import torch
 
-from .frontend.tensor import LazyTensor
+from .frontend.tensor import LazyTensor, lazy_tensors_in
 from .ir.node import OPT_BARRIER, Node, getitem_node, intern_sig
 from .lock import LOCK
 from .sync.api import host_values
@@ -17,19 +17,7 @@ def save(obj, path, **kwargs) -> None:
 
     Reads values only: never donates or invalidates a buffer (explicit donors
     included, whatever the explicit-donation setting)."""
-    lazies: list = []
-
-    def find(o):
-        if isinstance(o, LazyTensor):
-            lazies.append(o)
-        elif isinstance(o, dict):
-            for v in o.values():
-                find(v)
-        elif isinstance(o, (list, tuple)):
-            for v in o:
-                find(v)
-
-    find(obj)
+    lazies = lazy_tensors_in(obj, [])
     hosts = dict(zip(map(id, lazies), host_values(lazies, allow_explicit=False)))
 
     def move(o):

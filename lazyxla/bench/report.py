@@ -72,23 +72,29 @@ def loss0_rel_diff(r: dict, ref: dict | None):
     return abs(a[0] - b[0]) / max(abs(b[0]), 1e-12)
 
 
-def training_table(records) -> str:
-    """W1/W2 speed: step time against the JAX limit, tracing, compiles, graphs."""
-    rows = []
+def _training_cells(records):
+    """(workload, record, the JAX limit's record of that workload) for W1/W2, in table order."""
     for w in TRAINING:
         cells = _by(records, w)
         jax = cells.get("jax", {})
         for r in _ordered(cells):
-            if not r.get("ok"):
-                rows.append([w, r["system"]] + ["—"] * 11 + ["FAILED (see below)"])
-                continue
-            rows.append([
-                w, r["system"], _f(_get(r, "step_ms", "median")), _f(_get(r, "step_ms", "min")),
-                _ratio(_get(r, "step_ms", "median"), _get(jax, "step_ms", "median")),
-                _f(_get(r, "trace_ms", "median")), _f(r.get("first_step_s"), 2), _f(r.get("warmup_compiles")),
-                _f(r.get("compiles_per_step"), 2), _f(r.get("graphs_per_step"), 2),
-                _f(r.get("traced_ops_per_step"), 0), _f(r.get("fallbacks_per_step"), 1),
-                _f(len(r.get("losses") or [])), "ok"])
+            yield w, r, jax
+
+
+def training_table(records) -> str:
+    """W1/W2 speed: step time against the JAX limit, tracing, compiles, graphs."""
+    rows = []
+    for w, r, jax in _training_cells(records):
+        if not r.get("ok"):
+            rows.append([w, r["system"]] + ["—"] * 11 + ["FAILED (see below)"])
+            continue
+        rows.append([
+            w, r["system"], _f(_get(r, "step_ms", "median")), _f(_get(r, "step_ms", "min")),
+            _ratio(_get(r, "step_ms", "median"), _get(jax, "step_ms", "median")),
+            _f(_get(r, "trace_ms", "median")), _f(r.get("first_step_s"), 2), _f(r.get("warmup_compiles")),
+            _f(r.get("compiles_per_step"), 2), _f(r.get("graphs_per_step"), 2),
+            _f(r.get("traced_ops_per_step"), 0), _f(r.get("fallbacks_per_step"), 1),
+            _f(len(r.get("losses") or [])), "ok"])
     header = ["workload", "system", "step ms (median)", "step ms (min)", "× JAX", "trace ms", "first step s",
               "warm-up compiles", "compiles/step", "graphs/step", "traced ops/step", "host fallbacks/step",
               "steps run", "status"]
@@ -98,20 +104,17 @@ def training_table(records) -> str:
 def training_memory_table(records) -> str:
     """W1/W2 memory: process peak RSS against the JAX limit, donation, XLA's estimate."""
     rows = []
-    for w in TRAINING:
-        cells = _by(records, w)
-        jax = cells.get("jax", {})
-        for r in _ordered(cells):
-            if not r.get("ok"):
-                continue
-            peak_est = _get(r, "memory", "peak_estimate_bytes")
-            rows.append([w, r["system"], _f(r.get("peak_rss_mb"), 0),
-                         _ratio(r.get("peak_rss_mb"), jax.get("peak_rss_mb")), _f(r.get("steady_peak_rss_mb"), 0),
-                         _f(r.get("rss_base_mb"), 0),
-                         _f(r["peak_rss_mb"] - r["rss_base_mb"], 0) if r.get("peak_rss_mb") and r.get("rss_base_mb")
-                         else "—",
-                         _f(r.get("donors_per_graph")), _f(r.get("params_per_graph")),
-                         _f(peak_est / MB, 1) if peak_est else "—"])
+    for w, r, jax in _training_cells(records):
+        if not r.get("ok"):
+            continue
+        peak_est = _get(r, "memory", "peak_estimate_bytes")
+        rows.append([w, r["system"], _f(r.get("peak_rss_mb"), 0),
+                     _ratio(r.get("peak_rss_mb"), jax.get("peak_rss_mb")), _f(r.get("steady_peak_rss_mb"), 0),
+                     _f(r.get("rss_base_mb"), 0),
+                     _f(r["peak_rss_mb"] - r["rss_base_mb"], 0) if r.get("peak_rss_mb") and r.get("rss_base_mb")
+                     else "—",
+                     _f(r.get("donors_per_graph")), _f(r.get("params_per_graph")),
+                     _f(peak_est / MB, 1) if peak_est else "—"])
     header = ["workload", "system", "peak RSS MB", "RSS × JAX", "steady-state peak RSS MB", "RSS before step 0 MB",
               "peak − before MB", "donors/graph", "params/graph", "XLA peak estimate MB"]
     return _table(header, rows)

@@ -14,19 +14,11 @@ import torch
 from .. import metrics
 from ..ir.node import data_node
 from ..runtime.transfer import upload
-from .tensor import LazyTensor
+from .tensor import LazyTensor, lazy_tensors_in
 from .storage import Storage
 from .tracing import contiguous_strides
 
 _warned: set = set()
-
-
-def _lazy_tensors(value, out: list) -> None:
-    if isinstance(value, LazyTensor):
-        out.append(value)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _lazy_tensors(v, out)
 
 
 def _describe(args) -> str:
@@ -43,9 +35,7 @@ def _describe(args) -> str:
 
 def run_on_host(func, info, args, kwargs):
     from ..sync.api import host_values
-    lazies: list = []
-    _lazy_tensors(args, lazies)
-    _lazy_tensors(list(kwargs.values()), lazies)
+    lazies = lazy_tensors_in(kwargs, lazy_tensors_in(args, []))
     name = func._schema.name  # "aten::gather", "prims::var", ...
     metrics.counter_add(name)
     if func not in _warned:

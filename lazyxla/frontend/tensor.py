@@ -157,6 +157,19 @@ def _broadcasts(shape: tuple, chain) -> bool:
     return False
 
 
+def lazy_tensors_in(value, out: list) -> list:
+    """Append every LazyTensor found in `value` (nested lists, tuples, dicts) to `out`."""
+    if isinstance(value, LazyTensor):
+        out.append(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            lazy_tensors_in(v, out)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            lazy_tensors_in(v, out)
+    return out
+
+
 def _dispatch(func, args, kwargs):  # replaced by frontend.dispatch.dispatch on import
     raise RuntimeError("lazyxla: dispatch is not initialised; import lazyxla")
 

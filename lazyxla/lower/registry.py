@@ -18,20 +18,18 @@ LOWERINGS: dict = {}
 DECOMPOSITIONS: dict = {}
 
 
-def register(*ops) -> Callable:
-    def deco(fn: Callable) -> Callable:
-        for op in ops:
-            LOWERINGS[op] = fn
-        return fn
-    return deco
+def _registrar(table: dict) -> Callable:
+    def register_in(*ops) -> Callable:
+        def deco(fn: Callable) -> Callable:
+            for op in ops:
+                table[op] = fn
+            return fn
+        return deco
+    return register_in
 
 
-def register_decomposition(*ops) -> Callable:
-    def deco(fn: Callable) -> Callable:
-        for op in ops:
-            DECOMPOSITIONS[op] = fn
-        return fn
-    return deco
+register = _registrar(LOWERINGS)                    # @register(aten.op, ...): a lowering rule
+register_decomposition = _registrar(DECOMPOSITIONS)  # @register_decomposition(aten.op, ...)
 
 
 def load_all() -> None:
