@@ -21,3 +21,11 @@ def _fresh_state():
     yield
     lx.set_aliasing(True)
     lx.set_explicit_donation(False)
+
+
+@pytest.fixture
+def fresh_compile_cache():
+    """Counts of compiled graphs / donors are per test, as upstream's: an executable
+    cached by an earlier test must not turn a compile into a cache hit."""
+    from lazyxla.compile.cache import clear_cache
+    clear_cache()

@@ -78,3 +78,19 @@ def assert_no_fallback(*names):
     """None of the ops `names` ran on the host (their aten:: counters are unset)."""
     for name in names:
         assert lx.metrics.counter_value(f"aten::{name}") is None, f"aten::{name} ran on the host"
+
+
+def rand(*shape, seed=None, dtype=torch.float32):
+    """A reproducible random CPU tensor (seed defaults to one derived from the shape)."""
+    gen = torch.Generator().manual_seed(seed if seed is not None else hash(shape) & 0xFFFF)
+    return torch.randn(*shape, generator=gen).to(dtype)
+
+
+def alias2():
+    """(graphs compiled, donors) of the InputOutputAliasCount metric, or None."""
+    a = lx.metrics.metric_data("InputOutputAliasCount")
+    return None if a is None else (a[0], a[1])
+
+
+def counter(name):
+    return lx.metrics.counter_value(name) or 0

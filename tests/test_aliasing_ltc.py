@@ -16,36 +16,12 @@ import pytest
 import torch
 
 import lazyxla as lx
-from lazyxla.compile.cache import clear_cache
-from helpers import assert_close
+from helpers import alias2, assert_close, counter, rand
 
 aten = torch.ops.aten
 
 
-@pytest.fixture(autouse=True)
-def _fresh_compile_cache():
-    """Counts of compiled graphs / donors below are per test, as upstream's: an
-    executable cached by an earlier test must not turn a compile into a cache hit."""
-    clear_cache()
-
-
-def alias():
-    return lx.metrics.metric_data("InputOutputAliasCount")
-
-
-def alias2():
-    """(graphs compiled, donors) or None."""
-    a = alias()
-    return None if a is None else (a[0], a[1])
-
-
-def counter(name):
-    return lx.metrics.counter_value(name) or 0
-
-
-def rand(*shape, seed=None, dtype=torch.float32):
-    gen = torch.Generator().manual_seed(seed if seed is not None else hash(shape) & 0xFFFF)
-    return torch.randn(*shape, generator=gen).to(dtype)
+pytestmark = pytest.mark.usefixtures("fresh_compile_cache")
 
 
 # -- A.1-A.4: the upstream test_input_output_aliases tests ---------------------------
@@ -281,7 +257,7 @@ def test_a12_partial_sync_keeps_buffer_needed_by_pending(dev):
     t2 = t0 + t1
     t1.add_(1)
     lx.sync_tensors([t1], wait=True, donate_inplace=True)
-    # (the executable may come from the cache: look at the report, not at alias())
+    # (the executable may come from the cache: look at the report, not at alias2())
     assert lx.debug.donation_report().donors == 0
     reasons = [p["reason"] for p in lx.debug.donation_report().params]
     assert any("pending computation" in r for r in reasons), reasons

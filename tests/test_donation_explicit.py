@@ -10,28 +10,10 @@ import pytest
 import torch
 
 import lazyxla as lx
-from lazyxla.compile.cache import clear_cache
-from helpers import assert_close
+from helpers import alias2, assert_close, counter, rand
 
 
-@pytest.fixture(autouse=True)
-def _fresh_compile_cache():
-    """Counts of compiled graphs / donors below are per test, as upstream's: an
-    executable cached by an earlier test must not turn a compile into a cache hit."""
-    clear_cache()
-
-
-def alias2():
-    a = lx.metrics.metric_data("InputOutputAliasCount")
-    return None if a is None else (a[0], a[1])
-
-
-def counter(name):
-    return lx.metrics.counter_value(name) or 0
-
-
-def rand(*shape, seed):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+pytestmark = pytest.mark.usefixtures("fresh_compile_cache")
 
 
 def assert_deleted(t):

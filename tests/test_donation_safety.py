@@ -11,17 +11,10 @@ import torch
 
 import lazyxla as lx
 import lazyxla.frontend.dispatch as dispatch_mod
-from helpers import assert_close
-from lazyxla.compile.cache import clear_cache
+from helpers import assert_close, rand
 
 
-@pytest.fixture(autouse=True)
-def _fresh_compile_cache():
-    clear_cache()
-
-
-def rand(*shape, seed):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+pytestmark = pytest.mark.usefixtures("fresh_compile_cache")
 
 
 def report():

@@ -6,19 +6,12 @@ import pytest
 import torch
 
 import lazyxla as lx
-from helpers import assert_close
-from lazyxla.compile.cache import clear_cache
+from helpers import assert_close, rand
 
 m = lx.metrics
 
 
-@pytest.fixture(autouse=True)
-def _fresh_compile_cache():
-    clear_cache()
-
-
-def rand(*shape, seed):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+pytestmark = pytest.mark.usefixtures("fresh_compile_cache")
 
 
 def test_d36_alias_metric_and_clearing(dev):
