@@ -84,3 +84,31 @@ def test_lr_scheduler_changes_lr_without_recompiling(dev):
     got += _train(lazy, opt_l, xd, yd, 4, sched_l, sync=lx.sync)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(exp), rtol=1e-4, atol=1e-5)
     assert metrics.counter_value("UncachedCompile") is None  # the lr changed at every step
+
+
+def test_foreach_shares_one_scalar_operand_across_the_list(dev):
+    """A foreach op's scalar (lr, beta) is one runtime operand for the whole list,
+    not one per tensor; per-tensor ScalarList values stay one each."""
+    from lazyxla.sync.api import pending_graphs
+    ts = [torch.ones(3).to(dev) + i for i in range(5)]
+    lx.sync()
+    torch._foreach_mul_(ts, 0.5)
+    torch._foreach_add_(ts, [float(i) for i in range(5)])
+    (graph, _), = pending_graphs()
+    assert sorted(s.data for s in graph.scalars) == [0.0, 0.5, 1.0, 2.0, 3.0, 4.0]
+    lx.sync()
+    assert [t.cpu().tolist() for t in ts] == [[0.5 + 1.5 * i] * 3 for i in range(5)]
+
+
+def test_shared_scalars_keep_the_graph_key_across_values(dev):
+    """Sharing follows the Python object, never equal values, so a new lr does not recompile."""
+    ts = [torch.ones(4).to(dev) for _ in range(3)]
+    lx.sync()
+    for lr in (0.1, 0.2, 0.3):
+        torch._foreach_add_(ts, ts, alpha=lr)
+        lx.sync()
+    metrics.clear_all()
+    torch._foreach_add_(ts, ts, alpha=0.4)
+    lx.sync()
+    assert metrics.counter_value("UncachedCompile") in (None, 0)
+    assert ts[0].cpu().tolist() == pytest.approx([1.1 * 1.2 * 1.3 * 1.4] * 4)
