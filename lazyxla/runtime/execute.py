@@ -14,7 +14,7 @@ import jax
 
 from .. import metrics
 from ..compile.cache import Executable
-from ..compile.program import pack_scalars
+from ..compile.program import scalar_args
 from ..ir.node import data_node
 from ..lock import LOCK
 from ..sync.collect import Graph
@@ -28,7 +28,7 @@ def execute(graph: Graph, exe: Executable) -> tuple:
     """Run `exe` on `graph`'s parameters; install results; return all output arrays."""
     params = graph.params
     args = [d.array for d in params]
-    args += pack_scalars(graph)
+    args += scalar_args(graph)
     try:
         with metrics.timed("ExecuteTime"):
             outs = exe.call(*args)
