@@ -21,7 +21,7 @@ from ..errors import LoweringError
 from ..runtime.host_heap import release_free_heap
 from ..sync.collect import Graph
 from .explain import explain
-from .program import build, scalar_dtypes
+from .program import build, scalar_avals
 
 _MAX = int(os.environ.get("LAZYXLA_COMPILE_CACHE_SIZE", "1024"))
 # LAZYXLA_EXPLAIN_RECOMPILES=1 warns with the reason at every compile.
@@ -103,7 +103,7 @@ def compile_graph(graph: Graph, donors: tuple) -> Executable:
     device = jax_devices()[graph.device]
     sharding = SingleDeviceSharding(device)
     avals = [jax.ShapeDtypeStruct(d.shape, jax_dtype(d.dtype), sharding=sharding) for d in graph.params]
-    avals += [jax.ShapeDtypeStruct((), dt, sharding=sharding) for dt in scalar_dtypes(graph)]
+    avals += [jax.ShapeDtypeStruct(shape, dt, sharding=sharding) for shape, dt in scalar_avals(graph)]
     jitted = jax.jit(program, donate_argnums=donors, keep_unused=True, out_shardings=sharding)
     start = time.perf_counter_ns()
     try:

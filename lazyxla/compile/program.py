@@ -3,13 +3,19 @@
 The program is built from the graph once per cache miss and holds no IR
 nodes and no device buffers (so a cached executable never keeps old data
 alive): each node becomes an instruction whose arguments refer to earlier
-results by position. Each lifted scalar is a 0-d parameter of its own,
-float64, int64 or bool by its Python kind, cast to the node's dtype inside.
+results by position.
 
-Why not one packed vector per kind (the first design): XLA compiles a slice
-out of a runtime vector far worse than a scalar parameter. W2's AdamW step
-with 109 scalars compiled in 1.65 s packed and 1.05-1.25 s separate; the
-separate arguments cost about 0.25 us each per call (+25 us per W2 step).
+Lifted scalars travel as float64, int64 or bool by their Python kind and are
+cast to the node's dtype inside. Up to SEPARATE_SCALARS_MAX of them are 0-d
+parameters of their own; beyond that they come packed in one vector per kind.
+Measured (XLA CPU):
+- W2's AdamW step, 109 scalars, each feeding a small per-parameter fusion:
+  compile 1.06-1.25 s separate, 1.65 s packed (every fusion slices the same
+  vector); a separate argument costs about 0.25 us per call.
+- W4, 2000 chained elementwise ops with 1500 scalars (Python literals reach
+  the dispatcher as fresh 0-d tensors, so none are shared): one fusion reads
+  them all; separate: compile 3.3 s and 4 ms per run, packed: 2.0 s and
+  0.3 ms (the slices fuse; 1500 operands do not).
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ from ..sync.collect import Graph
 
 SCALAR_DTYPES = (np.float64, np.int64, np.bool_)
 _SCALAR_TYPES = (float, int, bool)
+SEPARATE_SCALARS_MAX = 256
 
 
 def scalar_kind(node: Node) -> int:
@@ -82,10 +89,10 @@ def _rule_for(node: Node) -> Callable:
 
 
 def build(graph: Graph) -> tuple[Callable, int]:
-    """(fn(*params, *scalars) -> outputs, number of params)."""
+    """(fn(*params, *scalar_operands) -> outputs, number of params)."""
     index = {id(n): i for i, n in enumerate(graph.order)}
     n_params = len(graph.params)
-    scalar_slot = {id(s): n_params + i for i, s in enumerate(graph.scalars)}
+    scalar_slot = _scalar_slots(graph, n_params)
     param_of = {}
     for i, d in enumerate(graph.params):
         param_of[id(d)] = i
@@ -95,7 +102,8 @@ def build(graph: Graph) -> tuple[Callable, int]:
         if op is DATA:
             instrs.append((0, param_of[id(node.data)], None, None, None))
         elif op is SCALAR:
-            instrs.append((1, scalar_slot[id(node)], None, jax_dtype(node.dtype), None))
+            operand, element = scalar_slot[id(node)]
+            instrs.append((1, operand, element, jax_dtype(node.dtype), None))
         elif op is GETITEM:
             instrs.append((2, index[id(node.inputs[0])], node.args[1], None, None))
         else:
@@ -109,7 +117,7 @@ def build(graph: Graph) -> tuple[Callable, int]:
             if kind == 0:
                 env.append(flat[a])
             elif kind == 1:
-                env.append(flat[a].astype(c))
+                env.append((flat[a] if b is None else flat[a][b]).astype(c))
             elif kind == 2:
                 env.append(env[a][b])
             else:
@@ -136,11 +144,38 @@ def _apply(rule: Callable, ctx: Ctx, args: tuple, kwargs: dict):
     return out
 
 
-def scalar_dtypes(graph: Graph) -> list:
-    """The dtype each of `graph`'s scalar parameters travels as."""
-    return [SCALAR_DTYPES[scalar_kind(s)] for s in graph.scalars]
+def _packed(graph: Graph) -> bool:
+    return len(graph.scalars) > SEPARATE_SCALARS_MAX
+
+
+def _scalar_slots(graph: Graph, n_params: int) -> dict:
+    """id(scalar node) -> (operand position, element of the pack or None)."""
+    if not _packed(graph):
+        return {id(s): (n_params + i, None) for i, s in enumerate(graph.scalars)}
+    counts = [0, 0, 0]
+    slots = {}
+    for s in graph.scalars:
+        k = scalar_kind(s)
+        slots[id(s)] = (n_params + k, counts[k])
+        counts[k] += 1
+    return slots
+
+
+def scalar_avals(graph: Graph) -> list:
+    """(shape, dtype) of each scalar operand of `graph`'s program."""
+    if not _packed(graph):
+        return [((), SCALAR_DTYPES[scalar_kind(s)]) for s in graph.scalars]
+    counts = [0, 0, 0]
+    for s in graph.scalars:
+        counts[scalar_kind(s)] += 1
+    return [((n,), dt) for n, dt in zip(counts, SCALAR_DTYPES)]
 
 
 def scalar_args(graph: Graph) -> list:
-    """`graph`'s scalar values as Python numbers of the kind their parameter expects."""
-    return [_SCALAR_TYPES[scalar_kind(s)](s.data) for s in graph.scalars]
+    """`graph`'s scalar operands: Python numbers, or one array per kind when packed."""
+    if not _packed(graph):
+        return [_SCALAR_TYPES[scalar_kind(s)](s.data) for s in graph.scalars]
+    values: list = [[], [], []]
+    for s in graph.scalars:
+        values[scalar_kind(s)].append(s.data)
+    return [np.asarray(v, dtype=dt) for v, dt in zip(values, SCALAR_DTYPES)]

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import torch
 
-from .tracing import SharedScalars
-
 aten = torch.ops.aten
 _RESOLVED: dict = {}
 _OVERLOAD_CANDIDATES = {
@@ -76,15 +74,13 @@ def foreach_handler(func, info, args, kwargs):
         else:
             per_element.append(None)
     results = []
-    with SharedScalars():
-        for i in range(n):
-            el_args = tuple(a[i] if pa is not None else a for a, pa in zip(args, per_element))
-            el_kwargs = {k: (v[i] if isinstance(v, (list, tuple)) and len(v) == n else v)
-                         for k, v in kwargs.items()}
-            result = run_op(target, el_args, el_kwargs)
-            if write_back:
-                run_op(aten.copy_.default, (el_args[0], result), {})
-            results.append(result)
+    for i in range(n):
+        el_args = tuple(a[i] if pa is not None else a for a, pa in zip(args, per_element))
+        el_kwargs = {k: (v[i] if isinstance(v, (list, tuple)) and len(v) == n else v) for k, v in kwargs.items()}
+        result = run_op(target, el_args, el_kwargs)
+        if write_back:
+            run_op(aten.copy_.default, (el_args[0], result), {})
+        results.append(result)
     if inplace:
         return None
     return results

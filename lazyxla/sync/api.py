@@ -28,6 +28,7 @@ from ..errors import DonatedBufferError
 from ..frontend.dispatch import traced_since_sync
 from ..frontend.storage import live_devices, live_storages
 from ..frontend.tensor import LazyTensor
+from ..frontend.tracing import forget_lifted_scalars
 from ..ir.node import DATA
 from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
@@ -50,6 +51,7 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
          skip_donated: bool = False) -> Optional[tuple]:
     if not items:
         return None
+    forget_lifted_scalars()   # ops traced from here on start a new sharing pattern
     try:
         graph = collect(device, items)
     except DonatedBufferError:

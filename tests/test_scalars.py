@@ -1,0 +1,84 @@
+"""Lifted scalars: shared by Python object, passed separately or packed.
+
+See lazyxla/frontend/tracing.py (lift_scalar) and lazyxla/compile/program.py
+(SEPARATE_SCALARS_MAX) for why."""
+from __future__ import annotations
+
+import torch
+
+import lazyxla as lx
+from lazyxla import metrics
+from lazyxla.compile import program
+from lazyxla.sync.api import pending_graphs
+
+from helpers import assert_close
+
+
+def _scalar_values(graph) -> list:
+    return sorted(s.data for s in graph.scalars)
+
+
+def test_a_foreach_scalar_is_one_operand_for_the_whole_list(dev):
+    ts = [torch.ones(3).to(dev) for _ in range(4)]
+    lx.sync()
+    torch._foreach_mul_(ts, 2.5)
+    torch._foreach_add_(ts, ts, alpha=0.125)
+    (graph, _), = pending_graphs()
+    assert _scalar_values(graph) == [0.125, 2.5]
+    lx.sync()
+    assert [t.cpu().tolist() for t in ts] == [[2.8125] * 3] * 4
+
+
+def test_equal_values_from_different_objects_stay_apart(dev):
+    a = torch.ones(3).to(dev)
+    lx.sync()
+    x, y = float("0.5"), float("0.5")   # equal, distinct objects
+    assert x is not y
+    a.mul_(x).mul_(y)
+    (graph, _), = pending_graphs()
+    assert _scalar_values(graph) == [0.5, 0.5]
+
+
+def test_shared_scalars_keep_steps_on_one_executable(dev):
+    w = torch.ones(4).to(dev)
+    lx.sync()
+    beta = 0.9
+
+    def step():
+        torch._foreach_mul_([w], beta)
+        torch._foreach_add_([w], [torch.ones(4).to(dev)], alpha=beta)
+        lx.sync()
+
+    step()
+    step()
+    metrics.clear_all()
+    for _ in range(3):
+        step()
+    assert metrics.counter_value("UncachedCompile") in (None, 0)
+    expected = torch.ones(4)
+    for _ in range(5):
+        expected = expected * 0.9 + 0.9
+    assert_close(w, expected)
+
+
+def test_many_scalars_travel_packed_and_compute_the_same(dev):
+    n = program.SEPARATE_SCALARS_MAX + 44
+    coeffs = [1.0 + i * 1e-3 for i in range(n)]
+    x = torch.randn(8, 8)
+    t, ref = x.to(dev), x.clone()
+    for c in coeffs:
+        t = t * c + 1
+        ref = ref * c + 1
+    (graph, _), = pending_graphs()
+    assert len(graph.scalars) > program.SEPARATE_SCALARS_MAX
+    assert [shape for shape, _ in program.scalar_avals(graph)] == [(n,), (1,), (0,)]
+    assert_close(t, ref, rtol=1e-4)
+
+
+def test_few_scalars_travel_as_separate_operands(dev):
+    t = torch.ones(3).to(dev)
+    lx.sync()
+    t = t * 0.5 + 2
+    (graph, _), = pending_graphs()
+    assert program.scalar_avals(graph) == [((), program.SCALAR_DTYPES[0]), ((), program.SCALAR_DTYPES[1])]
+    assert t.cpu().tolist() == [2.5] * 3
