@@ -65,7 +65,7 @@ def _tensor_operand(t: LazyTensor, parts: list, inputs: list, devs: list) -> Nod
 
 
 def _host_scalar_tensor(t: torch.Tensor, parts: list, inputs: list) -> Node:
-    if t.dim() != 0 or t.device.type != "cpu":
+    if t.ndim != 0 or not t.is_cpu:   # (attribute reads: 0.1 us instead of 0.37 per wrapped number)
         raise DeviceMismatchError(
             f"lazyxla: expected all tensors to be on the lazyxla device, but got a {t.device} tensor "
             f"of shape {list(t.shape)}. Move it first with t.to(lx.device()).")
