@@ -22,8 +22,10 @@ from .frontend.tensor import LazyTensor  # noqa: E402,F401
 _device.register_kernels()
 
 from .frontend.optim import enable_foreach_default as _enable_foreach_default  # noqa: E402
+from .frontend.optim import track_optimizer_steps as _track_optimizer_steps  # noqa: E402
 
 _enable_foreach_default()
+_track_optimizer_steps()
 
 from .alias.config import (  # noqa: E402,F401
     aliasing_enabled, explicit_donation, explicit_donation_enabled, set_aliasing, set_explicit_donation)

@@ -112,3 +112,47 @@ def test_shared_scalars_keep_the_graph_key_across_values(dev):
     lx.sync()
     assert metrics.counter_value("UncachedCompile") in (None, 0)
     assert ts[0].cpu().tolist() == pytest.approx([1.1 * 1.2 * 1.3 * 1.4] * 4)
+
+
+@pytest.mark.parametrize("name", ["adamw", "adam_wd_amsgrad", "adagrad"])
+def test_state_created_in_step_zero_does_not_cost_a_second_compile(name, dev, fresh_compile_cache):
+    """Optimizer state made inside the first step is materialised at once, so step 0
+    runs the same graph as every later step: one compile for the whole warm-up."""
+    make = OPTIMIZERS.get(name) or (lambda p, fe: torch.optim.Adagrad(p, lr=1e-2, foreach=fe))
+    model = _model().to(dev)
+    opt = make(model.parameters(), None)
+    x, y = torch.randn(8, 6).to(dev), torch.randn(8, 3).to(dev)
+    lx.sync()
+    metrics.clear_all()
+    _train(model, opt, x, y, 4, sync=lx.sync)
+    assert metrics.counter_value("UncachedCompile") == 1
+    ref = _model()
+    ref_opt = make(ref.parameters(), None)
+    _train(ref, ref_opt, x.cpu(), y.cpu(), 4)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert torch.allclose(p.cpu(), q, rtol=1e-5, atol=1e-6)
+
+
+def test_fill_factories_stay_lazy_outside_an_optimizer_step(dev):
+    from lazyxla.ir.node import DATA
+    p = torch.randn(4, 3).to(dev)
+    lx.sync()
+    z = torch.zeros_like(p)
+    assert z._st.value.op is not DATA        # a constant in the next graph, not an upload
+    assert z.cpu().tolist() == [[0.0] * 3] * 4
+
+
+def test_a_step_that_raises_leaves_no_open_state_window(dev):
+    from lazyxla.frontend.optim import in_optimizer_step
+    p = torch.nn.Parameter(torch.randn(3).to(dev))
+    opt = torch.optim.Adam([p], lr=0.1)
+
+    def failing_closure():
+        raise RuntimeError("boom")
+
+    p.grad = torch.ones(3).to(dev)
+    with pytest.raises(RuntimeError, match="boom"):
+        opt.step(failing_closure)
+    assert in_optimizer_step()               # torch skips the post hook on an exception
+    lx.sync()
+    assert not in_optimizer_step()

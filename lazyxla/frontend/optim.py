@@ -7,6 +7,17 @@ PrivateUse1 backend, i.e. lazyxla, is one). Our parameters are `LazyTensor`s,
 so we add that type: optimizers then default to foreach on the lazyxla device
 (one dispatch per op per parameter group instead of per parameter).
 `foreach=False` still selects the per-parameter loop.
+
+Optimizer state (Adam's `exp_avg = zeros_like(p)`, Adagrad's `full_like`) is
+created inside the first `step()`. Recorded lazily, step 0's graph then starts
+from constant fills where every later step reads the state as parameters: two
+graphs to compile during warm-up instead of one (PyTorch/XLA behaves so too).
+So while an optimizer step runs, the `*_like`/`new_*` fill factories are
+materialised at once (special.py `_fill_factory`): W2's AdamW warm-up compiles
+1 graph instead of 2. Outside a step they stay lazy, where a constant fused
+into the graph is cheaper than an upload every step. The window is tracked with
+torch's global optimizer step hooks; a step that raises skips the post hook,
+so every step barrier closes the window as well.
 """
 from __future__ import annotations
 
@@ -19,3 +30,26 @@ def enable_foreach_default() -> None:
     supported = _optimizer._foreach_supported_types
     if LazyTensor not in supported:
         supported.append(LazyTensor)
+
+
+_in_step = [False]
+
+
+def in_optimizer_step() -> bool:
+    return _in_step[0]
+
+
+def end_optimizer_step(*_hook_args) -> None:
+    _in_step[0] = False
+
+
+def _begin_optimizer_step(*_hook_args) -> None:
+    _in_step[0] = True
+
+
+def track_optimizer_steps() -> None:
+    """Register the global step hooks once (idempotent: lazyxla may be re-imported)."""
+    if not getattr(_optimizer, "_lazyxla_step_hooks", False):
+        _optimizer.register_optimizer_step_pre_hook(_begin_optimizer_step)
+        _optimizer.register_optimizer_step_post_hook(end_optimizer_step)
+        _optimizer._lazyxla_step_hooks = True

@@ -7,9 +7,10 @@ import torch
 from ..ir.node import Node, data_node, scalar_node
 from ..runtime.transfer import upload
 from .device import DEVICE_TYPE
+from .optim import in_optimizer_step
 from .dispatch import _alias, _fallback, _functional, _identity, _view, assign, run_op
 from .tensor import LazyTensor
-from .tracing import convert_call, lookup, wrap_outputs
+from .tracing import contiguous_strides, convert_call, lookup, wrap_outputs
 
 aten = torch.ops.aten
 
@@ -63,6 +64,27 @@ def _to_copy(func, info, args, kwargs):
             copy_from_host(host, out)
             return out
     return _functional(func, info, args, kwargs)
+
+
+# fill value of each factory, from its arguments
+_FILLS = {
+    aten.zeros_like.default: lambda args: 0,
+    aten.ones_like.default: lambda args: 1,
+    aten.full_like.default: lambda args: args[1],
+    aten.new_zeros.default: lambda args: 0,
+    aten.new_ones.default: lambda args: 1,
+    aten.new_full.default: lambda args: args[2],
+}
+
+
+def _fill_factory(func, info, args, kwargs):
+    """A constant fill: lazy, except while an optimizer step creates its state
+    (frontend/optim.py says why); then its value is on the device at once."""
+    out = _functional(func, info, args, kwargs)
+    shape, stride, offset, dtype = out._mkey
+    if in_optimizer_step() and offset == 0 and stride == contiguous_strides(shape):
+        copy_from_host(torch.full(shape, _FILLS[func](args), dtype=dtype), out)
+    return out
 
 
 def _to(func, info, args, kwargs):
@@ -199,6 +221,7 @@ SPECIAL = {
     aten.to.dtype: _to,
     aten.to.other: _to,
     aten.to.dtype_layout: _to,
+    **{op: _fill_factory for op in _FILLS},
 }
 for _op in (aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float, aten.bernoulli_.Tensor,
             aten.random_.default, getattr(aten.random_, "from"), aten.random_.to, aten.exponential_.default,

@@ -27,6 +27,7 @@ from ..compile.cache import Executable, get_or_compile, key_hex
 from ..errors import DonatedBufferError
 from ..frontend.dispatch import traced_since_sync
 from ..frontend.storage import live_devices, live_storages
+from ..frontend.optim import end_optimizer_step
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import forget_lifted_scalars
 from ..ir.node import DATA
@@ -49,6 +50,8 @@ class LastGraph:
 
 def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str,
          skip_donated: bool = False) -> Optional[tuple]:
+    """Collect, plan, compile and run one graph; its outputs, one per distinct root of
+    `items` in the order they first appear (see _slot_of)."""
     if not items:
         return None
     forget_lifted_scalars()   # ops traced from here on start a new sharing pattern
@@ -83,7 +86,7 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
         raise
     LastGraph.executable, LastGraph.decisions, LastGraph.kind = exe, decisions, kind
     LastGraph.n_nodes = len(graph.order)
-    return outs
+    return tuple(outs[slot] for slot in graph.root_slots)
 
 
 def _pending(storages) -> list:
@@ -94,6 +97,7 @@ def sync(wait: bool = False) -> None:
     """Step barrier: materialise every live pending tensor, one graph per device."""
     with LOCK:
         traced_since_sync[0] = 0
+        end_optimizer_step()   # a step that raised never ran the post hook
         for device in live_devices():
             _run(device, _pending(live_storages(device)), automatic=True, explicit=True,
                  kind="step barrier", skip_donated=True)

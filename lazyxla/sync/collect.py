@@ -15,17 +15,18 @@ from ..runtime.device_data import DeviceData, donated_error
 
 
 class Graph:
-    __slots__ = ("device", "order", "outputs", "params", "scalars", "key", "storages")
+    __slots__ = ("device", "order", "outputs", "params", "scalars", "key", "storages", "root_slots")
 
     def __init__(self, device: int, order: list, outputs: tuple, params: list,
-                 scalars: list, key: tuple, storages: list) -> None:
+                 scalars: list, key: tuple, storages: list, root_slots: tuple) -> None:
         self.device = device
         self.order = order            # nodes in topological order
-        self.outputs = outputs        # positions in `order` of the distinct root nodes
+        self.outputs = outputs        # positions in `order` of the distinct root nodes, ascending
         self.params: list[DeviceData] = params
         self.scalars: list[Node] = scalars
         self.key = key
         self.storages = storages      # (storage, output slot) pairs to install results into
+        self.root_slots = root_slots  # output slot of each distinct root, in the order given
 
 
 def collect(device: int, items: list) -> Graph:
@@ -52,8 +53,17 @@ def collect(device: int, items: list) -> Graph:
             outputs.append(index[rid])
         if st is not None:
             targets.append((st, slot))
-    key = (device, tuple(entries), tuple(outputs))
-    return Graph(device, order, tuple(outputs), params, scalars, key, targets)
+    # Outputs in topological order, not in the order the storages come: a storage
+    # created later in one step than in the next (optimizer state made during step
+    # 0, after that step's gradients) must not change the key.
+    by_position = sorted(range(len(outputs)), key=outputs.__getitem__)
+    rank = [0] * len(outputs)
+    for new, old in enumerate(by_position):
+        rank[old] = new
+    outputs = tuple(outputs[i] for i in by_position)
+    targets = [(st, rank[slot]) for st, slot in targets]
+    key = (device, tuple(entries), outputs)
+    return Graph(device, order, outputs, params, scalars, key, targets, tuple(rank))
 
 
 def _visit(root: Node, index: dict, order: list, entries: list, params: list,
