@@ -23,6 +23,8 @@ SCRIPT = textwrap.dedent("""
         assert "lazyxla:0" in str(e) and "lazyxla:1" in str(e)
     else:
         raise AssertionError("mixing devices must fail")
+    z = torch.zeros_like(a, device=d1)          # device= names where the result lives
+    assert z.device == d1 and z.tolist() == [0.0] * 3
     lx.set_explicit_donation(True, device=d1)
     assert not lx.explicit_donation_enabled(d0) and lx.explicit_donation_enabled(d1)
     x0, x1 = torch.randn(3).to(d0), torch.randn(3).to(d1)

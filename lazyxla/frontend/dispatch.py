@@ -19,6 +19,7 @@ from torch._decomp import decomposition_table
 from .. import metrics
 from ..ir.node import Node, intern_sig
 from ..lower.registry import DECOMPOSITIONS, LOWERINGS
+from .device import DEVICE_TYPE
 from .opinfo import OpInfo, functional_variant, is_inplace, is_out
 from .tensor import LazyTensor
 from .tracing import DeviceMismatchError, convert_call, lookup, make_node, trace, wrap_outputs
@@ -227,8 +228,33 @@ def classify(func) -> OpInfo:
         info.handler = _fallback_or_decompose(func)
     else:
         info.handler = _functional if func in LOWERINGS else _fallback_or_decompose(func)
+    if _is_like_factory(func):
+        info.handler = _honouring_device_kwarg(info.handler)
     _INFOS[func] = info
     return info
+
+
+def _is_like_factory(func) -> bool:
+    """`zeros_like`, `new_full` & co.: a tensor in, a new tensor out wherever `device=` says."""
+    name = func._schema.name.split("::")[-1]
+    return (name.endswith("_like") or name.startswith("new_")) and \
+        any(a.name == "device" and a.kwarg_only for a in func._schema.arguments)
+
+
+def _honouring_device_kwarg(handler):
+    """`torch.zeros_like(lazy, device="cpu")` is a CPU tensor, `device="lazyxla:1"` a tensor
+    on that device: the input only lends its shape, dtype and strides. Other targets run
+    the op on a stand-in there; the input's own device goes through `handler`."""
+    def run(func, info, args, kwargs):
+        target = kwargs.get("device")
+        if target is not None:
+            target = torch.device(target)
+            x = args[0]
+            if target.type != DEVICE_TYPE or (target.index or 0) != x._st.device:
+                stand_in = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=target)
+                return func(stand_in, *args[1:], **kwargs)
+        return handler(func, info, args, kwargs)
+    return run
 
 
 def _fallback_or_decompose(func):

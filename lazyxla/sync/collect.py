@@ -53,10 +53,7 @@ def collect(device: int, items: list) -> Graph:
             outputs.append(index[rid])
         if st is not None:
             targets.append((st, slot))
-    # Outputs in topological order, not in the order the storages come: a storage
-    # created later in one step than in the next (optimizer state made during step
-    # 0, after that step's gradients) must not change the key.
-    by_position = sorted(range(len(outputs)), key=outputs.__getitem__)
+    by_position = sorted(range(len(outputs)), key=_canonical_order(outputs, params, targets))
     rank = [0] * len(outputs)
     for new, old in enumerate(by_position):
         rank[old] = new
@@ -64,6 +61,30 @@ def collect(device: int, items: list) -> Graph:
     targets = [(st, rank[slot]) for st, slot in targets]
     key = (device, tuple(entries), outputs)
     return Graph(device, order, outputs, params, scalars, key, targets, tuple(rank))
+
+
+def _canonical_order(outputs: list, params: list, targets: list):
+    """Sort key of output slots, independent of the order the storages come in.
+
+    A storage made later in one step than in the next (optimizer state created
+    during step 0, after that step's gradients) must not change the key. First
+    come the new values of tensors updated in place, in the order of the
+    parameters they replace: JAX pairs each donated parameter with the first
+    output of its shape and dtype, so this keeps every buffer paired with its
+    own update (a topological order paired Adam's state with gradients and
+    compiled W2 in 1.55 s instead of 1.05 s). Then the other outputs, in
+    topological order."""
+    param_of_storage: dict = {}
+    for i, data in enumerate(params):
+        st = data.owner_storage()
+        if st is not None:
+            param_of_storage.setdefault(id(st), i)
+    updates: dict = {}
+    for st, slot in targets:
+        i = param_of_storage.get(id(st))
+        if i is not None and i < updates.get(slot, len(params)):
+            updates[slot] = i
+    return lambda slot: (0, updates[slot]) if slot in updates else (1, outputs[slot])
 
 
 def _visit(root: Node, index: dict, order: list, entries: list, params: list,

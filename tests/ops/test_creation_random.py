@@ -22,6 +22,25 @@ def test_factories_from_a_tensor(fn):
 
 
 @pytest.mark.parametrize("fn", [
+    lambda x: torch.zeros_like(x, device="cpu"),
+    lambda x: torch.full_like(x, 2.5, device="cpu", dtype=torch.float64),
+    lambda x: x.new_ones((2, 2), device="cpu"),
+    lambda x: torch.empty_like(x, device="cpu").fill_(1),
+])
+def test_like_factories_honour_a_cpu_device(fn, dev):
+    """The input only lends shape and dtype: device="cpu" gives a CPU tensor, as eager."""
+    x = torch.randn(3, 4)
+    out = fn(x.to(dev))
+    assert out.device.type == "cpu" and not isinstance(out, lx.LazyTensor)
+    assert torch.equal(out, fn(x))
+
+
+def test_like_factories_onto_the_lazy_device_from_cpu(dev):
+    z = torch.zeros_like(torch.ones(2, 3, dtype=torch.float64), device=dev)
+    assert z.device == dev and z.dtype == torch.float64 and z.cpu().tolist() == [[0.0] * 3] * 2
+
+
+@pytest.mark.parametrize("fn", [
     lambda x: torch.clamp_min(x, 0.5),
     lambda x: torch.clamp_max(x, 0.5),
     lambda x: torch.clamp(x, min=torch.tensor(-0.2), max=torch.tensor(0.3)),
