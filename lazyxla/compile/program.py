@@ -148,26 +148,30 @@ def _packed(graph: Graph) -> bool:
     return len(graph.scalars) > SEPARATE_SCALARS_MAX
 
 
+def _pack_layout(graph: Graph) -> tuple[list, list]:
+    """Packed scalars: (kind, element) of each scalar, and the length of each pack."""
+    counts = [0, 0, 0]
+    layout = []
+    for s in graph.scalars:
+        k = scalar_kind(s)
+        layout.append((k, counts[k]))
+        counts[k] += 1
+    return layout, counts
+
+
 def _scalar_slots(graph: Graph, n_params: int) -> dict:
     """id(scalar node) -> (operand position, element of the pack or None)."""
     if not _packed(graph):
         return {id(s): (n_params + i, None) for i, s in enumerate(graph.scalars)}
-    counts = [0, 0, 0]
-    slots = {}
-    for s in graph.scalars:
-        k = scalar_kind(s)
-        slots[id(s)] = (n_params + k, counts[k])
-        counts[k] += 1
-    return slots
+    layout, _ = _pack_layout(graph)
+    return {id(s): (n_params + k, j) for s, (k, j) in zip(graph.scalars, layout)}
 
 
 def scalar_avals(graph: Graph) -> list:
     """(shape, dtype) of each scalar operand of `graph`'s program."""
     if not _packed(graph):
         return [((), SCALAR_DTYPES[scalar_kind(s)]) for s in graph.scalars]
-    counts = [0, 0, 0]
-    for s in graph.scalars:
-        counts[scalar_kind(s)] += 1
+    _, counts = _pack_layout(graph)
     return [((n,), dt) for n, dt in zip(counts, SCALAR_DTYPES)]
 
 

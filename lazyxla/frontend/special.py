@@ -67,7 +67,7 @@ def _to_copy(func, info, args, kwargs):
 
 
 # fill value of each factory, from its arguments
-_FILLS = {
+_FILL_VALUES = {
     aten.zeros_like.default: lambda args: 0,
     aten.ones_like.default: lambda args: 1,
     aten.full_like.default: lambda args: args[1],
@@ -83,7 +83,7 @@ def _fill_factory(func, info, args, kwargs):
     out = _functional(func, info, args, kwargs)
     shape, stride, offset, dtype = out._mkey
     if in_optimizer_step() and offset == 0 and stride == contiguous_strides(shape):
-        copy_from_host(torch.full(shape, _FILLS[func](args), dtype=dtype), out)
+        copy_from_host(torch.full(shape, _FILL_VALUES[func](args), dtype=dtype), out)
     return out
 
 
@@ -221,7 +221,7 @@ SPECIAL = {
     aten.to.dtype: _to,
     aten.to.other: _to,
     aten.to.dtype_layout: _to,
-    **{op: _fill_factory for op in _FILLS},
+    **{op: _fill_factory for op in _FILL_VALUES},
 }
 for _op in (aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float, aten.bernoulli_.Tensor,
             aten.random_.default, getattr(aten.random_, "from"), aten.random_.to, aten.exponential_.default,

@@ -52,9 +52,9 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
          skip_donated: bool = False) -> Optional[tuple]:
     """Collect, plan, compile and run one graph; its outputs, one per distinct root of
     `items` in the order they first appear (see _slot_of)."""
+    forget_lifted_scalars()   # ops traced from here on start a new sharing pattern
     if not items:
         return None
-    forget_lifted_scalars()   # ops traced from here on start a new sharing pattern
     try:
         graph = collect(device, items)
     except DonatedBufferError:
