@@ -86,6 +86,15 @@ def rand(*shape, seed=None, dtype=torch.float32):
     return torch.randn(*shape, generator=gen).to(dtype)
 
 
+def materialised(dev, *hosts):
+    """`hosts` moved to `dev` and materialised by a step barrier, with the metrics
+    cleared after it: the starting point of most donation scenarios."""
+    tensors = tuple(h.to(dev) for h in hosts)
+    lx.sync()
+    lx.metrics.clear_all()
+    return tensors
+
+
 def alias2():
     """(graphs compiled, donors) of the InputOutputAliasCount metric, or None."""
     a = lx.metrics.metric_data("InputOutputAliasCount")

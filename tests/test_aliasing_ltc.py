@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import lazyxla as lx
-from helpers import alias2, assert_close, counter, rand
+from helpers import alias2, assert_close, counter, materialised, rand
 
 aten = torch.ops.aten
 
@@ -28,9 +28,7 @@ pytestmark = pytest.mark.usefixtures("fresh_compile_cache")
 
 def test_a01_non_view(dev):
     c1, c2 = rand(4, 2, 2, seed=1), rand(4, 2, 2, seed=2)
-    t1, t2 = c1.to(dev), c2.to(dev)
-    lx.sync()
-    lx.metrics.clear_all()
+    t1, t2 = materialised(dev, c1, c2)
     t3 = t1 + t2
     t1 *= 2.0
     t2 += 2.0
@@ -92,9 +90,7 @@ def test_a05_multiple_inplace_update_bf16_cache(dev):
     key_cpu = torch.randn(128, 16, 64, generator=gen).to(torch.bfloat16)
     # unique slots: with duplicates, which row wins is unspecified in XLA and eager
     slots_cpu = torch.randperm(1024, generator=gen)[:128].reshape(1, 128)
-    k_cache, key, slots = k_cache_cpu.to(dev), key_cpu.to(dev), slots_cpu.to(dev)
-    lx.sync()
-    lx.metrics.clear_all()
+    k_cache, key, slots = materialised(dev, k_cache_cpu, key_cpu, slots_cpu)
     for _ in range(10):
         k_cache.index_copy_(0, slots.flatten(), key)
         k_cache_cpu.index_copy_(0, slots_cpu.flatten(), key_cpu)
@@ -196,9 +192,7 @@ def test_a09_device_data_cache_no_aliasing(dev):
 
 def test_a10_scalar_operands_not_donated(dev):
     c = rand(3, seed=10)
-    t = c.to(dev)
-    lx.sync()
-    lx.metrics.clear_all()
+    t, = materialised(dev, c)
     t.add_(2.5)
     lx.sync()
     # only t; Python scalars are runtime operands (not even parameters here)
@@ -218,9 +212,7 @@ def test_a10_scalar_operands_not_donated(dev):
 
 def test_a11_cpu_does_not_donate(dev):
     c0, c1 = rand(3, seed=11), rand(3, seed=12)
-    t0, t1 = c0.to(dev), c1.to(dev)
-    lx.sync()
-    lx.metrics.clear_all()
+    t0, t1 = materialised(dev, c0, c1)
     t2 = t0 + t1
     t1.add_(1)
     assert_close(t1.cpu(), c1 + 1)
@@ -239,9 +231,7 @@ def test_a11_cpu_does_not_donate(dev):
 
 def test_a12_partial_sync_donates_when_safe(dev):
     c1 = rand(3, seed=13)
-    t1 = c1.to(dev)
-    lx.sync()
-    lx.metrics.clear_all()
+    t1, = materialised(dev, c1)
     t1.add_(1)
     lx.sync_tensors([t1], wait=True, donate_inplace=True)
     assert alias2() == (1, 1.0)
@@ -251,9 +241,7 @@ def test_a12_partial_sync_donates_when_safe(dev):
 def test_a12_partial_sync_keeps_buffer_needed_by_pending(dev):
     """§3.6 / API [N]: upstream donates t1's old buffer here and the barrier then fails."""
     c0, c1 = rand(3, seed=14), rand(3, seed=15)
-    t0, t1 = c0.to(dev), c1.to(dev)
-    lx.sync()
-    lx.metrics.clear_all()
+    t0, t1 = materialised(dev, c0, c1)
     t2 = t0 + t1
     t1.add_(1)
     lx.sync_tensors([t1], wait=True, donate_inplace=True)
@@ -354,9 +342,7 @@ def test_a14_host_fallback_donates_nothing(dev):
     from lazyxla.frontend.dispatch import op_info
     from lazyxla.frontend.fallback import run_on_host
     c, o = rand(6, seed=19), rand(6, seed=190)
-    t, other = c.to(dev), o.to(dev)
-    lx.sync()
-    lx.metrics.clear_all()
+    t, other = materialised(dev, c, o)
     t.add_(1)  # pending in-place update: the fallback's sync computes it
     op = torch.ops.aten.mul.Tensor
     with warnings.catch_warnings():
@@ -476,9 +462,7 @@ def test_clone_before_inplace_keeps_clone(dev):
 
 def test_optimization_barrier_keeps_aliasing(dev):
     ca, cb = rand(3, 4, seed=26), rand(3, 4, seed=27)
-    a, b = ca.to(dev), cb.to(dev)
-    lx.sync()
-    lx.metrics.clear_all()
+    a, b = materialised(dev, ca, cb)
     a.add_(1)
     b.mul_(2)
     lx.optimization_barrier_([a, b])
