@@ -27,6 +27,7 @@ import torch
 from .._jax import jax_dtype
 from ..errors import LoweringError
 from ..frontend.views import VIEW_SCATTER
+from ..ir.call import Subprogram
 from ..ir.node import DATA, GETITEM, SCALAR, Node
 from ..lower.registry import LOWERINGS
 from ..lower.views import view_scatter
@@ -82,6 +83,8 @@ def _resolve(value, env: list):
 def _rule_for(node: Node) -> Callable:
     if node.op == VIEW_SCATTER:
         return view_scatter
+    if type(node.op) is Subprogram:
+        return node.op.rule
     rule = LOWERINGS.get(node.op)
     if rule is None:
         raise LoweringError(f"lazyxla: no lowering for {node.op}")

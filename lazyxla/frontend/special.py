@@ -140,7 +140,7 @@ def _resize(func, info, args, kwargs):
     return self
 
 
-def _draw_seed() -> int:
+def draw_seed() -> int:
     # Drawn from PyTorch's default CPU generator: torch.manual_seed makes lazyxla
     # random ops reproducible; the seed is a runtime operand, so no recompiles.
     return int(torch.randint(0, 2**62, (), dtype=torch.int64))
@@ -152,7 +152,7 @@ def _random(func, info, args, kwargs):
     kwargs = {k: v for k, v in kwargs.items() if k != "generator"}
     nargs, nkw, inputs, key, device = convert_call(info, args, kwargs)
     entry = lookup(key, func, args, kwargs)
-    seed = scalar_node(_draw_seed())
+    seed = scalar_node(draw_seed())
     nkw = dict(nkw or {}, seed=seed)
     spec = entry.spec
     node = Node(func, nargs, nkw, inputs + (seed,), spec[0], spec[3], entry.sig)

@@ -33,6 +33,7 @@ from ..frontend.tracing import forget_lifted_scalars
 from ..ir.node import DATA
 from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
+from .capture import Placeholder, placeholder_refusal
 from .collect import collect, reads_donated
 
 # One lock for the whole runtime, also held by every op trace (lazyxla/lock.py,
@@ -68,6 +69,8 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
         if not items:
             return None
         graph = collect(device, items)
+    if any(type(d) is Placeholder for d in graph.params):
+        raise placeholder_refusal()
     aliasing = config.aliasing_enabled(device)
     donors, decisions = plan(graph, live_storages(device), automatic=automatic, explicit=explicit,
                              aliasing=aliasing, kind=kind)

@@ -1,0 +1,53 @@
+"""A whole JAX function as one IR node (the CALL node).
+
+Compiled functions (`torch.compile` graphs) and gradient-accumulation loops are
+captured once as a pure JAX function and then inserted into the pending lazy
+graph as a single node per call, so they fuse into the step graph at the next
+sync and take part in its donation like any other op.
+
+The node's `op` is a `Subprogram`; its `inputs` are the operand nodes in the
+order the function takes them; it always has `nout = len(out_avals)` outputs,
+read through GETITEM nodes. The node's signature is the program's `key` plus
+the operand avals, so the graph key (and the compile cache) treat two calls of
+the same program exactly like two calls of the same ATen op.
+"""
+from __future__ import annotations
+
+from typing import Callable, Hashable, Sequence
+
+import torch
+
+from .node import Node, intern_sig
+
+
+class Subprogram:
+    """An immutable pure JAX function with a structural key.
+
+    `fn(*operands) -> tuple of arrays`, one per entry of `out_avals`
+    (`(shape, torch dtype)` pairs). Equal keys must mean the same computation:
+    the key stands for `fn` in graph keys and compile-cache keys.
+    """
+    __slots__ = ("fn", "key", "name", "out_avals")
+
+    def __init__(self, fn: Callable, key: Hashable, name: str,
+                 out_avals: Sequence[tuple[tuple, torch.dtype]]) -> None:
+        self.fn = fn
+        self.key = key
+        self.name = name
+        self.out_avals = tuple((tuple(s), d) for s, d in out_avals)
+
+    def rule(self, ctx, *operands) -> tuple:
+        """Lowering of a CALL node of this program (compile/program.py)."""
+        return tuple(self.fn(*operands))
+
+    def __repr__(self) -> str:
+        return f"call[{self.name}]"
+
+
+def call_node(program: Subprogram, operands: Sequence[Node]) -> Node:
+    """The node computing `program(*operands)`; read its outputs with `getitem_node`."""
+    operands = tuple(operands)
+    sig = intern_sig(("call", program.key, tuple((n.shape, n.dtype) for n in operands)))
+    shapes = tuple(s for s, _ in program.out_avals)
+    dtypes = tuple(d for _, d in program.out_avals)
+    return Node(program, operands, None, operands, shapes, dtypes, sig, None, len(shapes))

@@ -1,0 +1,259 @@
+"""Capture a function over lazy tensors once; replay it as one CALL node per call.
+
+`capture(fn, inputs)` runs `fn` a single time on placeholder lazy tensors shaped
+like `inputs` (ordinary tracing: every ATen op dispatches once), collects the
+IR it produced into a graph and turns that graph into a pure JAX function
+(`compile/program.build`), wrapped in a `Subprogram`. `Capture.__call__(inputs)`
+then inserts one `call_node` into the pending lazy graph: no ATen op is
+dispatched, and the call fuses into the step graph at the next sync, where
+automatic and explicit donation work on it as on any traced op.
+
+What a captured function may touch, and what becomes of it:
+* its inputs: placeholders (device data without a buffer). Writing into one
+  is reported (`Capture.mutated`) and returned as an extra output, so the
+  caller decides: write the new value back, or refuse.
+* tensors created inside it (constants, `torch.tensor(...)`): baked into the
+  program as read-only device data.
+* device data of tensors that existed before the capture (a closure over a
+  weight): an operand re-read from that tensor's storage at every call, so
+  later updates of the weight are seen.
+* pending computation of tensors that existed before the capture: refused
+  (`CaptureError`): its value would be frozen into the program. Pass the
+  tensor as an input or `lx.sync()` first.
+* writes into tensors that existed before the capture: refused and undone.
+* lifted Python scalars: baked as constants (they are constants of the
+  captured code); random seeds stay runtime operands, drawn afresh per call.
+* host reads (`.item()`, printing) of values computed from the inputs: refused
+  (there is no data while capturing).
+"""
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..compile.program import build, scalar_args
+from ..frontend.device import DEVICES
+from ..frontend.dispatch import traced_since_sync
+from ..frontend.special import draw_seed
+from ..frontend.storage import Storage, live_devices, live_storages
+from ..frontend.tensor import LazyTensor
+from ..frontend.tracing import contiguous_strides
+from ..ir.call import Subprogram, call_node
+from ..ir.node import DATA, SCALAR, Node, data_node, getitem_node, scalar_node
+from ..runtime.device_data import DeviceData
+from .collect import collect
+
+
+class CaptureError(RuntimeError):
+    """A function could not be captured as one program (see sync/capture.py)."""
+
+
+class Placeholder(DeviceData):
+    """The data of a captured function's input: shape and dtype, no buffer."""
+    __slots__ = ()
+
+
+_active = [0]
+_serial = itertools.count()
+
+
+def capturing() -> bool:
+    """True while a function is being captured (host reads are refused then)."""
+    return _active[0] > 0
+
+
+def placeholder_refusal() -> CaptureError:
+    return CaptureError(
+        "lazyxla: a value computed from the inputs of a function being captured "
+        "(torch.compile / gradient accumulation) was read on the host (.item(), .cpu(), print, "
+        "a data-dependent branch); there is no data while capturing. Move the host read out of "
+        "the captured function, or let it graph-break there.")
+
+
+class Capture:
+    """A captured function: `program` plus how to feed it and read its results."""
+
+    def __init__(self, program: Subprogram, device: int, n_inputs: int, operand_plan: list,
+                 out_specs: list, n_results: int, mutated: list[int]) -> None:
+        self.program = program
+        self.device = device
+        self.n_inputs = n_inputs
+        self.operand_plan = operand_plan  # per extra operand: ("storage", weakref) | ("seed", None)
+        self.out_specs = out_specs        # (shape, stride, dtype) per program output
+        self.n_results = n_results        # outputs of fn; then one per mutated input
+        self.mutated = mutated            # input positions fn wrote into, in output order
+
+    def __call__(self, inputs: Sequence[LazyTensor]) -> list[LazyTensor]:
+        """Insert one call into the pending graph: fn's results, then the new values of
+        the mutated inputs (in `self.mutated` order), as fresh lazy tensors."""
+        if len(inputs) != self.n_inputs:
+            raise CaptureError(f"lazyxla: captured program {self.program.name} takes {self.n_inputs} "
+                               f"tensors, got {len(inputs)}")
+        operands = [t.checked_value() for t in inputs]
+        for kind, ref in self.operand_plan:
+            if kind == "seed":
+                operands.append(scalar_node(draw_seed()))
+                continue
+            st = ref()
+            if st is None:
+                raise CaptureError(
+                    f"lazyxla: captured program {self.program.name} reads a tensor from outside its "
+                    "inputs that no longer exists; capture again, or pass that tensor as an input")
+            operands.append(st.value)
+        node = call_node(self.program, operands)
+        return [LazyTensor.wrap(Storage(item, self.device), None, item, (shape, stride, 0, dtype))
+                for item, (shape, stride, dtype) in
+                ((getitem_node(node, i), spec) for i, spec in enumerate(self.out_specs))]
+
+
+def capture(fn: Callable[..., Sequence[LazyTensor]], inputs: Sequence[LazyTensor], *,
+            name: str, requires_grad: Optional[Sequence[bool]] = None) -> Capture:
+    """Run `fn(*placeholders)` once and capture it (module docstring).
+
+    `fn` returns a sequence of lazy tensors (its results). `requires_grad`
+    (default: as the inputs) sets it on the placeholders, so autograd can run
+    inside `fn`.
+    """
+    if not inputs:
+        raise CaptureError("lazyxla: a captured function needs at least one lazy tensor input")
+    device = inputs[0]._st.device
+    if requires_grad is None:
+        requires_grad = [t.requires_grad for t in inputs]
+    holders = [Placeholder(None, tuple(t.shape), t.dtype, device) for t in inputs]
+    placeholders = []
+    for data, t, grad in zip(holders, inputs, requires_grad):
+        node = data_node(data)
+        ph = LazyTensor.wrap(Storage(node, device), None, node,
+                             (data.shape, contiguous_strides(data.shape), 0, data.dtype))
+        placeholders.append(ph.requires_grad_(bool(grad)))
+    own = {id(ph._st) for ph in placeholders}
+    before = {id(st): (st, st.value) for d in live_devices() for st in live_storages(d)
+              if id(st) not in own}
+    budget = traced_since_sync[0]
+    _active[0] += 1
+    try:
+        results = list(fn(*placeholders))
+    finally:
+        _active[0] -= 1
+        traced_since_sync[0] = budget   # the capture is one program: the size cap does not cut it
+        written = _undo_outer_writes(before)
+    try:
+        return _build_capture(name, device, placeholders, holders, results, before, written)
+    finally:
+        for data in holders:
+            # Tensors computed inside fn that escape it (a global list) read these
+            # placeholders: make any later use fail clearly instead of at execution.
+            data.donated_in = f"<capture of {name}> (a value computed inside a captured function)"
+
+
+def _build_capture(name: str, device: int, placeholders: list, holders: list, results: list,
+                   before: dict, written: int) -> Capture:
+    if written:
+        raise CaptureError(
+            f"lazyxla: the function captured as {name} wrote into {written} tensor(s) that are "
+            "neither its inputs nor created inside it (undone); pass them as inputs instead")
+    for r in results:
+        if not isinstance(r, LazyTensor) or r._st.device != device:
+            raise CaptureError(f"lazyxla: the function captured as {name} must return lazy tensors "
+                               f"on lazyxla:{device}, got {r!r:.80}")
+    mutated = [i for i, ph in enumerate(placeholders) if ph._st.value.op is not DATA
+               or ph._st.value.data is not holders[i]]
+    roots = [r.lazy_value() for r in results] + [placeholders[i]._st.value for i in mutated]
+    graph = collect(device, [(root, None) for root in roots])
+    outer_pending = {id(v) for _, v in before.values() if v.op is not DATA}
+    for n in graph.order:
+        if id(n) in outer_pending:
+            raise CaptureError(
+                f"lazyxla: the function captured as {name} reads a tensor with pending computation "
+                "that is not one of its inputs; pass that tensor as an input, or lx.sync() before "
+                "the first call")
+    position = {id(d): i for i, d in enumerate(holders)}
+    operand_plan, baked = [], []
+    for data in graph.params:
+        if id(data) in position:
+            continue
+        owner = data.owner_storage()
+        if (owner is not None and owner.seq < placeholders[0]._st.seq
+                and owner.value.op is DATA and owner.value.data is data):
+            operand_plan.append(("storage", weakref.ref(owner)))
+        else:
+            data.read_only = True   # a constant of the program: never donated
+            baked.append(data)
+    params = _param_order(graph, position, operand_plan, baked)
+    seeds = _seed_positions(graph)
+    operand_plan += [("seed", None)] * len(seeds)
+    program_fn = _program(graph, params, seeds)
+    out_specs = [(tuple(n.shape), _stride_of(r) if k < len(results) else contiguous_strides(n.shape), n.dtype)
+                 for k, (n, r) in enumerate(zip(roots, results + [None] * len(mutated)))]
+    constants = tuple(None if i in seeds else s.data for i, s in enumerate(graph.scalars))
+    key = (name, graph.key, tuple(params), constants)
+    program = Subprogram(program_fn, (name, next(_serial)) if baked else key, name,
+                         [(shape, dtype) for shape, _, dtype in out_specs])
+    return Capture(program, device, len(placeholders), operand_plan, out_specs, len(results), mutated)
+
+
+def _undo_outer_writes(before: dict) -> int:
+    written = 0
+    for st, old in before.values():
+        if st.value is not old:
+            st.value = old
+            st.version += 1
+            written += 1
+    return written
+
+
+def _param_order(graph, position: dict, operand_plan: list, baked: list) -> list:
+    """How each of the graph's parameters is fed: ("in", k) the k-th operand of the call,
+    or ("const", data) a baked buffer. Operands: inputs, then outer storages, then seeds."""
+    n_inputs = len(position)
+    outer = iter(range(n_inputs, n_inputs + len(operand_plan)))
+    baked_ids = {id(d) for d in baked}
+    order = []
+    for data in graph.params:
+        if id(data) in position:
+            order.append(("in", position[id(data)]))
+        elif id(data) in baked_ids:
+            order.append(("const", id(data)))
+        else:
+            order.append(("in", next(outer)))
+    return order
+
+
+def _seed_positions(graph) -> list[int]:
+    """Indices into graph.scalars of random seeds (runtime operands, fresh each call)."""
+    seed_ids = {id(n.kwargs["seed"]) for n in graph.order
+                if n.kwargs and isinstance(n.kwargs.get("seed"), Node)}
+    return [i for i, s in enumerate(graph.scalars) if s.op is SCALAR and id(s) in seed_ids]
+
+
+def _program(graph, params: list, seeds: list[int]) -> Callable:
+    """fn(*call operands) -> outputs: the graph's program with inputs and outer tensors
+    as operands, baked buffers and constant scalars closed over, seeds as operands."""
+    program, _ = build(graph)
+    root_slots = graph.root_slots
+    constants = {id(d): d.array for d in graph.params}
+    values = [np.asarray(v) for v in scalar_args(graph)]   # constants: numpy, so .astype works
+    packed = len(values) != len(graph.scalars)
+    if packed and seeds:
+        raise CaptureError("lazyxla: a captured function with random ops and more than "
+                           f"{len(graph.scalars)} lifted scalars is not supported yet")
+
+    def fn(*operands):
+        args = [operands[k] if kind == "in" else constants[k] for kind, k in params]
+        scalars = list(values)
+        seed_operands = operands[len(operands) - len(seeds):] if seeds else ()
+        for i, s in zip(seeds, seed_operands):
+            scalars[i] = s
+        outs = program(*args, *scalars)
+        return tuple(outs[slot] for slot in root_slots)   # collect's canonical order -> fn's order
+
+    return fn
+
+
+def _stride_of(t: LazyTensor) -> tuple:
+    """Strides of a result: its own for a base tensor, contiguous for a view."""
+    return t._mkey[1] if t._view is None else contiguous_strides(tuple(t.shape))
