@@ -35,6 +35,21 @@ class LazyTensor(torch.Tensor):
         t._mkey = spec
         return t
 
+    # A traceable wrapper subclass (flatten/unflatten below) with no inner tensors: its
+    # state is all Python-side. Being one makes `Module._apply` (model.to(dev)) swap each
+    # CPU Parameter *in place* with `torch.utils.swap_tensors` instead of creating a new
+    # Parameter per module, so weight ties and Parameter identity (an optimizer built
+    # before `.to()`) survive. Options weighed in docs/design.md ("Parameters and ties").
+    def __tensor_flatten__(self):
+        return [], (self._st, self._view, self._vcache, self._mkey)
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride) -> "LazyTensor":
+        storage, view, vcache, spec = ctx
+        t = LazyTensor.wrap(storage, view, storage.value, spec)
+        t._vcache = vcache
+        return t
+
     def lazy_value(self) -> Node:
         """Current value as an IR node (re-derived from the base after writes)."""
         st = self._st
