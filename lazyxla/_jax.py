@@ -8,6 +8,7 @@ same process keeps working (it just sees 64-bit defaults).
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import jax
@@ -58,3 +59,15 @@ def torch_dtype(dtype) -> torch.dtype:
 
 def jax_devices() -> list:
     return jax.local_devices()
+
+
+@functools.lru_cache(maxsize=None)
+def device_memory_bytes(index: int) -> int:
+    """Total memory of local device `index`: the allocator's limit where the backend
+    reports one (GPU, TPU), else the host's physical memory (XLA:CPU buffers are
+    host heap)."""
+    stats = jax_devices()[index].memory_stats() or {}
+    limit = stats.get("bytes_limit")
+    if limit:
+        return int(limit)
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -331,3 +331,23 @@ def test_host_fallback_failure_with_an_unusual_exception_type(dev):
     notes = " ".join(getattr(info.value, "__notes__", ()))
     assert "boom" in notes and "Tensor[2, 3]" in notes and "k=5" in notes, notes
     assert x.sum().item() == 6.0
+
+
+@pytest.mark.parametrize("make", ["empty", "zeros", "randn", "materialised_expand"])
+def test_impossible_allocation_fails_at_the_op_and_leaves_nothing_pending(dev, make):
+    # Issue #12: torch.empty(10**13, device=dev) only failed at the next sync, and then
+    # every later barrier failed while the tensor lived; eager fails at the op.
+    small = torch.ones(3, device=dev) * 2
+    with pytest.raises(torch.OutOfMemoryError, match=r"out of memory: tried to allocate .* GiB"):
+        if make == "empty":
+            torch.empty(10**13, device=dev)
+        elif make == "zeros":
+            torch.zeros(10**6, 10**7, device=dev)
+        elif make == "randn":
+            torch.randn(10**13, device=dev)
+        else:
+            small[:1].expand(10**7, 10**6).contiguous()
+    lx.sync()
+    assert small.tolist() == [2.0, 2.0, 2.0]
+    assert torch.ones(3, device=dev).expand(10**7, 10**6, 3).shape == (10**7, 10**6, 3)   # views allocate nothing
+    lx.sync()

@@ -190,3 +190,44 @@ def test_sync_from_thread(dev):
     t.start()
     t.join()
     assert out["v"] == [3.0, 3.0]
+
+
+def test_host_read_of_a_view_of_device_data_compiles_nothing(dev):
+    # Issue #12: `w.grad.to("cpu")` of a transposed view of device data compiled and ran a
+    # 3-node graph and added an InputOutputAliasCount sample; PyTorch/XLA copies it.
+    lin = torch.nn.Linear(4, 3).to(dev)
+    lin(torch.randn(2, 4).to(dev)).sum().backward()
+    lx.sync(wait=True)
+    expected = lin.weight.grad.cpu()
+    base = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
+    data = base.to(dev)
+    y = torch.randn(3, 4).t().clone().to(dev)     # a device base with non-contiguous strides
+    lx.sync(wait=True)
+    metrics.clear_all()
+    views = [lin.weight.grad.t(), data[1], data.transpose(0, 2)[1:3], data.permute(2, 0, 1).unsqueeze(0),
+             data.view(6, 4)[::2], data.expand(2, 2, 3, 4), data.diagonal(0, 1, 2), data.unfold(2, 2, 1),
+             data.flatten()[3:9].view(2, 3), y.t().view(-1)]
+    hosts = [v.to("cpu") for v in views] + [views[1][0, 1].item()]
+    torch.testing.assert_close(hosts[0], expected.t())
+    eager = [base[1], base.transpose(0, 2)[1:3], base.permute(2, 0, 1).unsqueeze(0), base.view(6, 4)[::2],
+             base.expand(2, 2, 3, 4), base.diagonal(0, 1, 2), base.unfold(2, 2, 1), base.flatten()[3:9].view(2, 3)]
+    for got, want in zip(hosts[1:9], eager):
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(hosts[9], y.cpu().t().reshape(-1))
+    assert hosts[10] == base[1][0, 1].item()
+    assert metrics.counter_value("UncachedCompile") is None and metrics.counter_value("CachedCompile") is None
+    assert metrics.metric_data("InputOutputAliasCount") is None and metrics.metric_data("ExecuteTime") is None
+    hosts[1].add_(1)                               # host copies are independent of each other
+    assert data[1].cpu().equal(base[1])
+
+
+def test_host_read_of_a_view_of_a_donated_base_raises(dev):
+    a = torch.ones(3, 4).to(dev)
+    v = a.t()
+    assert lx.set_buffer_donation(a)
+    consumer = a * 2
+    lx.sync()
+    assert lx.is_donated(a)
+    with pytest.raises(lx.DonatedBufferError):
+        v.cpu()
+    assert consumer.t().cpu().equal(torch.full((4, 3), 2.0))

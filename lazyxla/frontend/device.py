@@ -49,7 +49,7 @@ def register_kernels() -> None:
     from .special import copy_from_host
     from .storage import Storage
     from .tensor import LazyTensor
-    from .tracing import contiguous_strides
+    from .tracing import check_allocation, contiguous_strides
 
     lib = torch.library.Library("aten", "IMPL")
     aten = torch.ops.aten
@@ -71,6 +71,7 @@ def register_kernels() -> None:
         dtype = dtype or torch.get_default_dtype()
         jax_dtype(dtype)
         index = device_index(device)
+        check_allocation(size, dtype)
         node = _zeros_node(size, dtype)
         spec = (size, stride if stride is not None else contiguous_strides(size), 0, dtype)
         with LOCK:

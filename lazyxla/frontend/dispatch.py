@@ -21,6 +21,7 @@ from ..ir.node import Node, intern_sig
 from ..lower.registry import DECOMPOSITIONS, LOWERINGS
 from .device import DEVICE_TYPE
 from .opinfo import OpInfo, functional_variant, is_inplace, is_out
+from .sync_hooks import cut_graphs
 from .tensor import LazyTensor
 from .tracing import DeviceMismatchError, convert_call, lookup, make_node, trace, wrap_outputs
 
@@ -43,7 +44,6 @@ def dispatch(func, args, kwargs):
     budget = traced_since_sync
     budget[0] += 1
     if budget[0] > GRAPH_OP_LIMIT:
-        from ..sync.api import cut_graphs
         cut_graphs()
     return info.handler(func, info, args, kwargs)
 

@@ -16,6 +16,7 @@ from ..ir.node import data_node
 from ..runtime.transfer import upload
 from .tensor import LazyTensor, lazy_tensors_in
 from .storage import Storage
+from .sync_hooks import host_values
 from .tracing import contiguous_strides
 
 _warned: set = set()
@@ -34,7 +35,6 @@ def _describe(args) -> str:
 
 
 def run_on_host(func, info, args, kwargs):
-    from ..sync.api import host_values
     lazies = lazy_tensors_in(kwargs, lazy_tensors_in(args, []))
     name = func._schema.name  # "aten::gather", "prims::var", ...
     metrics.counter_add(name)

@@ -8,6 +8,7 @@ from ..ir.node import Node, data_node, scalar_node
 from ..runtime.transfer import upload
 from .device import DEVICE_TYPE
 from .optim import in_optimizer_step
+from .sync_hooks import host_value
 from .dispatch import _alias, _fallback, _functional, _identity, _view, assign, run_op
 from .tensor import LazyTensor
 from .tracing import contiguous_strides, convert_call, lookup, wrap_outputs
@@ -30,11 +31,9 @@ def copy_from_host(src: torch.Tensor, dst: LazyTensor) -> None:
 def _copy(func, info, args, kwargs):
     dst, src = args[0], args[1]
     if not isinstance(dst, LazyTensor):  # cpu_tensor.copy_(lazy): a host read
-        from ..sync.api import host_value
         return dst.copy_(host_value(src))
     if isinstance(src, LazyTensor):
         if src._st.device != dst._st.device:
-            from ..sync.api import host_value
             copy_from_host(host_value(src), dst)
         else:
             node = src.checked_value()
@@ -53,12 +52,10 @@ def _to_copy(func, info, args, kwargs):
     if device is not None:
         device = torch.device(device)
         if device.type != DEVICE_TYPE:
-            from ..sync.api import host_value
             host = host_value(x)
             dtype = kwargs.get("dtype") or host.dtype
             return host.to(device=device, dtype=dtype)
         if (device.index or 0) != x._st.device:
-            from ..sync.api import host_value
             host = host_value(x).to(kwargs.get("dtype") or x.dtype)
             out = torch.empty(host.shape, dtype=host.dtype, device=device)
             copy_from_host(host, out)
@@ -104,7 +101,6 @@ def _to(func, info, args, kwargs):
 
 
 def _local_scalar_dense(func, info, args, kwargs):
-    from ..sync.api import host_value
     return host_value(args[0]).item()
 
 

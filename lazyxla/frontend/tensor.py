@@ -17,6 +17,7 @@ from ..runtime.device_data import donated_error
 from ..lock import LOCK
 from .device import DEVICES
 from .storage import Storage
+from .sync_hooks import host_value
 
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 _DATA = torch.Tensor.data
@@ -113,20 +114,17 @@ class LazyTensor(torch.Tensor):
         self._st, self._view, self._vcache, self._mkey = new._st, new._view, new._vcache, new._mkey
 
     def tolist(self):
-        from ..sync.api import host_value
         return host_value(self).tolist()
 
     def numpy(self, *, force: bool = False):
         if not force:
             raise TypeError(f"can't convert {self.device} device type tensor to numpy. "
                             "Use Tensor.cpu() to copy the tensor to host memory first.")
-        from ..sync.api import host_value
         return host_value(self).numpy()
 
     def __reduce_ex__(self, protocol):
         # Pickling (torch.save, multiprocessing) stores the value as a CPU tensor, like
         # lx.save: device buffers and lazy state are process-local.
-        from ..sync.api import host_value
         host = host_value(self)
         if self.requires_grad:
             host.requires_grad_()
@@ -138,7 +136,6 @@ class LazyTensor(torch.Tensor):
             return _dispatch(func, args, kwargs or {})
 
     def __repr__(self, *, tensor_contents=None) -> str:  # noqa: D105
-        from ..sync.api import host_value
         try:
             host = host_value(self)
         except RuntimeError as e:

@@ -11,9 +11,11 @@ the key, interned to an int, is also the node's structural signature.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
-from .._jax import TORCH_TO_JAX, jax_dtype
+from .._jax import TORCH_TO_JAX, device_memory_bytes, jax_devices, jax_dtype
 from ..ir.node import DATA, Node, getitem_node, intern_sig, scalar_node
 from ..runtime.device_data import donated_error
 from .device import DEVICE_TYPE
@@ -184,14 +186,34 @@ def infer(func, args, kwargs):
     # Once per cache key: an output dtype the device cannot hold (complex) fails here,
     # at the call, not at the next sync.
     for o in (out if isinstance(out, (tuple, list)) else (out,)):
-        if isinstance(o, torch.Tensor) and o.dtype not in TORCH_TO_JAX:
-            jax_dtype(o.dtype)
+        if isinstance(o, torch.Tensor):
+            if o.dtype not in TORCH_TO_JAX:
+                jax_dtype(o.dtype)
+            if not func.is_view:   # a view allocates nothing (a huge expand is fine)
+                check_allocation(tuple(o.shape), o.dtype)
     if isinstance(out, torch.Tensor):
         return spec_of(out), False
     if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) or o is None for o in out):
         # None: an output the call asked not to compute (backward ops' output_mask)
         return tuple(spec_of(o) if o is not None else None for o in out), True
     raise NotImplementedError(f"lazyxla: cannot infer the output of {func} (returned {type(out).__name__})")
+
+
+def check_allocation(shape: tuple, dtype: torch.dtype) -> None:
+    """Refuse, at the op, a tensor no lazyxla device could hold: as eager's allocator
+    does, instead of a pending value that fails every later sync while it lives.
+    Checked once per shape-inference cache entry, so against the smallest device."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    capacity = min(device_memory_bytes(i) for i in range(len(jax_devices())))
+    if nbytes > capacity:
+        raise torch.OutOfMemoryError(
+            f"lazyxla: out of memory: tried to allocate {_gib(nbytes)} (a {dtype} tensor of shape "
+            f"{list(shape)}), but a lazyxla device has {_gib(capacity)} in total. "
+            "Use a smaller size; the op was not recorded.")
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:,.2f} GiB"
 
 
 class MetaEntry:

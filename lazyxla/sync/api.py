@@ -30,6 +30,8 @@ from ..frontend.storage import live_devices, live_storages
 from ..frontend.optim import end_optimizer_step
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import forget_lifted_scalars
+from ..frontend.views import view_of_host
+from ..frontend import sync_hooks
 from ..ir.node import DATA
 from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
@@ -166,14 +168,15 @@ def host_values(tensors: list, allow_explicit: bool = True) -> list:
         # Tensors that already hold device data are read before any graph runs: with
         # explicit donation enabled, the graph of this same read (e.g. for a view in
         # `[a, a[0]]`) may donate a marked buffer that was asked for.
-        early = {id(t): download(t.checked_value().data.live_array(), t.dtype)
-                 for t in tensors if t._view is None and t._st.value.op is DATA}
+        # Views of device data are read the same way, by applying the view on the host:
+        # no graph to compile for a transposed `.grad`, and nothing donated.
+        early = _read_device_data(tensors)
         results: dict = {}
         for device, storages in _by_device(tensors).items():
             items = _pending(storages)
             slots = {}
             for t in tensors:
-                if t._st.device != device or t._view is None:
+                if t._st.device != device or t._view is None or id(t) in early:
                     continue
                 node = t.checked_value()
                 slots[id(t)] = len(items)
@@ -193,6 +196,26 @@ def host_values(tensors: list, allow_explicit: bool = True) -> list:
                 node = t.checked_value()
                 array = node.data.live_array()
             hosts.append(download(array, t.dtype))
+    return hosts
+
+
+def _read_device_data(tensors: list) -> dict:
+    """{id(t): CPU copy} for the tensors whose base holds device data (each base
+    downloaded once); the rest need a graph."""
+    bases: dict = {}
+    hosts: dict = {}
+    for t in tensors:
+        st = t._st
+        if st.value.op is not DATA:
+            continue
+        node = t.checked_value()   # raises DonatedBufferError for a donated base
+        if t._view is None:
+            hosts[id(t)] = download(node.data.live_array(), t.dtype)
+            continue
+        base = bases.get(id(st))
+        if base is None:
+            base = bases[id(st)] = download(st.value.data.live_array(), st.value.dtype)
+        hosts[id(t)] = view_of_host(base, t._view).clone()
     return hosts
 
 
@@ -243,3 +266,6 @@ def graph_hash(tensors) -> str:
     tensors = _check_lazy(tensors, "graph_hash")
     graphs = pending_graphs(tensors, automatic=False)
     return key_hex(tuple(graph.key + (donors,) for graph, donors in graphs))
+
+
+sync_hooks.install(host_values, cut_graphs)

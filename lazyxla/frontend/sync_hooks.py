@@ -1,0 +1,43 @@
+"""The two services the tracer needs from the sync layer, installed by it.
+
+A host read (`.item()`, `.cpu()`, a host fallback) must materialise pending
+work, and the graph-size cap must cut the pending graph; both are sync-layer
+work. The frontend sits below sync (LAYOUT.md), so instead of importing it
+the frontend calls these slots, which `sync/api.py` fills when it is imported
+(`import lazyxla` always imports it before any tensor exists).
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+_host_values: Optional[Callable[..., list]] = None
+_cut_graphs: Optional[Callable[[], None]] = None
+
+
+def install(host_values_fn: Callable[..., list], cut_graphs_fn: Callable[[], None]) -> None:
+    global _host_values, _cut_graphs
+    _host_values, _cut_graphs = host_values_fn, cut_graphs_fn
+
+
+def _missing() -> RuntimeError:
+    return RuntimeError("lazyxla: the sync layer is not initialised; import lazyxla first")
+
+
+def host_values(tensors: list, allow_explicit: bool = True) -> list[torch.Tensor]:
+    """CPU copies of lazy `tensors` (sync/api.py `host_values`)."""
+    if _host_values is None:
+        raise _missing()
+    return _host_values(tensors, allow_explicit)
+
+
+def host_value(t) -> torch.Tensor:
+    return host_values([t])[0]
+
+
+def cut_graphs() -> None:
+    """Materialise all pending work because the graph-size cap was reached."""
+    if _cut_graphs is None:
+        raise _missing()
+    _cut_graphs()
