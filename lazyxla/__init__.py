@@ -33,6 +33,7 @@ from .sync.api import graph_hash, sync, sync_tensors, wait_device_ops  # noqa: E
 from .donation import get_buffer_donation, is_donated, set_buffer_donation  # noqa: E402,F401
 from .utils import optimization_barrier_, save  # noqa: E402,F401
 from . import debug  # noqa: E402,F401
+from . import experimental  # noqa: E402,F401
 from .devices import device, device_count, devices, platform  # noqa: E402,F401
 
 __version__ = "0.1.0"
@@ -43,6 +44,6 @@ __all__ = [
     "set_buffer_donation", "get_buffer_donation", "is_donated",
     "set_explicit_donation", "explicit_donation_enabled", "explicit_donation",
     "set_aliasing", "aliasing_enabled",
-    "graph_hash", "metrics", "debug", "save", "optimization_barrier_",
+    "graph_hash", "metrics", "debug", "experimental", "save", "optimization_barrier_",
     "DonatedBufferError", "LoweringError", "LazyTensor",
 ]

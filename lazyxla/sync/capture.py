@@ -52,6 +52,10 @@ class CaptureError(RuntimeError):
     """A function could not be captured as one program (see sync/capture.py)."""
 
 
+class InputMutationError(CaptureError):
+    """The captured function wrote into a tensor it must not change (undone)."""
+
+
 class Placeholder(DeviceData):
     """The data of a captured function's input: shape and dtype, no buffer."""
     __slots__ = ()
@@ -93,7 +97,13 @@ class Capture:
         if len(inputs) != self.n_inputs:
             raise CaptureError(f"lazyxla: captured program {self.program.name} takes {self.n_inputs} "
                                f"tensors, got {len(inputs)}")
-        operands = [t.checked_value() for t in inputs]
+        operands = [t.checked_value() for t in inputs] + self.extra_operands()
+        return insert_call(self.program, operands, self.out_specs, self.device)
+
+    def extra_operands(self) -> list[Node]:
+        """The operands after the inputs: the current values of the outer tensors the
+        function reads, then a fresh seed per random op."""
+        operands = []
         for kind, ref in self.operand_plan:
             if kind == "seed":
                 operands.append(scalar_node(draw_seed()))
@@ -104,10 +114,21 @@ class Capture:
                     f"lazyxla: captured program {self.program.name} reads a tensor from outside its "
                     "inputs that no longer exists; capture again, or pass that tensor as an input")
             operands.append(st.value)
-        node = call_node(self.program, operands)
-        return [LazyTensor.wrap(Storage(item, self.device), None, item, (shape, stride, 0, dtype))
-                for item, (shape, stride, dtype) in
-                ((getitem_node(node, i), spec) for i, spec in enumerate(self.out_specs))]
+        return operands
+
+    @property
+    def n_seeds(self) -> int:
+        return sum(kind == "seed" for kind, _ in self.operand_plan)
+
+
+def insert_call(program: Subprogram, operands: Sequence[Node], out_specs: Sequence[tuple],
+                device: int) -> list[LazyTensor]:
+    """One CALL node of `program` in the pending graph; its outputs as new lazy tensors
+    with `out_specs` ((shape, stride, dtype) each)."""
+    node = call_node(program, operands)
+    return [LazyTensor.wrap(Storage(item, device), None, item, (shape, stride, 0, dtype))
+            for item, (shape, stride, dtype) in
+            ((getitem_node(node, i), spec) for i, spec in enumerate(out_specs))]
 
 
 def capture(fn: Callable[..., Sequence[LazyTensor]], inputs: Sequence[LazyTensor], *,
@@ -153,7 +174,7 @@ def capture(fn: Callable[..., Sequence[LazyTensor]], inputs: Sequence[LazyTensor
 def _build_capture(name: str, device: int, placeholders: list, holders: list, results: list,
                    before: dict, written: int) -> Capture:
     if written:
-        raise CaptureError(
+        raise InputMutationError(
             f"lazyxla: the function captured as {name} wrote into {written} tensor(s) that are "
             "neither its inputs nor created inside it (undone); pass them as inputs instead")
     for r in results:

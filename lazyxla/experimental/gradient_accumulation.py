@@ -1,0 +1,194 @@
+"""Gradient accumulation in one XLA loop (PyTorch/XLA's
+`torch_xla.experimental.gradient_accumulation`, SPEC-donation.md §1.7).
+
+`gradient_accumulation(train_step, iterable_tensors, model, *carried)` traces
+`train_step` once, on placeholders shaped like one micro-batch, into a pure
+JAX body (sync/capture.py), and inserts one CALL node into the pending lazy
+graph whose program runs that body over the leading dimension of
+`iterable_tensors` in a `lax.fori_loop`. The call fuses with the rest of the
+step (forward of other code, `optimizer.step()`) into the single step graph
+at `lx.sync()`, so the tracing cost is one micro-batch's however many there
+are, and a steady loop compiles nothing.
+
+Inside the loop, per iteration i: slice i of every iterable, `loss / N`
+backpropagated, gradients summed into zero-initialised accumulators, carried
+tensors threaded through, and every random op gets a seed of its own (the
+call's fresh seed mixed with i). After the call, for each parameter that
+requires grad, `param.grad = acc` where it was None, else
+`param.grad.add_(acc)`: the in-place add makes the old `.grad` buffer an
+automatic donor at the next step barrier, as upstream.
+
+Loop choice: `fori_loop` (an XLA While with a static trip count) keeps one
+micro-batch's activations live at a time and carries only the accumulators;
+`lax.scan` would also stack a per-iteration output we do not need, and a
+Python unrolled loop grows the graph and its compile time with N.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence, Union
+
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from .._jax import jax_dtype
+from ..frontend.tensor import LazyTensor
+from ..ir.call import Subprogram
+from ..sync.api import sync_tensors
+from ..sync.capture import Capture, InputMutationError, capture, insert_call
+
+# Distinct seeds per iteration: xor with i times an odd 64-bit constant (the golden
+# ratio's, as int64), so iteration i of one call never reuses iteration 0's stream.
+_SEED_MIX = -7046029254386353131
+
+
+def gradient_accumulation(train_step: Callable[..., Union[torch.Tensor, Sequence[torch.Tensor]]],
+                          iterable_tensors: Sequence[torch.Tensor], model: torch.nn.Module,
+                          *carried_tensors: torch.Tensor):
+    """Run `train_step(*slices, *carried)` over the leading dimension of
+    `iterable_tensors` in one compiled loop; returns the accumulated loss (the mean
+    over micro-batches), or `(loss, *carried)` when carried tensors are given."""
+    iterables = _check_iterables(iterable_tensors)
+    n_steps = iterables[0].shape[0]
+    carried = list(carried_tensors)
+    device = iterables[0]._st.device
+    params = [p for p in model.parameters() if p.requires_grad]
+    _check_device(carried + params, device)
+    # The body reads these as device data (capture refuses pending outer values); a
+    # partial sync without automatic donation materialises them, as upstream does.
+    sync_tensors(iterables + carried + params, wait=False, donate_inplace=False)
+    body = _capture_body(train_step, iterables, carried, params, n_steps)
+    loop = _loop_program(body, n_steps, len(iterables), len(carried))
+    operands = [t.checked_value() for t in iterables + carried] + body.extra_operands()
+    results = insert_call(loop, operands, body.out_specs, device)
+    loss, new_carried, grads = results[0], results[1:1 + len(carried)], results[1 + len(carried):]
+    with torch.no_grad():
+        for p, acc in zip(params, grads):
+            if p.grad is None:
+                p.grad = acc
+            else:
+                p.grad.add_(acc)
+    return (loss, *new_carried) if carried else loss
+
+
+def _check_iterables(iterable_tensors) -> list[LazyTensor]:
+    if isinstance(iterable_tensors, torch.Tensor) or not isinstance(iterable_tensors, (list, tuple)):
+        raise ValueError("gradient_accumulation: iterable_tensors must be a list or tuple of tensors "
+                         f"that share their leading dimension, got {type(iterable_tensors).__name__}")
+    if not iterable_tensors:
+        raise ValueError("gradient_accumulation: iterable_tensors is empty; pass at least one tensor "
+                         "whose leading dimension is the number of micro-batches")
+    for i, t in enumerate(iterable_tensors):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"gradient_accumulation: iterable_tensors[{i}] is a {type(t).__name__}, "
+                             "not a tensor")
+        if t.numel() == 0 or t.dim() == 0:
+            raise ValueError(f"gradient_accumulation: iterable_tensors[{i}] (shape {list(t.shape)}) has no "
+                             "micro-batches to iterate over; it needs a non-empty leading dimension")
+    sizes = [t.shape[0] for t in iterable_tensors]
+    if len(set(sizes)) > 1:
+        raise ValueError(f"gradient_accumulation: the leading dimensions of iterable_tensors differ "
+                         f"({sizes}); each must be the number of micro-batches")
+    if not all(isinstance(t, LazyTensor) for t in iterable_tensors):
+        raise ValueError("gradient_accumulation: iterable_tensors must be on the lazyxla device; "
+                         "move them with t.to(lx.device()) first")
+    return list(iterable_tensors)
+
+
+def _check_device(tensors: list, device: int) -> None:
+    for t in tensors:
+        if not isinstance(t, LazyTensor) or t._st.device != device:
+            where = t.device if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"gradient_accumulation: carried tensors and model parameters must be on "
+                             f"lazyxla:{device} like iterable_tensors, got one on {where}; "
+                             "move it there first")
+
+
+def _capture_body(train_step: Callable, iterables: list, carried: list, params: list,
+                  n_steps: int) -> Capture:
+    """One micro-batch as a pure program: (slices, carried, [outer], [seeds]) ->
+    (loss / N, *new carried, *gradients of loss / N)."""
+    n_iter, n_carried = len(iterables), len(carried)
+    saved = [p.grad for p in params]
+
+    def body(*placeholders):
+        out = train_step(*placeholders)
+        loss, new_carried = _split_result(out, n_carried)
+        scaled = loss / n_steps
+        scaled.backward()
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        return [scaled.detach(), *new_carried, *grads]
+
+    for p in params:
+        p.grad = None   # the body computes this micro-batch's gradients alone
+    try:
+        body_capture = capture(body, [t[0] for t in iterables] + carried, name="gradient_accumulation")
+    finally:
+        for p, g in zip(params, saved):
+            p.grad = g
+    if body_capture.mutated:
+        names = [f"iterable_tensors[{i}] (a slice)" if i < n_iter else f"carried_tensors[{i - n_iter}]"
+                 for i in body_capture.mutated]
+        raise InputMutationError(
+            f"gradient_accumulation: train_step wrote into its inputs {', '.join(names)}; it must be "
+            "pure: return new values of carried tensors instead (e.g. `return loss, counter + 1`). "
+            "Nothing was changed.")
+    _check_carried_specs(body_capture, carried)
+    return body_capture
+
+
+def _split_result(out, n_carried: int) -> tuple:
+    if isinstance(out, torch.Tensor):
+        loss, rest = out, ()
+    elif isinstance(out, (list, tuple)) and out and isinstance(out[0], torch.Tensor):
+        loss, rest = out[0], tuple(out[1:])
+    else:
+        raise TypeError("gradient_accumulation: train_step must return a loss tensor or "
+                        f"(loss, *carried_tensors), got {type(out).__name__}")
+    if len(rest) != n_carried:
+        raise TypeError(f"gradient_accumulation: train_step returned {len(rest)} carried tensor(s) "
+                        f"for {n_carried} passed in; return (loss, *new_carried) in the same order")
+    if loss.numel() != 1:
+        raise TypeError(f"gradient_accumulation: train_step's loss must have one element, got shape "
+                        f"{list(loss.shape)}")
+    return loss, rest
+
+
+def _check_carried_specs(body: Capture, carried: list) -> None:
+    for i, t in enumerate(carried):
+        shape, _, dtype = body.out_specs[1 + i]
+        if tuple(shape) != tuple(t.shape) or dtype != t.dtype:
+            raise TypeError(f"gradient_accumulation: carried_tensors[{i}] comes back from train_step as "
+                            f"{dtype} {list(shape)}, but went in as {t.dtype} {list(t.shape)}; a carried "
+                            "tensor must keep its shape and dtype")
+
+
+def _loop_program(body: Capture, n_steps: int, n_iterables: int, n_carried: int) -> Subprogram:
+    """The CALL program: (iterables, carried, [outer], [seeds]) -> (loss, *carried, *grads),
+    `body` run `n_steps` times in one fori_loop."""
+    body_fn = body.program.fn
+    n_seeds = body.n_seeds
+    avals = body.program.out_avals
+    acc_avals = [avals[0]] + list(avals[1 + n_carried:])   # loss and gradients start at zero
+
+    def fn(*operands):
+        iterables = operands[:n_iterables]
+        carried0 = tuple(operands[n_iterables:n_iterables + n_carried])
+        rest = operands[n_iterables + n_carried:]
+        outer, seeds = rest[:len(rest) - n_seeds], rest[len(rest) - n_seeds:]
+
+        def step(i, state):
+            sums, carried = state
+            slices = [lax.dynamic_index_in_dim(x, i, 0, keepdims=False) for x in iterables]
+            index = i.astype(jnp.int64) * _SEED_MIX
+            outs = body_fn(*slices, *carried, *outer, *(s ^ index for s in seeds))
+            new_sums = (sums[0] + outs[0],) + tuple(a + g for a, g in zip(sums[1:], outs[1 + n_carried:]))
+            return new_sums, tuple(outs[1:1 + n_carried])
+
+        zeros = tuple(jnp.zeros(shape, jax_dtype(dtype)) for shape, dtype in acc_avals)
+        sums, carried = lax.fori_loop(0, n_steps, step, (zeros, carried0))
+        return (sums[0], *carried, *sums[1:])
+
+    return Subprogram(fn, ("gradient_accumulation", body.program.key, n_steps, n_iterables, n_carried),
+                      f"gradient_accumulation[{n_steps}]", avals)
+
