@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..lower.registry import register_decomposition
+from .storage import mark_wide_read
 
 aten = torch.ops.aten
 
@@ -47,7 +48,6 @@ def _non_finite_check_and_unscale_(grads, found_inf, inv_scale) -> None:
             aten.mul_.Tensor(g, inv_scale)
         else:
             aten.copy_(g, aten.mul.Tensor(aten._to_copy(g, dtype=inv_scale.dtype), inv_scale))
-    from .storage import mark_wide_read
     mark_wide_read(found_inf._st)
 
 
