@@ -302,3 +302,62 @@ def test_grad_scaler_ops_are_traced_not_run_on_host(dev):
     assert host_fallbacks() == []
     with pytest.raises(RuntimeError, match="found_inf must be a 1-element float32 tensor"):
         torch._amp_foreach_non_finite_check_and_unscale_(grads, torch.zeros(2, device=dev), inv)
+
+
+# -- fused optimizers: GradScaler without the host read -------------------------------------
+
+FUSED = {"adam_amsgrad_wd": lambda p: torch.optim.Adam(p, lr=1e-2, weight_decay=1e-2, amsgrad=True, fused=True),
+         "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=1e-1, fused=True),
+         "adamw_tensor_lr": lambda p: torch.optim.AdamW(p, lr=torch.tensor(1e-2), fused=True),
+         "sgd_nesterov_wd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3,
+                                                      fused=True)}
+
+
+@pytest.mark.parametrize("name", sorted(FUSED))
+def test_fused_optimizers_match_cpu_fused_kernels(name, dev):
+    ref = _mlp()
+    lazy = copy.deepcopy(ref).to(dev)
+    x, y = rand(16, 16), torch.arange(16) % 5
+    exp = _train(ref, FUSED[name](ref.parameters()), x, y, 3, torch.bfloat16)
+    got = _train(lazy, FUSED[name](lazy.parameters()), x.to(dev), y.to(dev), 3, torch.bfloat16, sync=lx.sync)
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(exp), rtol=2e-2, atol=2e-2)
+    with torch.no_grad():   # one float32 step from equal parameters and gradients: kernel against kernel
+        for pr, pl in zip(ref.parameters(), lazy.parameters()):
+            pl.copy_(pr.to(dev))
+            pr.grad = rand(*pr.shape, seed=7)
+            pl.grad = pr.grad.to(dev)
+    cpu_opt, lazy_opt = FUSED[name](ref.parameters()), FUSED[name](lazy.parameters())
+    cpu_opt.step()
+    lazy_opt.step()
+    for pr, pl in zip(ref.parameters(), lazy.parameters()):
+        torch.testing.assert_close(pl.detach().cpu(), pr.detach(), rtol=1e-5, atol=1e-6)
+    assert host_fallbacks() == []
+
+
+@pytest.mark.parametrize("name", ["adamw", "sgd_nesterov_wd"])
+def test_grad_scaler_with_fused_optimizer_is_one_graph_per_step(name, dev):
+    """A fused optimizer takes grad_scale and found_inf from GradScaler: no host read,
+    the unscale and the skip of an inf step are in the graph. Scales as on CPU."""
+    ref = _mlp()
+    lazy = copy.deepcopy(ref).to(dev)
+    x, y = rand(16, 16), torch.arange(16) % 5
+    kw = dict(init_scale=2.0 ** 12, growth_interval=2)
+    runs = []
+    for model, device, sync in ((ref, "cpu", None), (lazy, "lazyxla", lx.sync)):
+        opt, scaler = FUSED[name](model.parameters()), torch.amp.GradScaler(device, **kw)
+        xs, ys, losses, scales = x.to(device), y.to(device), [], []
+        for i in range(7):
+            if i == 5:
+                lx.metrics.clear_all()
+            losses += _train(model, opt, xs, ys, 1, torch.float16, scaler=scaler, sync=sync,
+                             after_backward=_poison(0 if i == 3 else -1))
+            scales.append(scaler.get_scale())
+        runs.append((losses, scales, list(model.parameters())))
+    (exp, cpu_scales, cpu_params), (got, lazy_scales, lazy_params) = runs
+    assert lazy_scales == cpu_scales and cpu_scales[3] == cpu_scales[2] / 2
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(exp), **TOL[torch.float16])
+    for pr, pl in zip(cpu_params, lazy_params):
+        torch.testing.assert_close(pl.detach().cpu(), pr.detach(), rtol=5e-3, atol=5e-3)
+    assert counter("UncachedCompile") == 0 and counter("CachedCompile") == 2     # steps 5 and 6
+    assert lx.metrics.metric_data("ExecuteTime")[0] == 2
+    assert host_fallbacks() == []

@@ -13,7 +13,8 @@ backward pass a second time for the gradients and the loss. So found_inf is a
 *wide read* (storage.py): reading it materialises all pending work of its device,
 as PyTorch/XLA's GradScaler does with a `mark_step()` before the read. A
 GradScaler step is then two graphs (forward + backward + unscale, then optimizer
-step + scale update), each compiled once.
+step + scale update), each compiled once. Fused optimizers avoid the read altogether
+(lower/fused_optim.py): one graph per step.
 """
 from __future__ import annotations
 
