@@ -120,6 +120,20 @@ def test_softmax_and_layer_norm_follow_the_shared_lists_not_cpus(dtype, dev):
         torch.testing.assert_close(got.cpu(), fn(y.float()), rtol=1e-5, atol=1e-5)
 
 
+def test_cross_entropy_takes_log_softmax_in_low_precision_like_cuda(dev):
+    """CPU autocast lists cross_entropy_loss as float32; CUDA's (shared) lists do not, so
+    cross_entropy_loss's own log_softmax(x, dtype=x.dtype) runs in bf16 and nll_loss
+    (a float32 op) reads its rounded result: float32 out, bf16-rounded log-probabilities."""
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::cross_entropy_loss", "AutocastCPU")
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::cross_entropy_loss", "AutocastCUDA")
+    y, t = rand(64, 10).bfloat16(), torch.arange(64) % 10
+    with torch.autocast("lazyxla", dtype=torch.bfloat16):
+        got = F.cross_entropy(y.to(dev), t.to(dev))
+    assert got.dtype == torch.float32
+    expected = F.nll_loss(torch.log_softmax(y, -1).float(), t)     # eager, without autocast
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-3, atol=1e-4)
+
+
 def test_policies_explicit_dtype_promote_and_double(dev):
     a, b = rand(4, 8).to(dev), rand(8, 4).to(dev)
     with torch.autocast("lazyxla", dtype=torch.bfloat16):
