@@ -2,6 +2,7 @@
 torch.amp.GradScaler("lazyxla"), value by value against eager CPU autocast."""
 import copy
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,7 +10,7 @@ import torch.nn.functional as F
 
 import lazyxla as lx
 from helpers import counter, host_fallbacks, rand
-from lazyxla.frontend.autocast_lists import read_lists
+from lazyxla.frontend.autocast_lists import AutocastListsError, read_lists
 
 LOW = [torch.bfloat16, torch.float16]
 # one bf16/fp16 rounding of a result of magnitude ~1, and a little accumulation order
@@ -60,6 +61,8 @@ def test_every_op_of_pytorchs_lists_has_a_lazyxla_autocast_kernel():
     assert len(lists) > 100 and ("mm", "lower_precision_fp") in lists and ("mse_loss", "fp32") in lists
     for name, _ in lists:
         assert torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "AutocastPrivateUse1"), name
+    with pytest.raises(AutocastListsError, match="needs the headers that the torch wheel ships"):
+        read_lists(Path("/nonexistent/autocast_mode.h"))
 
 
 # -- op by op against CPU autocast ---------------------------------------------------------
@@ -375,3 +378,24 @@ def test_grad_scaler_with_fused_optimizer_is_one_graph_per_step(name, dev):
     assert counter("UncachedCompile") == 0 and counter("CachedCompile") == 2     # steps 5 and 6
     assert lx.metrics.metric_data("ExecuteTime")[0] == 2
     assert host_fallbacks() == []
+
+
+def test_wide_read_materialises_other_pending_work_and_never_fails_on_it(dev):
+    """found_inf's host read is wide: other pending tensors of the device come along
+    (installed, not donated); one that can never be computed (its input buffer was
+    donated: simulated as in test_donation_safety) leaves the read narrow, not failed."""
+    grads = [rand(4).to(dev)]
+    found, inv = torch.zeros((), device=dev), torch.ones((), device=dev)
+    other = rand(3).to(dev) * 3
+    torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
+    assert found.item() == 0.0
+    assert lx.debug.ir_text([other, grads[0]]) == "(nothing pending)"
+    torch.testing.assert_close(other.cpu(), rand(3) * 3)
+    x = rand(4).to(dev)
+    dead = x * 2
+    x._st.value.data.mark_donated("simulated")
+    pending = rand(2).to(dev) + 1
+    torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
+    assert found.item() == 0.0
+    assert lx.debug.ir_text([pending]) != "(nothing pending)"   # the narrow retry left it
+    assert dead is not None
