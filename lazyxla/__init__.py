@@ -21,6 +21,11 @@ from .frontend.tensor import LazyTensor  # noqa: E402,F401
 
 _device.register_kernels()
 
+from .frontend import autocast as _autocast  # noqa: E402
+from .frontend import grad_scaler as _grad_scaler  # noqa: E402,F401  (registers GradScaler's ops)
+
+_autocast.register()   # torch.autocast("lazyxla", ...) with PyTorch's op lists
+
 from .frontend.optim import enable_foreach_default as _enable_foreach_default  # noqa: E402
 from .frontend.optim import track_optimizer_steps as _track_optimizer_steps  # noqa: E402
 

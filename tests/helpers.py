@@ -80,6 +80,11 @@ def assert_no_fallback(*names):
         assert lx.metrics.counter_value(f"aten::{name}") is None, f"aten::{name} ran on the host"
 
 
+def host_fallbacks() -> list[str]:
+    """Names of the `aten::<op>` counters that are set: ops that ran on the host."""
+    return [n for n in lx.metrics.counter_names() if n.startswith("aten::")]
+
+
 def rand(*shape, seed=None, dtype=torch.float32):
     """A reproducible random CPU tensor (seed defaults to one derived from the shape)."""
     gen = torch.Generator().manual_seed(seed if seed is not None else hash(shape) & 0xFFFF)

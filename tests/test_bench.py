@@ -68,6 +68,30 @@ def test_cells_filter_and_variants():
     assert not cs[3].aliasing and cs[2].aliasing
 
 
+def test_cells_amp_adds_autocast_rows_for_torch_training_only():
+    cs = config.cells(("mlp", "donate"), ("lazyxla", "eager", "jax"), amp="bf16")
+    assert [c.label for c in cs] == ["mlp/lazyxla", "mlp/eager", "mlp/jax", "mlp[amp-bf16]/lazyxla",
+                                     "mlp[amp-bf16]/eager", "donate[alias-on]/lazyxla",
+                                     "donate[alias-off]/lazyxla", "donate[alias-on]/eager", "donate[alias-on]/jax",
+                                     "donate[alias-off]/jax"]
+    assert cs[3].amp == "bf16" and cs[0].amp is None and cs[3].aliasing
+    with pytest.raises(ValueError, match="unknown amp dtype 'fp8'"):
+        config.cells(amp="fp8")
+
+
+def test_report_amp_rows_compare_losses_with_eager_under_autocast():
+    recs = [_fake("mlp", "lazyxla", 110.0, losses=[2.0, 1.9]), _fake("mlp", "jax", 100.0, losses=[2.0, 1.9]),
+            _fake("mlp", "lazyxla", 90.0, "amp-bf16", losses=[2.01, 1.9]),
+            _fake("mlp", "eager", 120.0, "amp-bf16", losses=[2.0, 1.9]),
+            _fake("gpt", "lazyxla", 90.0, "amp-bf16", losses=[2.1]), _fake("gpt", "eager", 90.0, "amp-bf16",
+                                                                           losses=[2.0])]
+    text = report.render(recs, {"mode": "quick"})
+    assert "| mlp[amp-bf16] | lazyxla | 90.0 | 90.0 | 0.90x |" in text   # timed against the fp32 limit
+    assert "| mlp[amp-bf16] | lazyxla | 2.01000 |" in text and "| eager |" in text
+    problems = report.checks(recs)
+    assert problems == ["gpt[amp-bf16]/lazyxla: step-0 loss differs from eager by 5.0e-02 (relative)"]
+
+
 def _fake(workload, system, step, variant="", **kw):
     rec = {"workload": workload, "system": system, "variant": variant, "ok": True,
            "step_ms": {"median": step, "min": step}, "peak_rss_mb": 100.0}
@@ -153,3 +177,20 @@ def test_quick_all_workloads(tmp_path):
     assert t["ops"] == 200 and t["trace_us_per_op"]["median"] > 0 and t["compiles_per_step"] == 0
     assert abs(t["result"] - recs[("trace", "", "jax")]["result"]) < 1e-5
     assert "W4 trace" in (out / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_quick_amp_bf16_mlp(tmp_path):
+    """--amp bf16: W1 also trains under autocast on lazyxla and eager, in rows of its
+    own; lazyxla compiles nothing after warm-up and runs nothing on the host."""
+    out, recs = _run(tmp_path, "--workloads", "mlp", "--systems", "lazyxla,eager", "--amp", "bf16")
+    assert sorted(recs) == sorted((("mlp", v, s) for v in ("", "amp-bf16") for s in ("lazyxla", "eager")))
+    amp_lx, amp_eager = recs[("mlp", "amp-bf16", "lazyxla")], recs[("mlp", "amp-bf16", "eager")]
+    for r in (amp_lx, amp_eager):
+        assert r["ok"], r.get("error")
+        assert r["amp"] == "bf16" and len(r["losses"]) == 5
+    assert amp_lx["compiles_per_step"] == 0 and amp_lx["fallbacks_per_step"] == 0
+    assert abs(amp_lx["losses"][0] - amp_eager["losses"][0]) <= 1e-2 * abs(amp_eager["losses"][0])
+    # bf16 rounding shows: the autocast loss is not the float32 one to the last bit
+    assert amp_lx["losses"][0] != recs[("mlp", "", "lazyxla")]["losses"][0]
+    assert "| mlp[amp-bf16] | lazyxla |" in (out / "results.md").read_text()

@@ -9,7 +9,7 @@ import platform
 import subprocess
 import sys
 
-from .config import FULL, QUICK, SYSTEMS, WORKLOADS, cells
+from .config import AMP_DTYPES, AMP_SYSTEMS, FULL, QUICK, SYSTEMS, WORKLOADS, cells
 
 
 def _csv(value: str, allowed: tuple) -> tuple:
@@ -56,6 +56,9 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, help="override the number of measured steps")
     ap.add_argument("--warmup", type=int, help="override the number of warm-up steps")
     ap.add_argument("--timeout", type=int, help="seconds per cell before it is recorded as failed")
+    ap.add_argument("--amp", choices=AMP_DTYPES,
+                    help=f"also train mlp/gpt on {' and '.join(AMP_SYSTEMS)} under torch.autocast with this dtype "
+                         "(own rows, variant amp-DTYPE)")
     ap.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     return ap.parse_args(argv)
 
@@ -72,7 +75,7 @@ def main(argv=None) -> int:
     if "torch_xla" in systems and not args.torch_xla_python:
         systems = tuple(s for s in systems if s != "torch_xla")
         skipped.append("torch_xla (no --torch-xla-python)")
-    todo = cells(args.workloads, systems)
+    todo = cells(args.workloads, systems, amp=args.amp)
     if not todo:
         print("nothing to run", file=sys.stderr)
         return 2
@@ -86,7 +89,7 @@ def main(argv=None) -> int:
     meta = {"mode": settings.mode, "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "commit": _git_commit(), "host": platform.node(), "cpus": len(os.sched_getaffinity(0)),
             "python": sys.version.split()[0], "warmup": settings.warmup, "steps": settings.steps,
-            "jobs": jobs, "skipped": ", ".join(skipped), "load before": _load()}
+            "jobs": jobs, "amp": args.amp, "skipped": ", ".join(skipped), "load before": _load()}
     records = run_all(todo, settings, args.out, args.torch_xla_python, jobs=jobs, progress=not args.no_progress)
     meta["load after"] = _load()
     text = render(records, meta)

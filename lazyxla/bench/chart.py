@@ -7,17 +7,14 @@ COLORS = {"lazyxla": "#d62728", "eager": "#7f7f7f", "jax": "#1f77b4", "torch_xla
 
 
 def _groups(records):
-    """(label, {system: (step ms, memory MB)}) per workload (and W3 variant), in run order."""
+    """(label, {system: (step ms, memory MB)}) per workload (and variant: W3's aliasing,
+    --amp), in run order."""
     groups: dict[str, dict] = {}
     for r in records:
         if not r.get("ok"):
             continue
-        if r["workload"] == "donate":
-            label = f"donate\n{r['variant']}"
-            mem = r.get("peak_delta_mb")
-        else:
-            label = r["workload"]
-            mem = r.get("peak_rss_mb")
+        label = r["workload"] + (f"\n{r['variant']}" if r.get("variant") else "")
+        mem = r.get("peak_delta_mb") if r["workload"] == "donate" else r.get("peak_rss_mb")
         step = (r.get("step_ms") or {}).get("median")
         groups.setdefault(label, {})[r["system"]] = (step, mem)
     return list(groups.items())

@@ -6,6 +6,11 @@ from dataclasses import asdict, dataclass, field
 WORKLOADS = ("mlp", "gpt", "donate", "trace")
 SYSTEMS = ("lazyxla", "eager", "jax", "torch_xla")
 TRAINING = ("mlp", "gpt")
+# --amp: the PyTorch-side training loops again under torch.autocast (variant "amp-<dtype>");
+# the JAX limit and PyTorch/XLA stay float32 only.
+AMP_DTYPES = {"bf16": "bfloat16"}   # --amp value -> torch dtype name
+AMP_SYSTEMS = ("lazyxla", "eager")
+AMP_PREFIX = "amp-"
 
 
 @dataclass(frozen=True)
@@ -54,15 +59,24 @@ class Cell:
     def aliasing(self) -> bool:
         return self.variant != "alias-off"
 
+    @property
+    def amp(self) -> str | None:
+        """The autocast dtype of an --amp cell ("bf16"), else None."""
+        return self.variant[len(AMP_PREFIX):] if self.variant.startswith(AMP_PREFIX) else None
+
     def to_dict(self) -> dict:
         return {"workload": self.workload, "system": self.system, "variant": self.variant, **self.extra}
 
 
-def cells(workloads=WORKLOADS, systems=SYSTEMS) -> list[Cell]:
+def cells(workloads=WORKLOADS, systems=SYSTEMS, amp: str | None = None) -> list[Cell]:
     """Every cell of the selected workloads and systems, grouped by workload.
 
     Eager PyTorch updates in place and has no notion of donation, so it runs
-    W3 only once ("alias-on": plain in-place ops)."""
+    W3 only once ("alias-on": plain in-place ops). With `amp` ("bf16"), each
+    training workload also runs on lazyxla and eager under autocast, after its
+    float32 cells."""
+    if amp is not None and amp not in AMP_DTYPES:
+        raise ValueError(f"unknown amp dtype {amp!r}; choose from {', '.join(AMP_DTYPES)}")
     out = []
     for w in WORKLOADS:
         if w not in workloads:
@@ -76,4 +90,6 @@ def cells(workloads=WORKLOADS, systems=SYSTEMS) -> list[Cell]:
                     out.append(Cell(w, s, "alias-off"))
             else:
                 out.append(Cell(w, s))
+        if amp and w in TRAINING:
+            out += [Cell(w, s, AMP_PREFIX + amp) for s in AMP_SYSTEMS if s in systems]
     return out

@@ -2,7 +2,10 @@
 system (lazyxla, eager, PyTorch/XLA); the system comes in as a `TorchBackend`."""
 from __future__ import annotations
 
+import contextlib
+
 from . import measure as M
+from .config import AMP_DTYPES
 from .torch_backend import make_workload
 
 STEADY_KEYS = ("compiles", "cached_compiles", "graphs", "traced_ops", "fallbacks")
@@ -17,6 +20,15 @@ def _steady(per_step: list[dict]) -> dict:
     return out
 
 
+def _autocast(backend, cell):
+    """The forward pass's precision context: torch.autocast on the system's device for
+    an --amp cell (parameters, gradients and optimizer stay float32), else nothing."""
+    if cell.amp is None:
+        return contextlib.nullcontext()
+    torch = backend.torch
+    return torch.autocast(backend.device.type, dtype=getattr(torch, AMP_DTYPES[cell.amp]))
+
+
 def train(backend, cell, settings) -> dict:
     """W1 mlp / W2 gpt: `warmup` then `steps` full training steps, each ended by
     the system's step barrier and timed until the device finished."""
@@ -28,7 +40,7 @@ def train(backend, cell, settings) -> dict:
     backend.mark_step()
     backend.wait()
     rec = {"rss_base_mb": round(M.rss_mb(), 1), "optimizer": type(opt).__name__,
-           "foreach": backend.foreach,
+           "foreach": backend.foreach, "amp": cell.amp,
            "n_params": sum(p.numel() for p in model.parameters())}
     losses, step_s, trace_s, per_step, warmup_peak = [], [], [], [], 0.0
     first, warmup_s, warmup_compiles = {}, [], []
@@ -39,7 +51,8 @@ def train(backend, cell, settings) -> dict:
         backend.begin_step()
         t0 = M.now()
         opt.zero_grad(set_to_none=True)
-        loss = wl.loss(model, x, y)
+        with _autocast(backend, cell):
+            loss = wl.loss(model, x, y)
         loss.backward()
         opt.step()
         backend.mark_step()

@@ -22,7 +22,8 @@ def register() -> None:
     global _registered
     if _registered:
         return
-    _setup_privateuseone_for_python_backend(DEVICE_TYPE)
+    from . import device_module
+    _setup_privateuseone_for_python_backend(DEVICE_TYPE, backend_module=device_module)
     DEVICES.extend(torch.device(DEVICE_TYPE, i) for i in range(len(jax_devices())))
     _registered = True
 

@@ -56,6 +56,21 @@ class Storage:
         self.version += 1
 
 
+# Storages whose host read materialises all pending work of their device, not just
+# their own value (frontend/grad_scaler.py: GradScaler's found_inf, read by `.item()`
+# between the backward pass and the optimizer step, would otherwise run the forward
+# and backward pass in a graph of its own and again in the step's graph).
+_wide_reads: "weakref.WeakSet[Storage]" = weakref.WeakSet()
+
+
+def mark_wide_read(st: Storage) -> None:
+    _wide_reads.add(st)
+
+
+def is_wide_read(st: Storage) -> bool:
+    return st in _wide_reads
+
+
 def live_storages(device: int) -> list[Storage]:
     """Live storages of `device` in creation order (deterministic graph order)."""
     reg = _live.get(device)

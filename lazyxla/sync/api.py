@@ -26,7 +26,7 @@ from ..alias.planner import plan
 from ..compile.cache import Executable, get_or_compile, key_hex
 from ..errors import DonatedBufferError
 from ..frontend.dispatch import traced_since_sync
-from ..frontend.storage import live_devices, live_storages
+from ..frontend.storage import is_wide_read, live_devices, live_storages
 from ..frontend.optim import end_optimizer_step
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import forget_lifted_scalars
@@ -182,7 +182,7 @@ def host_values(tensors: list, allow_explicit: bool = True) -> list:
                 slots[id(t)] = len(items)
                 items.append((node, None))
             explicit = allow_explicit and config.explicit_donation_enabled(device)
-            outs = _run(device, items, automatic=False, explicit=explicit, kind="host read") or ()
+            outs = _run_read(device, items, _wide_extra(device, storages), explicit)
             for t in tensors:
                 if t._st.device == device and id(t) in slots:
                     results[id(t)] = outs[_slot_of(items, slots[id(t)])]
@@ -217,6 +217,26 @@ def _read_device_data(tensors: list) -> dict:
             base = bases[id(st)] = download(st.value.data.live_array(), st.value.dtype)
         hosts[id(t)] = view_of_host(base, t._view).clone()
     return hosts
+
+
+def _wide_extra(device: int, storages: list) -> list:
+    """The rest of the device's pending work, if one of `storages` is a wide read
+    (frontend/storage.py `mark_wide_read`)."""
+    if not any(is_wide_read(st) for st in storages):
+        return []
+    own = set(map(id, storages))
+    return [item for item in _pending(live_storages(device)) if id(item[1]) not in own]
+
+
+def _run_read(device: int, items: list, extra: list, explicit: bool) -> tuple:
+    """Run a host read's graph; `extra` roots come after `items`, so slots stay put. If
+    some extra root needs a donated buffer, the read falls back to its own roots."""
+    try:
+        return _run(device, items + extra, automatic=False, explicit=explicit, kind="host read") or ()
+    except DonatedBufferError:
+        if not extra:
+            raise
+        return _run(device, items, automatic=False, explicit=explicit, kind="host read") or ()
 
 
 def _slot_of(items: list, position: int) -> int:

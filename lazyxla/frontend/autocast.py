@@ -1,0 +1,187 @@
+"""`torch.autocast("lazyxla", dtype=torch.bfloat16 | torch.float16)`.
+
+Autocast is a dispatcher key: with autocast enabled for a device, ops on that
+device's tensors first reach the kernel registered on its autocast key
+(AutocastPrivateUse1 for us), which casts the inputs and redispatches below the
+key. PyTorch registers no such kernels for PrivateUse1 (a C++ backend is expected
+to, with `KERNEL_PRIVATEUSEONE`), and no fallthrough either, so without this module
+every op under autocast failed. We register, from Python:
+
+* a fallthrough fallback on AutocastPrivateUse1: ops outside the lists run as usual;
+* one kernel per entry of PyTorch's shared op lists (autocast_lists.py), doing what
+  the C++ `WrapFunction_` of that entry's `CastPolicy` does (ATen/autocast_mode.h):
+  lower_precision_fp, fp32, fp32_set_opt_dtype, fp32_append_dtype and promote;
+* the ban on `binary_cross_entropy` that CUDA, XPU and MPS register beside the
+  lists (unsafe in float16/bfloat16; binary_cross_entropy_with_logits is safe).
+
+The casts are ordinary `_to_copy` ops recorded into the graph, before autograd,
+so the backward pass runs in the same precisions as on CUDA. Unlike C++'s
+`cached_cast` we keep no weight-cast cache: a weight cast twice in one step is
+two identical converts in one XLA graph, which XLA's CSE merges.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from .autocast_lists import read_lists
+from .device import DEVICE_TYPE
+from .tensor import LazyTensor
+
+KEY = "AutocastPrivateUse1"
+_EXCLUDE = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
+_LIBS: list = []
+
+
+def _is_autocast_eligible(t: Any) -> bool:
+    # at::autocast::is_autocast_eligible for PrivateUse1: a floating tensor on our device
+    return isinstance(t, LazyTensor) and t.is_floating_point()
+
+
+def _is_eligible(t: Any) -> bool:
+    # at::autocast::is_eligible: ... and not float64 (never cast down)
+    return _is_autocast_eligible(t) and t.dtype is not torch.float64
+
+
+def _cast(value: Any, dtype: torch.dtype) -> Any:
+    """cached_cast without the cache: eligible tensors, also inside Tensor[] / Tensor?[]."""
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if _is_eligible(value) and value.dtype is not dtype else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast(v, dtype) for v in value)
+    return value
+
+
+def _tensors(values) -> list:
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out.extend(_tensors(v))
+    return out
+
+
+def _lower_dtype() -> torch.dtype:
+    return torch.get_autocast_dtype(DEVICE_TYPE)
+
+
+def _promote_type(args: tuple, kwargs: dict) -> torch.dtype:
+    """at::autocast::promote_type: the widest of the eligible inputs, doubles ignored."""
+    lower = current = _lower_dtype()
+    for t in _tensors(args) + _tensors(kwargs.values()):
+        if not _is_autocast_eligible(t) or t.dtype is torch.float64:
+            continue
+        if current is torch.float32 or t.dtype is torch.float32:
+            current = torch.float32
+        elif not (current is lower and t.dtype is lower):
+            raise RuntimeError(
+                f"lazyxla autocast: {t.dtype} input inside a {lower} autocast region has no common "
+                f"type with the other inputs (at::autocast::prioritize); cast it to {lower} or float32 "
+                "first, or use the autocast dtype of the region")
+    return current
+
+
+def _first_arg(args: tuple, kwargs: dict) -> Any:
+    return args[0] if args else next(iter(kwargs.values()), None)
+
+
+def _redispatch(op, args: tuple, kwargs: dict):
+    with torch._C._ExcludeDispatchKeyGuard(_EXCLUDE):
+        return op(*args, **kwargs)
+
+
+def _lower_precision_fp(op) -> Callable:
+    def kernel(*args, **kwargs):
+        dtype = _lower_dtype()
+        return _redispatch(op, _cast(args, dtype), {k: _cast(v, dtype) for k, v in kwargs.items()})
+    return kernel
+
+
+def _fp32(op) -> Callable:
+    def kernel(*args, **kwargs):
+        f32 = torch.float32
+        return _redispatch(op, _cast(args, f32), {k: _cast(v, f32) for k, v in kwargs.items()})
+    return kernel
+
+
+def _promote(op) -> Callable:
+    def kernel(*args, **kwargs):
+        dtype = _promote_type(args, kwargs)
+        return _redispatch(op, _cast(args, dtype), {k: _cast(v, dtype) for k, v in kwargs.items()})
+    return kernel
+
+
+def _fp32_set_opt_dtype(op) -> Callable:
+    # softmax, sum, cumsum...: an explicit dtype= wins, else float32 (set_opt_dtype)
+    schema_args = op._schema.arguments
+    slot = next(i for i, a in enumerate(schema_args) if a.name == "dtype")
+    positional = not schema_args[slot].kwarg_only
+
+    def kernel(*args, **kwargs):
+        if _is_eligible(_first_arg(args, kwargs)):
+            if positional and len(args) > slot:
+                if args[slot] is None:
+                    args = args[:slot] + (torch.float32,) + args[slot + 1:]
+            elif kwargs.get("dtype") is None:
+                kwargs = dict(kwargs, dtype=torch.float32)
+        return _redispatch(op, args, kwargs)
+    return kernel
+
+
+def _fp32_append_dtype(op) -> Callable:
+    # norm.Scalar -> norm.ScalarOpt_dtype(..., dtype=float32): the overload whose schema
+    # is the registered one plus a trailing `dtype`
+    names = [a.name for a in op._schema.arguments] + ["dtype"]
+    packet = getattr(torch.ops.aten, op._schema.name.split("::")[1])
+    target = next(getattr(packet, o) for o in packet.overloads()
+                  if [a.name for a in getattr(packet, o)._schema.arguments] == names)
+
+    def kernel(*args, **kwargs):
+        first = _first_arg(args, kwargs)
+        dtype = torch.float32 if _is_eligible(first) else first.dtype
+        return _redispatch(target, args, dict(kwargs, dtype=dtype))
+    return kernel
+
+
+_POLICIES: dict[str, Callable] = {
+    "lower_precision_fp": _lower_precision_fp,
+    "fp32": _fp32,
+    "fp32_set_opt_dtype": _fp32_set_opt_dtype,
+    "fp32_append_dtype": _fp32_append_dtype,
+    "promote": _promote,
+}
+
+
+def _binary_cross_entropy_banned(*args, **kwargs):
+    raise RuntimeError(
+        "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
+        "Many models use a sigmoid layer right before the binary cross entropy layer.\n"
+        "In this case, combine the two layers using torch.nn.functional.binary_cross_entropy_with_logits\n"
+        "or torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and BCEWithLogits are\n"
+        "safe to autocast.")
+
+
+def resolve(name: str):
+    """"pow.Tensor_Scalar" -> aten.pow.Tensor_Scalar, "mm" -> aten.mm.default."""
+    op, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, op), overload or "default")
+
+
+def kernels() -> dict[str, tuple[str, Callable]]:
+    """{registered op name: (policy, kernel)} for every entry of PyTorch's lists."""
+    return {name: (policy, _POLICIES[policy](resolve(name))) for name, policy in read_lists()}
+
+
+def register() -> None:
+    """Install the AutocastPrivateUse1 kernels (once per process)."""
+    if _LIBS:
+        return
+    fallback = torch.library.Library("_", "IMPL")
+    fallback.fallback(torch.library.fallthrough_kernel, KEY)
+    lib = torch.library.Library("aten", "IMPL")
+    for name, (_, kernel) in kernels().items():
+        lib.impl(name, kernel, KEY)
+    lib.impl("binary_cross_entropy", _binary_cross_entropy_banned, KEY)
+    _LIBS.extend((fallback, lib))

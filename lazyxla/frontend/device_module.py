@@ -1,0 +1,61 @@
+"""`torch.lazyxla`: the device module PyTorch looks up for the renamed PrivateUse1 backend.
+
+torch registers it with `torch._register_device_module` and calls into it by name
+(torch 2.13): `torch.autocast` needs `get_amp_supported_dtype`
+(torch/amp/autocast_mode.py); `torch.manual_seed` / `torch.seed` call
+`_is_in_bad_fork` and `manual_seed_all` (torch/random.py `_seed_custom_device`);
+backend_registration's dummy module, which this replaces, answered
+`is_available`, `is_initialized`, `current_device` and `device_count`, which
+torch's generic device code (`torch.get_device_module`, checkpointing, DDP) asks.
+`torch.amp.GradScaler("lazyxla")` needs nothing beyond the autocast support.
+"""
+from __future__ import annotations
+
+import torch
+
+# Both lower-precision float types lower to XLA on every platform (bfloat16 natively
+# on TPU/GPU; CPU XLA computes them via float32 and rounds).
+_AMP_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def is_available() -> bool:
+    return True
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def _is_in_bad_fork() -> bool:
+    # JAX's runtime lives in this process; nothing is inherited across fork that
+    # torch's seeding could break.
+    return False
+
+
+def device_count() -> int:
+    from .device import DEVICES
+    return len(DEVICES)
+
+
+def current_device() -> int:
+    # lazyxla has no "current device" state: device=None and "lazyxla" mean index 0.
+    return 0
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    """The dtypes `torch.autocast("lazyxla", dtype=...)` accepts; torch warns and
+    disables autocast for any other, as it does for CPU and CUDA."""
+    return list(_AMP_DTYPES)
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
+
+
+def manual_seed(seed: int) -> None:
+    """Nothing to seed: lazyxla's random ops draw their seeds from PyTorch's default
+    CPU generator (frontend/special.py `draw_seed`), which torch.manual_seed sets."""
+
+
+def manual_seed_all(seed: int) -> None:
+    manual_seed(seed)

@@ -1,0 +1,76 @@
+"""`torch.amp.GradScaler("lazyxla")`: its two ATen ops, traced into the graph.
+
+GradScaler calls `_amp_foreach_non_finite_check_and_unscale_` (in `unscale_`) and
+`_amp_update_scale_` (in `update`). Both are in-place ops on several tensors with
+no functional form that lazyxla could lower as one node, so they are lazyxla
+decompositions onto lowered elementwise ops, with the semantics of ATen's CPU
+and CUDA kernels (aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp).
+
+The host read: `GradScaler.step` decides on the host whether to call
+`optimizer.step()` (`found_inf.item()`), which needs a graph. A plain host read
+would compute found_inf alone, and the step barrier would then run the forward and
+backward pass a second time for the gradients and the loss. So found_inf is a
+*wide read* (storage.py): reading it materialises all pending work of its device,
+as PyTorch/XLA's GradScaler does with a `mark_step()` before the read. A
+GradScaler step is then two graphs (forward + backward + unscale, then optimizer
+step + scale update), each compiled once. Fused optimizers avoid the read altogether
+(lower/fused_optim.py): one graph per step.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..lower.registry import register_decomposition
+from .storage import mark_wide_read
+
+aten = torch.ops.aten
+
+
+def _check_scalar_float(t: torch.Tensor, name: str, op: str) -> None:
+    if t.numel() != 1 or t.dtype != torch.float32:
+        raise RuntimeError(f"lazyxla: {op}: {name} must be a 1-element float32 tensor, "
+                           f"got shape {list(t.shape)} {t.dtype}")
+
+
+@register_decomposition(aten._amp_foreach_non_finite_check_and_unscale_.default)
+def _non_finite_check_and_unscale_(grads, found_inf, inv_scale) -> None:
+    """found_inf = 1.0 if any element of any grad is inf or NaN (else unchanged);
+    every grad *= inv_scale, computed in float32 (ATen's opmath) for 16-bit grads."""
+    op = "_amp_foreach_non_finite_check_and_unscale_"
+    _check_scalar_float(found_inf, "found_inf", op)
+    _check_scalar_float(inv_scale, "inv_scale", op)
+    if not grads:
+        return
+    bad = [aten.logical_not(aten.all(aten.isfinite(g))) for g in grads]
+    any_bad = bad[0] if len(bad) == 1 else aten.any(aten.stack(bad))
+    aten.copy_(found_inf, aten.where.ScalarSelf(any_bad, 1.0, found_inf))
+    for g in grads:
+        if g.dtype == inv_scale.dtype:
+            aten.mul_.Tensor(g, inv_scale)
+        else:
+            aten.copy_(g, aten.mul.Tensor(aten._to_copy(g, dtype=inv_scale.dtype), inv_scale))
+    mark_wide_read(found_inf._st)
+
+
+@register_decomposition(aten._amp_update_scale_.default)
+def _update_scale_(scale, growth_tracker, found_inf, growth_factor: float, backoff_factor: float,
+                   growth_interval: int):
+    """After an inf/NaN step: scale *= backoff, tracker = 0. Otherwise tracker += 1, and
+    when it reaches growth_interval: scale *= growth (kept only if finite), tracker = 0.
+    The products are taken in float64 and rounded, as ATen multiplies float by double."""
+    op = "_amp_update_scale_"
+    _check_scalar_float(scale, "scale", op)
+    _check_scalar_float(found_inf, "found_inf", op)
+    if growth_tracker.numel() != 1 or growth_tracker.dtype != torch.int32:
+        raise RuntimeError(f"lazyxla: {op}: growth_tracker must be a 1-element int32 tensor, "
+                           f"got shape {list(growth_tracker.shape)} {growth_tracker.dtype}")
+    found = aten.ne.Scalar(found_inf, 0)
+    successful = aten.add.Scalar(growth_tracker, 1)
+    grow = aten.eq.Scalar(successful, growth_interval)
+    scale64 = aten._to_copy(scale, dtype=torch.float64)
+    grown = aten._to_copy(aten.mul.Scalar(scale64, growth_factor), dtype=torch.float32)
+    backed_off = aten._to_copy(aten.mul.Scalar(scale64, backoff_factor), dtype=torch.float32)
+    no_inf_scale = aten.where.self(aten.logical_and(grow, aten.isfinite(grown)), grown, scale)
+    aten.copy_(scale, aten.where.self(found, backed_off, no_inf_scale))
+    aten.copy_(growth_tracker, aten.where.ScalarSelf(aten.logical_or(found, grow), 0, successful))
+    return scale
