@@ -248,3 +248,34 @@ def test_explicitly_marked_micro_batches_are_donated_at_the_barrier(dev, fresh_c
     _assert_grads_equal(eager, lazy)
     with pytest.raises(lx.DonatedBufferError):
         xd.cpu()
+
+
+def test_under_autocast_matches_a_python_loop_and_cpu_autocast(dev):
+    eager, lazy = _pair(dev)
+    looped = copy.deepcopy(eager).to(dev)
+    xs, ys = _data(4, batch=3)
+    xd, yd = xs.to(dev), ys.to(dev)
+
+    seen = []
+
+    def train_step(x, y):
+        out = lazy(x)
+        seen.append(out.dtype)
+        return torch.nn.functional.mse_loss(out.float(), y)
+
+    with torch.autocast("lazyxla", dtype=torch.bfloat16):
+        loss = gradient_accumulation(train_step, [xd, yd], lazy)
+        total = 0.0
+        for i in range(4):
+            part = torch.nn.functional.mse_loss(looped(xd[i]).float(), yd[i]) / 4
+            part.backward()
+            total = total + part.detach()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = sum(float(torch.nn.functional.mse_loss(eager(xs[i]).float(), ys[i]).detach() / 4) for i in range(4))
+    lx.sync()
+    assert lazy.fc1(xd[0]).dtype == torch.float32                    # autocast ended with the block
+    assert loss.item() == pytest.approx(total.item(), rel=1e-6)     # same policies as lazy tracing
+    assert loss.item() == pytest.approx(expected, rel=2e-2)         # and CPU autocast, bf16 tolerance
+    assert seen == [torch.bfloat16]                                  # the body ran under autocast
+    for pa, pb in zip(lazy.parameters(), looped.parameters()):
+        torch.testing.assert_close(pa.grad.cpu(), pb.grad.cpu(), rtol=1e-5, atol=1e-6)
