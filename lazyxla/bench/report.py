@@ -115,7 +115,7 @@ def training_memory_table(records) -> str:
                      else "—",
                      _f(r.get("donors_per_graph")), _f(r.get("params_per_graph")),
                      _f(peak_est / MB, 1) if peak_est else "—",
-                     f'{_f(_get(r, "minor_faults_per_step", "median"), 0)} / {_f(_get(r, "minor_faults_per_step", "max"), 0)}'])
+                     " / ".join(_f(_get(r, "minor_faults_per_step", k), 0) for k in ("median", "max"))])
     header = ["workload", "system", "peak RSS MB", "RSS × JAX", "steady-state peak RSS MB", "RSS before step 0 MB",
               "peak − before MB", "donors/graph", "params/graph", "XLA peak estimate MB",
               "minor faults/step (median / max)"]
