@@ -152,7 +152,7 @@ def test_quick_donate_lazyxla_and_failing_cell_recorded(tmp_path):
 
 
 TRAIN_FIELDS = ("step_ms", "trace_ms", "first_step_s", "compiles_per_step", "graphs_per_step", "donors_per_graph",
-                "traced_ops_per_step", "peak_rss_mb", "losses", "memory")
+                "traced_ops_per_step", "peak_rss_mb", "losses", "memory", "minor_faults_per_step")
 
 
 @pytest.mark.slow

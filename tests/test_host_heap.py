@@ -1,13 +1,19 @@
-"""The host heap keeps freed buffers for the next step (runtime/host_heap.py).
+"""The host heap keeps freed buffers for reuse (runtime/host_heap.py).
 
-Counts page faults, not time: a training step's new gradients and XLA's
-temporaries must reuse the memory the step before freed instead of faulting
-fresh pages in. Each case runs in a fresh interpreter, so the heap state is
-the one a user's process starts with. (With glibc's defaults about half of
-fresh processes fault ~4,600 pages in on every W1 step; which half depends
-on which arena XLA's worker thread lands in, so that side is not asserted.)"""
+Asserts allocator state, not page faults or timings: where glibc put a block
+(`mallinfo2`: `hblkhd` = bytes in mmapped blocks) and whether the block's pages
+are still mapped and resident after `free` (`mincore` on the block's own
+pages). Each case runs in a fresh interpreter, since `mallopt` settings and the
+heap's layout are per process. The settings themselves are checked in an
+interpreter that loaded only host_heap.py, so every block comes from growing
+the heap and not from space that importing torch and JAX left free (which
+would hide a wrong threshold); one case checks that `import lazyxla` applies
+them. 20 MiB: W1's largest gradient is 16 MiB (its 2048x2048 weight), between
+glibc's 128 KiB default mmap threshold and our 32 MiB one. The W1 page-fault
+count per step is a benchmark figure (`minor_faults_per_step`)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,34 +23,111 @@ import pytest
 
 from lazyxla.runtime import host_heap
 
-glibc_only = pytest.mark.skipif(host_heap._LIBC is None, reason="needs glibc's mallopt")
+glibc_only = pytest.mark.skipif(host_heap._LIBC is None or not hasattr(host_heap._LIBC, "mallinfo2"),
+                                reason="needs glibc >= 2.33 (mallopt, mallinfo2)")
 
-STEPS = """
-import resource, torch, lazyxla as lx
-from lazyxla import workloads
-wl = workloads.make("mlp")          # W1: 22 MB of new gradients and 18 MB of XLA temporaries a step
-dev = lx.device()
-model = wl.model.to(dev)
-x, y = wl.inputs.to(dev), wl.targets.to(dev)
-opt = wl.optimizer(model.parameters(), foreach=True)
-faults = []
-for i in range(10):
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    opt.zero_grad(set_to_none=True)
-    wl.loss(model, x, y).backward()
-    opt.step()
-    lx.sync()
-    lx.wait_device_ops()
-    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(max(faults[3:]))
+# Run in the child as `PROBE case mode host_heap.py`. Each case must be the
+# process's first large malloc: glibc's default (dynamic) mmap threshold rises
+# to the size of the last mmapped block freed.
+PROBE = """
+import ctypes, importlib.util, json, os, sys, threading
+case, mode = sys.argv[1], sys.argv[2]
+if mode == "import":
+    import lazyxla
+    from lazyxla.runtime import host_heap
+else:   # host_heap.py alone, without torch and JAX: a heap that only the interpreter has used
+    spec = importlib.util.spec_from_file_location("host_heap", sys.argv[3])
+    host_heap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(host_heap)
+    if mode == "tuned":
+        assert host_heap.tune()
+    elif mode == "tuned_small_pad":   # ours but glibc's default top pad (128 KiB)
+        assert host_heap.tune() and host_heap._LIBC.mallopt(host_heap._M_TOP_PAD, 128 * 2**10) == 1
+
+class Mallinfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+libc = ctypes.CDLL("libc.so.6", use_errno=True)
+libc.mallinfo2.restype = Mallinfo2
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+PAGE = os.sysconf("SC_PAGE_SIZE")
+MB = 2**20
+
+VEC = ctypes.create_string_buffer(32 * MB // PAGE)   # allocated up front: no malloc between free and reuse
+
+def resident(p, n):
+    # fraction of the block's whole pages that are mapped and resident; 0.0 when unmapped
+    start, end = -(-p // PAGE) * PAGE, (p + n) // PAGE * PAGE
+    pages = (end - start) // PAGE
+    if libc.mincore(start, end - start, VEC) != 0:
+        return 0.0   # ENOMEM: (part of) the range is no longer mapped
+    return sum(b & 1 for b in VEC.raw[:pages]) / pages
+
+def touched(n):
+    p = libc.malloc(n)
+    ctypes.memset(p, 1, n)   # the pages a buffer's writer faults in
+    return p
+
+def one_block():
+    before = libc.mallinfo2().hblkhd
+    p = touched(20 * MB)
+    mmapped = libc.mallinfo2().hblkhd - before >= 20 * MB
+    libc.free(p)
+    kept = resident(p, 20 * MB)
+    q = libc.malloc(20 * MB)
+    libc.free(q)
+    return {"mmapped": mmapped, "resident_after_free": kept, "same_block_again": q == p}
+
+def four_blocks():
+    # 96 MiB freed at the top of the main heap: more than the top pad keeps, so
+    # the trim threshold decides whether glibc gives it back
+    blocks = [touched(24 * MB) for _ in range(4)]
+    for b in reversed(blocks):
+        libc.free(b)
+    return {"resident_after_free": min(resident(b, 24 * MB) for b in blocks)}
+
+def second_heap():
+    # three 24 MiB blocks on a thread: a per-thread arena's heaps are at most
+    # 64 MiB, so the third one opens a second heap, which glibc unmaps as soon
+    # as it falls empty unless the top pad keeps it
+    blocks = [touched(24 * MB) for _ in range(3)]
+    libc.free(blocks[2])
+    kept = resident(blocks[2], 24 * MB)
+    libc.free(blocks[1]); libc.free(blocks[0])
+    return {"resident_after_free": kept}
+
+def trimmed():
+    p = touched(20 * MB)
+    libc.free(p)
+    kept = resident(p, 20 * MB)
+    host_heap.release_free_heap()
+    return {"resident_after_free": kept, "resident_after_release": resident(p, 20 * MB)}
+
+def on_thread(fn):
+    out = {}
+    t = threading.Thread(target=lambda: out.update(fn()))
+    t.start(); t.join()
+    return out
+
+CASES = {"main": one_block, "thread": lambda: on_thread(one_block), "four_blocks": four_blocks,
+         "second_heap": lambda: on_thread(second_heap), "release": trimmed}
+print(json.dumps(CASES[case]()))
 """
 
 
-def _max_faults_per_step(env: dict) -> int:
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(STEPS)], env={**os.environ, **env},
+def _probe(case: str, mode: str) -> dict:
+    """`mode`: "import" (`import lazyxla`, tuning on), "import_off" (the same with
+    LAZYXLA_HEAP_TUNING=0), "tuned" / "default" (host_heap.py alone, `tune()` called
+    or not), "tuned_small_pad"."""
+    env = {**os.environ, "LAZYXLA_HEAP_TUNING": "0" if mode == "import_off" else "1"}
+    args = [case, "import" if mode.startswith("import") else mode, host_heap.__file__]
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(PROBE), *args], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    return int(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @glibc_only
@@ -58,7 +141,42 @@ def test_tuning_can_be_switched_off(monkeypatch):
 
 
 @glibc_only
-def test_steady_steps_reuse_freed_output_memory():
-    # W1's 18 MiB of temporaries in fresh pages would be ~4,600 minor faults a
-    # step; a few hundred come from the interpreter and torch growing now and then
-    assert _max_faults_per_step({"LAZYXLA_HEAP_TUNING": "1"}) < 1200
+@pytest.mark.parametrize("case", ["main", "thread"])
+def test_freed_block_stays_in_the_heap_for_reuse(case):
+    # the main thread allocates from the main arena, a new thread from an arena of
+    # its own (whose first heap the 64 MiB top pad already makes 64 MiB)
+    assert _probe(case, "tuned") == {"mmapped": False, "resident_after_free": 1.0, "same_block_again": True}
+
+
+@glibc_only
+@pytest.mark.parametrize("case", ["main", "thread"])
+def test_glibc_defaults_mmap_the_block_and_unmap_it_on_free(case):
+    # the control: what the tuning changes (each freed gradient went back to the OS)
+    got = _probe(case, "default")
+    assert got["mmapped"] is True and got["resident_after_free"] == 0.0
+
+
+@glibc_only
+def test_trim_threshold_keeps_a_freed_heap_top_beyond_the_pad():
+    assert _probe("four_blocks", "tuned") == {"resident_after_free": 1.0}
+    assert _probe("four_blocks", "default") == {"resident_after_free": 0.0}
+
+
+@glibc_only
+def test_top_pad_keeps_an_emptied_secondary_heap():
+    assert _probe("second_heap", "tuned") == {"resident_after_free": 1.0}
+    assert _probe("second_heap", "tuned_small_pad") == {"resident_after_free": 0.0}
+
+
+@glibc_only
+def test_release_free_heap_gives_freed_pages_back():
+    got = _probe("release", "tuned")
+    assert got["resident_after_free"] == 1.0
+    assert got["resident_after_release"] < 0.05   # malloc_trim may keep a page or two of a chunk
+
+
+@glibc_only
+def test_import_lazyxla_applies_the_tuning():
+    # after `import lazyxla` a 20 MiB block is mmapped only with LAZYXLA_HEAP_TUNING=0
+    assert _probe("main", "import")["mmapped"] is False
+    assert _probe("main", "import_off")["mmapped"] is True

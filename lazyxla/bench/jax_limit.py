@@ -34,17 +34,19 @@ def train(cell, settings) -> dict:
     jax.block_until_ready((params, state, x, y))
     rec = {"rss_base_mb": round(M.rss_mb(), 1), "n_params": sum(int(p.size) for p in params.values())}
     losses, step_s, trace_s, compiles, warmup_peak = [], [], [], [], 0.0
-    warmup_s, warmup_compiles = [], []
+    warmup_s, warmup_compiles, faults = [], [], []
     for i in range(settings.warmup + settings.steps):
         if i == settings.warmup:
             warmup_peak = M.peak_rss_mb()   # setup, first step (compile) and warm-up
             M.reset_peak()
         cache_before = step._cache_size()
+        faults_before = M.minor_faults()
         t0 = M.now()
         params, state, loss = step(params, state, x, y)
         t1 = M.now()
         jax.block_until_ready((params, state, loss))
         t2 = M.now()
+        step_faults = M.minor_faults() - faults_before
         losses.append(float(loss))
         if i == 0:
             rec.update({"first_step_s": round(t2 - t0, 4), "first_trace_s": round(t1 - t0, 4)})
@@ -55,10 +57,12 @@ def train(cell, settings) -> dict:
             step_s.append(t2 - t0)
             trace_s.append(t1 - t0)
             compiles.append(step._cache_size() - cache_before)
+            faults.append(step_faults)
     rec.update({"warmup_s": round(sum(warmup_s), 4), "warmup_compiles": sum(warmup_compiles),
                 "step_ms": M.summary(step_s), "trace_ms": M.summary(trace_s),
                 "steady_peak_rss_mb": round(M.peak_rss_mb(), 1),
                 "peak_rss_mb": round(max(warmup_peak, M.peak_rss_mb()), 1), "losses": losses,
+                "minor_faults_per_step": M.counts(faults),
                 "compiles_per_step": M.mean(compiles), "graphs_per_step": 1.0})
     # after the measurement: the step's jaxpr size and XLA's memory analysis
     leaves = jax.tree.leaves((params, state))

@@ -53,6 +53,20 @@ def reset_peak() -> bool:
         return False
 
 
+def minor_faults() -> int:
+    """Minor page faults of the whole process so far: pages touched for the first
+    time since the OS handed them out. A training step that reuses freed memory
+    adds none; one whose outputs land in fresh pages adds one per 4 KiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def counts(values: list[int]) -> dict:
+    """Median and max of per-step counts (the max shows one-off events: a heap growing)."""
+    if not values:
+        return {"median": None, "max": None}
+    return {"median": statistics.median(values), "max": max(values)}
+
+
 def now() -> float:
     return time.perf_counter()
 

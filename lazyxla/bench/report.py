@@ -126,9 +126,11 @@ def training_memory_table(records) -> str:
                      _f(r["peak_rss_mb"] - r["rss_base_mb"], 0) if r.get("peak_rss_mb") and r.get("rss_base_mb")
                      else "—",
                      _f(r.get("donors_per_graph")), _f(r.get("params_per_graph")),
-                     _f(peak_est / MB, 1) if peak_est else "—"])
+                     _f(peak_est / MB, 1) if peak_est else "—",
+                     " / ".join(_f(_get(r, "minor_faults_per_step", k), 0) for k in ("median", "max"))])
     header = ["workload", "system", "peak RSS MB", "RSS × JAX", "steady-state peak RSS MB", "RSS before step 0 MB",
-              "peak − before MB", "donors/graph", "params/graph", "XLA peak estimate MB"]
+              "peak − before MB", "donors/graph", "params/graph", "XLA peak estimate MB",
+              "minor faults/step (median / max)"]
     return _table(header, rows)
 
 

@@ -43,12 +43,13 @@ def train(backend, cell, settings) -> dict:
            "foreach": backend.foreach, "amp": cell.amp,
            "n_params": sum(p.numel() for p in model.parameters())}
     losses, step_s, trace_s, per_step, warmup_peak = [], [], [], [], 0.0
-    first, warmup_s, warmup_compiles = {}, [], []
+    first, warmup_s, warmup_compiles, faults = {}, [], [], []
     for i in range(settings.warmup + settings.steps):
         if i == settings.warmup:
             warmup_peak = M.peak_rss_mb()   # setup, first step (compile) and warm-up
             M.reset_peak()
         backend.begin_step()
+        faults_before = M.minor_faults()
         t0 = M.now()
         opt.zero_grad(set_to_none=True)
         with _autocast(backend, cell):
@@ -59,6 +60,7 @@ def train(backend, cell, settings) -> dict:
         t1 = M.now()
         backend.wait()
         t2 = M.now()
+        step_faults = M.minor_faults() - faults_before
         counters = backend.step_counters()
         losses.append(float(loss.detach().item()))   # host read, outside the timing
         if i == 0:
@@ -72,6 +74,7 @@ def train(backend, cell, settings) -> dict:
             step_s.append(t2 - t0)
             trace_s.append(t1 - t0)
             per_step.append(counters)
+            faults.append(step_faults)
     rec.update(first)
     rec.update({"warmup_s": round(sum(warmup_s), 4),
                 "warmup_compiles": sum(warmup_compiles) if None not in warmup_compiles else None})
@@ -79,6 +82,7 @@ def train(backend, cell, settings) -> dict:
                 "trace_ms": M.summary(trace_s) if backend.lazy else None,
                 "steady_peak_rss_mb": round(M.peak_rss_mb(), 1),
                 "peak_rss_mb": round(max(warmup_peak, M.peak_rss_mb()), 1),
+                "minor_faults_per_step": M.counts(faults),   # host-dependent: a figure, never a test
                 "losses": losses, **_steady(per_step)})
     rec.update(backend.final_info())
     return rec
