@@ -68,6 +68,30 @@ def test_cells_filter_and_variants():
     assert not cs[3].aliasing and cs[2].aliasing
 
 
+def test_cells_accum_runs_lazyxla_with_and_without_the_api():
+    cs = config.cells(("accum",), ("lazyxla", "eager", "jax"), amp="bf16")
+    assert [c.label for c in cs] == ["accum[api]/lazyxla", "accum[python-loop]/lazyxla", "accum/eager",
+                                     "accum/jax"]
+
+
+def test_jax_accum_step_equals_one_full_batch_step():
+    """W5's JAX limit (lax.scan over micro-batches, then one AdamW update) trains exactly
+    like W2's step on the whole batch: equal-sized micro-batches, mean of means."""
+    settings = config.QUICK
+    wl = make_workload(load_workloads(), "accum", settings)
+    params = _params(wl.model)
+    x, y = jnp.asarray(wl.inputs.numpy()), jnp.asarray(wl.targets.numpy())
+    init, _ = jax_models.OPTIMIZERS["accum"]
+    micro = lambda t: t.reshape(settings.accum_micro, -1, *t.shape[1:])  # noqa: E731
+    heads = wl.model.cfg.heads
+    p_acc, _, loss_acc = jax_models.train_step_fn("accum", heads=heads)(params, init(params), micro(x), micro(y))
+    p_full, _, loss_full = jax_models.train_step_fn("gpt", heads=heads)(params, init(params), x, y)
+    assert abs(float(loss_acc) - float(loss_full)) < 1e-5
+    for k in params:   # AdamW moves each weight by ~lr = 3e-4; near-zero gradients round apart
+        np.testing.assert_allclose(np.asarray(p_acc[k]), np.asarray(p_full[k]), rtol=1e-5, atol=1e-5)
+        assert not np.allclose(np.asarray(p_acc[k]), np.asarray(params[k]), rtol=0, atol=1e-5), k
+
+
 def test_cells_amp_adds_autocast_rows_for_torch_training_only():
     cs = config.cells(("mlp", "donate"), ("lazyxla", "eager", "jax"), amp="bf16")
     assert [c.label for c in cs] == ["mlp/lazyxla", "mlp/eager", "mlp/jax", "mlp[amp-bf16]/lazyxla",
@@ -158,7 +182,7 @@ TRAIN_FIELDS = ("step_ms", "trace_ms", "first_step_s", "compiles_per_step", "gra
 @pytest.mark.slow
 def test_quick_all_workloads(tmp_path):
     out, recs = _run(tmp_path, "--systems", "lazyxla,eager,jax")
-    assert len(recs) == 3 * 3 + 5
+    assert len(recs) == 3 * 3 + 5 + 4
     for key, r in recs.items():
         assert r["ok"], (key, r.get("error"))
         assert r["step_ms"]["median"] > 0 and r["step_ms"]["min"] <= r["step_ms"]["median"]
@@ -173,6 +197,11 @@ def test_quick_all_workloads(tmp_path):
         for r in (lx, eager):
             assert len(r["losses"]) == len(jx["losses"]) == 5
             assert abs(r["losses"][0] - jx["losses"][0]) <= 1e-3 * abs(jx["losses"][0])
+    api, loop = recs[("accum", "api", "lazyxla")], recs[("accum", "python-loop", "lazyxla")]
+    assert api["traced_ops_per_step"] < loop["traced_ops_per_step"]     # one micro-batch traced, not all
+    for r in (api, loop, recs[("accum", "", "eager")]):
+        assert r["ok"] and abs(r["losses"][0] - recs[("accum", "", "jax")]["losses"][0]) <= 1e-4 * r["losses"][0]
+    assert api["compiles_per_step"] == 0 and api["graphs_per_step"] == 1
     t = recs[("trace", "", "lazyxla")]
     assert t["ops"] == 200 and t["trace_us_per_op"]["median"] > 0 and t["compiles_per_step"] == 0
     assert abs(t["result"] - recs[("trace", "", "jax")]["result"]) < 1e-5

@@ -3,13 +3,18 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-WORKLOADS = ("mlp", "gpt", "donate", "trace")
+WORKLOADS = ("mlp", "gpt", "accum", "donate", "trace")
 SYSTEMS = ("lazyxla", "eager", "jax", "torch_xla")
-TRAINING = ("mlp", "gpt")
+TRAINING = ("mlp", "gpt", "accum")
+# W5 accum (W2 over micro-batches) on lazyxla: the gradient_accumulation API and the plain
+# Python loop of backward() calls it replaces; every other system runs its own best form
+# (eager and PyTorch/XLA the loop, the JAX limit lax.scan).
+ACCUM_VARIANTS = ("api", "python-loop")
 # --amp: the PyTorch-side training loops again under torch.autocast (variant "amp-<dtype>");
 # the JAX limit and PyTorch/XLA stay float32 only.
 AMP_DTYPES = {"bf16": "bfloat16"}   # --amp value -> torch dtype name
 AMP_SYSTEMS = ("lazyxla", "eager")
+AMP_WORKLOADS = ("mlp", "gpt")
 AMP_PREFIX = "amp-"
 
 
@@ -26,6 +31,9 @@ class Settings:
     # W2's model: None = the reference GPTConfig; quick mode shrinks it (compile time)
     gpt_config: dict | None = None
     gpt_batch: int | None = None
+    # W5: W2's model trained on accum_micro micro-batches of accum_batch sequences a step
+    accum_micro: int = 8
+    accum_batch: int = 8
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -40,7 +48,8 @@ class Settings:
 FULL = Settings()
 # Quick mode checks that the suite runs (CI); its numbers are not the benchmark.
 QUICK = Settings(mode="quick", warmup=2, steps=3, donate_mb=64, trace_ops=200, timeout_s=300,
-                 gpt_config={"vocab": 512, "d": 64, "heads": 4, "layers": 1, "seq": 32}, gpt_batch=4)
+                 gpt_config={"vocab": 512, "d": 64, "heads": 4, "layers": 1, "seq": 32}, gpt_batch=4,
+                 accum_micro=2, accum_batch=2)
 
 
 @dataclass(frozen=True)
@@ -88,8 +97,10 @@ def cells(workloads=WORKLOADS, systems=SYSTEMS, amp: str | None = None) -> list[
                 out.append(Cell(w, s, "alias-on"))
                 if s != "eager":
                     out.append(Cell(w, s, "alias-off"))
+            elif w == "accum" and s == "lazyxla":
+                out += [Cell(w, s, v) for v in ACCUM_VARIANTS]
             else:
                 out.append(Cell(w, s))
-        if amp and w in TRAINING:
+        if amp and w in AMP_WORKLOADS:
             out += [Cell(w, s, AMP_PREFIX + amp) for s in AMP_SYSTEMS if s in systems]
     return out

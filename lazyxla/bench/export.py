@@ -12,8 +12,10 @@ def export_workload(name: str, settings, out_dir: str) -> str:
     from .torch_backend import load_workloads, make_workload
     wl = make_workload(load_workloads(), name, settings)
     arrays = {k: v.detach().cpu().numpy() for k, v in wl.model.state_dict().items()}
-    if name == "gpt":
+    if wl.name == "gpt":   # W2 and W5
         arrays["__heads__"] = np.asarray(wl.model.cfg.heads)
+    if name == "accum":
+        arrays["__micro__"] = np.asarray(settings.accum_micro)
     arrays["__inputs__"] = wl.inputs.numpy()
     arrays["__targets__"] = wl.targets.numpy()
     os.makedirs(out_dir, exist_ok=True)

@@ -26,6 +26,8 @@ def train(cell, settings) -> dict:
     arrays, meta = load_workload(cell.extra["npz"])
     params = {k: jnp.asarray(v) for k, v in arrays.items()}
     x, y = jnp.asarray(meta["inputs"]), jnp.asarray(meta["targets"])
+    if "micro" in meta:   # W5: micro-batches along a new leading dimension, as the torch loops do
+        x, y = (t.reshape(int(meta["micro"]), -1, *t.shape[1:]) for t in (x, y))
     hyper = {"heads": int(meta["heads"])} if "heads" in meta else {}
     del arrays, meta
     init, _ = OPTIMIZERS[cell.workload]
@@ -142,7 +144,7 @@ def trace(cell, settings) -> dict:
     return rec
 
 
-RUNNERS = {"mlp": train, "gpt": train, "donate": donate, "trace": trace}
+RUNNERS = {"mlp": train, "gpt": train, "accum": train, "donate": donate, "trace": trace}
 
 
 def versions() -> dict:

@@ -106,10 +106,15 @@ def adamw_update(params, grads, state, lr=3e-4, b1=0.9, b2=0.999, eps=1e-8, weig
 
 
 OPTIMIZERS = {"mlp": (sgd_init, sgd_update), "gpt": (adamw_init, adamw_update)}
+OPTIMIZERS["accum"] = OPTIMIZERS["gpt"]
 
 
 def train_step_fn(name, **hyper):
-    """The pure training step: forward, backward and optimizer update."""
+    """The pure training step: forward, backward and optimizer update. W5 accum:
+    W2's model over micro-batches (leading dimension of x and y) summed in a
+    `lax.scan`, then one update; the loss is the mean over micro-batches."""
+    if name == "accum":
+        return _accum_step_fn(**hyper)
     loss = loss_fn(name, **hyper)
     _, update = OPTIMIZERS[name]
 
@@ -117,6 +122,24 @@ def train_step_fn(name, **hyper):
         value, grads = jax.value_and_grad(loss)(params, x, y)
         params, opt_state = update(params, grads, opt_state)
         return params, opt_state, value
+
+    return step
+
+
+def _accum_step_fn(**hyper):
+    loss = loss_fn("gpt", **hyper)
+    _, update = OPTIMIZERS["gpt"]
+
+    def step(params, opt_state, xs, ys):
+        def micro_batch(grads, xy):
+            value, g = jax.value_and_grad(loss)(params, *xy)
+            return jax.tree.map(jnp.add, grads, g), value
+
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        grads, values = jax.lax.scan(micro_batch, zeros, (xs, ys))
+        n = xs.shape[0]
+        params, opt_state = update(params, jax.tree.map(lambda g: g / n, grads), opt_state)
+        return params, opt_state, values.mean()
 
     return step
 

@@ -17,6 +17,7 @@ class LazyxlaBackend(TorchBackend):
         self.device = lx.device()
         lx.set_aliasing(cell.aliasing)   # explicit: ignores a LAZYXLA_ALIASING=0 in the environment
         self.alias_counts: list[float] = []   # InputOutputAliasCount samples, whole run
+        self.gradient_accumulation = lx.experimental.gradient_accumulation
 
     def workloads(self):
         from lazyxla import workloads

@@ -45,20 +45,29 @@ class TorchBackend:
         """Whatever the system can say about its last graph (donors, memory analysis)."""
         return {}
 
+    gradient_accumulation = None   # the system's one-loop API (W5), where it has one
+
     def versions(self) -> dict:
         return {"torch": self.torch.__version__}
 
 
 def make_workload(wmod, name: str, settings):
     """`wmod.make(name)`, except for W2 when the settings shrink the GPT (quick
-    mode): then the same recipe (seeds, batch layout) with the smaller config."""
+    mode) and for W5 (W2's model on all micro-batches of a step at once): then
+    `wmod.make`'s GPT recipe (seeds, batch layout) with that config and batch."""
+    if name == "accum":
+        return _gpt(wmod, settings.gpt_config, settings.accum_micro * settings.accum_batch)
     if name != "gpt" or not settings.gpt_config:
         return wmod.make(name)
+    return _gpt(wmod, settings.gpt_config, settings.gpt_batch or 8)
+
+
+def _gpt(wmod, config: dict | None, batch: int):
     import torch
-    cfg = wmod.GPTConfig(**settings.gpt_config)
+    cfg = wmod.GPTConfig(**config) if config else wmod.GPTConfig()
     gen = torch.Generator().manual_seed(1)
     torch.manual_seed(0)
-    tokens = torch.randint(0, cfg.vocab, (settings.gpt_batch or 8, cfg.seq + 1), generator=gen)
+    tokens = torch.randint(0, cfg.vocab, (batch, cfg.seq + 1), generator=gen)
     return wmod.Workload("gpt", wmod.gpt(cfg), tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
 
 

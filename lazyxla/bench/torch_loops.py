@@ -29,14 +29,44 @@ def _autocast(backend, cell):
     return torch.autocast(backend.device.type, dtype=getattr(torch, AMP_DTYPES[cell.amp]))
 
 
+def _forward_backward(backend, cell, wl):
+    """loss(model, x, y) with its backward pass done, as one training step needs it."""
+    def plain(model, x, y):
+        with _autocast(backend, cell):
+            loss = wl.loss(model, x, y)
+        loss.backward()
+        return loss
+
+    if cell.workload != "accum":
+        return plain
+    if cell.variant == "api":
+        def one_loop(model, xs, ys):
+            return backend.gradient_accumulation(lambda x, y: wl.loss(model, x, y), [xs, ys], model)
+        return one_loop
+
+    def python_loop(model, xs, ys):   # what users write without the API
+        total = 0.0
+        for x, y in zip(xs, ys):
+            loss = wl.loss(model, x, y) / xs.shape[0]
+            loss.backward()
+            total = total + loss.detach()
+        return total
+    return python_loop
+
+
 def train(backend, cell, settings) -> dict:
-    """W1 mlp / W2 gpt: `warmup` then `steps` full training steps, each ended by
-    the system's step barrier and timed until the device finished."""
+    """W1 mlp / W2 gpt / W5 accum: `warmup` then `steps` full training steps, each
+    ended by the system's step barrier and timed until the device finished. W5's
+    batch is split into `accum_micro` micro-batches along a new leading dimension."""
     wl = make_workload(backend.workloads(), cell.workload, settings)
     dev = backend.device
     model = wl.model.to(dev)
-    x, y = wl.inputs.to(dev), wl.targets.to(dev)
+    x, y = wl.inputs, wl.targets
+    if cell.workload == "accum":
+        x, y = (t.view(settings.accum_micro, -1, *t.shape[1:]) for t in (x, y))
+    x, y = x.to(dev), y.to(dev)
     opt = wl.optimizer(model.parameters(), foreach=backend.foreach)
+    forward_backward = _forward_backward(backend, cell, wl)
     backend.mark_step()
     backend.wait()
     rec = {"rss_base_mb": round(M.rss_mb(), 1), "optimizer": type(opt).__name__,
@@ -52,9 +82,7 @@ def train(backend, cell, settings) -> dict:
         faults_before = M.minor_faults()
         t0 = M.now()
         opt.zero_grad(set_to_none=True)
-        with _autocast(backend, cell):
-            loss = wl.loss(model, x, y)
-        loss.backward()
+        loss = forward_backward(model, x, y)
         opt.step()
         backend.mark_step()
         t1 = M.now()
@@ -166,4 +194,4 @@ def trace(backend, cell, settings) -> dict:
     return rec
 
 
-RUNNERS = {"mlp": train, "gpt": train, "donate": donate, "trace": trace}
+RUNNERS = {"mlp": train, "gpt": train, "accum": train, "donate": donate, "trace": trace}
