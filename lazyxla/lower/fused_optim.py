@@ -45,17 +45,24 @@ def _write(pairs, skip) -> None:
         aten.copy_(target, value)
 
 
+def _start(p, grad, grad_scale, maximize: bool) -> tuple:
+    """What every fused kernel does first for one parameter: (opmath dtype, the unscaled
+    and maybe negated gradient, the parameter in opmath, the writes so far: the
+    unscaled gradient goes back into .grad when GradScaler passed its scale)."""
+    om = _OPMATH.get(p.dtype, p.dtype)
+    g = _unscaled(grad, grad_scale, om)
+    pairs = [] if grad_scale is None else [(grad, g)]
+    if maximize:
+        g = aten.neg(g)
+    return om, g, _as(p, om), pairs
+
+
 def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1: float,
           beta2: float, weight_decay: float, eps: float, amsgrad: bool, maximize: bool, grad_scale=None,
           found_inf=None, decoupled: bool) -> None:
     skip = _skip(found_inf)
     for i, p in enumerate(params):
-        om = _OPMATH.get(p.dtype, p.dtype)
-        g = _unscaled(grads[i], grad_scale, om)
-        pairs = [] if grad_scale is None else [(grads[i], g)]
-        if maximize:
-            g = aten.neg(g)
-        param = _as(p, om)
+        om, g, param, pairs = _start(p, grads[i], grad_scale, maximize)
         if weight_decay != 0:
             if decoupled:   # AdamW: param *= 1 - lr * weight_decay
                 decay = (aten.rsub.Scalar(aten.mul.Scalar(_as(lr, torch.float64), weight_decay), 1)
@@ -100,12 +107,7 @@ def _fused_sgd_(params, grads, momentum_buffer_list, *, weight_decay: float, mom
                 found_inf=None) -> None:
     skip = _skip(found_inf)
     for i, p in enumerate(params):
-        om = _OPMATH.get(p.dtype, p.dtype)
-        g = _unscaled(grads[i], grad_scale, om)
-        pairs = [] if grad_scale is None else [(grads[i], g)]
-        if maximize:
-            g = aten.neg(g)
-        param = _as(p, om)
+        om, g, param, pairs = _start(p, grads[i], grad_scale, maximize)
         if weight_decay != 0:
             g = aten.add.Tensor(g, aten.mul.Scalar(param, weight_decay))
         if momentum != 0:
