@@ -1,0 +1,380 @@
+"""Model code nobody here wrote (issue #12): Hugging Face `transformers` models,
+built from tiny random-init configs, train on lazyxla value by value like eager CPU.
+
+Each training test builds the model once on the CPU, keeps a `copy.deepcopy` as the
+eager reference and moves the original with `.to(lx.device())` *after* building its
+optimizer: `Module._apply` must swap the Parameters in place (issue #12: it used to
+give every module a new Parameter, so a tied output layer silently trained an untied
+copy and the optimizer held dead tensors). Losses are compared every step, parameters
+and buffers at the end, and from step `WARM` on the per-step counters: graphs
+executed, compiles, host fallbacks. docs/models.md summarises the results.
+
+Dropout is 0 in every config: lazyxla's RNG stream is not torch's CPU stream, so a
+dropout mask could not match eager (that is by design, as on PyTorch/XLA).
+"""
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+
+import lazyxla as lx
+from lazyxla import metrics
+
+transformers = pytest.importorskip(
+    "transformers", minversion="5.0",
+    reason="transformers is an optional test dependency: pip install -e '.[test]'")
+
+STEPS = 5
+WARM = 2  # step 0 compiles the graph(s); steps WARM.. must be steady state
+RTOL, ATOL = 1e-4, 1e-5
+# Parameters after a few AdamW steps: Adam divides by sqrt(v) + eps, which amplifies
+# float32 rounding differences for entries whose gradient is near eps (measured:
+# at most 1.5e-5 on one GPT-2 weight, where one step moves a weight by up to 1e-2).
+PARAM_ATOL = 5e-5
+VOCAB = 100
+
+
+# -- models ------------------------------------------------------------------------------
+# Tiny configs: every dimension small enough that a step costs milliseconds and the
+# first compile a few seconds on a shared 2-core machine.
+
+def gpt2(attn):
+    cfg = transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=32,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation=attn)
+    return transformers.GPT2LMHeadModel(cfg)
+
+
+def llama(attn):
+    # num_key_value_heads < num_attention_heads: grouped-query attention (repeat_kv)
+    cfg = transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=32,
+        attn_implementation=attn)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def bert(attn):
+    cfg = transformers.BertConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        vocab_size=VOCAB, max_position_embeddings=32, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0, attn_implementation=attn)
+    return transformers.BertForMaskedLM(cfg)
+
+
+def t5(attn):
+    cfg = transformers.T5Config(
+        d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2, vocab_size=VOCAB,
+        decoder_start_token_id=0, dropout_rate=0.0, attn_implementation=attn)
+    return transformers.T5ForConditionalGeneration(cfg)
+
+
+def resnet(attn):
+    cfg = transformers.ResNetConfig(
+        num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+        layer_type="basic", num_labels=5)
+    return transformers.ResNetForImageClassification(cfg)
+
+
+def vit(attn):
+    cfg = transformers.ViTConfig(
+        image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=2, intermediate_size=64, num_labels=5, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0, attn_implementation=attn)
+    return transformers.ViTForImageClassification(cfg)
+
+
+def build(arch, attn="eager"):
+    torch.manual_seed(0)
+    return globals()[arch](attn)
+
+
+def batch(arch, padded=True):
+    """A fixed CPU batch (keyword arguments of the model's forward)."""
+    g = torch.Generator().manual_seed(1)
+    if arch in ("resnet", "vit"):
+        return {"pixel_values": torch.randn(4, 3, 16, 16, generator=g),
+                "labels": torch.randint(0, 5, (4,), generator=g)}
+    ids = torch.randint(0, VOCAB, (2, 8), generator=g)
+    if arch == "t5":
+        return {"input_ids": ids, "labels": torch.randint(0, VOCAB, (2, 5), generator=g)}
+    if arch == "bert":
+        labels = ids.clone()
+        labels[:, ::2] = -100  # masked-LM: only some positions are scored
+        kw = {"input_ids": ids, "token_type_ids": (torch.arange(8) >= 4).long().expand(2, 8).contiguous(),
+              "labels": labels}
+        if padded:
+            mask = torch.ones(2, 8, dtype=torch.long)
+            mask[1, 6:] = 0  # the second sequence is padded: the mask changes the result
+            kw["attention_mask"] = mask
+        return kw
+    return {"input_ids": ids, "labels": ids}  # causal LMs shift the labels themselves
+
+
+def ties(model):
+    """The pairs of parameter names that are one Parameter object."""
+    named = list(model.named_parameters(remove_duplicate=False))
+    return sorted(tuple(sorted((a, b))) for i, (a, pa) in enumerate(named) for b, pb in named[i + 1:]
+                  if pa is pb)
+
+
+# -- training against eager --------------------------------------------------------------
+
+def adamw(params):
+    return torch.optim.AdamW(params, lr=1e-2, weight_decay=0.01)
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+
+
+def train_both(arch, attn="eager", make_opt=adamw, padded=True):
+    """Train an eager copy and the lazy model side by side; return both models, the
+    loss lists and the counters of every lazy step."""
+    dev = lx.device()
+    model = build(arch, attn)
+    model.train()
+    ref = copy.deepcopy(model)
+    opt_ref = make_opt(ref.parameters())
+    opt = make_opt(model.parameters())  # built on the CPU Parameters, before .to(dev)
+    model.to(dev)
+    kw_ref = batch(arch, padded)
+    kw = {k: v.to(dev) for k, v in kw_ref.items()}
+    lx.sync()
+    exp, got, per_step = [], [], []
+    for _ in range(STEPS):
+        opt_ref.zero_grad()
+        loss = ref(**kw_ref).loss
+        loss.backward()
+        opt_ref.step()
+        exp.append(loss.item())
+
+        metrics.clear_all()
+        opt.zero_grad()
+        loss = model(**kw).loss
+        loss.backward()
+        opt.step()
+        lx.sync()
+        got.append(loss.item())  # already materialised by the barrier: no extra graph
+        per_step.append({
+            "graphs": metrics.counter_value("ExecuteComputation") or 0,
+            "compiles": metrics.counter_value("UncachedCompile") or 0,
+            "fallbacks": [n for n in metrics.counter_names() if "::" in n],
+            "traced": metrics.counter_value("TracedOps") or 0,
+            "donors": lx.debug.donation_report().donors,
+        })
+    return ref, model, opt, exp, got, per_step
+
+
+def n_device_state(opt):
+    """Optimizer state tensors on the device, all updated in place every step: AdamW's
+    exp_avg and exp_avg_sq (its `step` counters stay CPU scalars, as torch keeps them
+    unless capturable=True), SGD's momentum_buffer."""
+    return sum(sum(isinstance(v, torch.Tensor) and v.device.type == "lazyxla" for v in s.values())
+               for s in opt.state.values())
+
+
+def zero_grad_part(model, name):
+    """The part of parameter `name` whose gradient is zero in exact arithmetic: the
+    bias of the attention keys (q.(k + b) adds the same q.b to every score of a row,
+    and softmax cancels it). Its float32 gradient is rounding noise (~1e-11) that AdamW
+    normalises into full-size updates, different in any two implementations (eager
+    with a different summation order too), so those entries are not compared by value."""
+    if name.endswith("attn.c_attn.bias"):  # GPT-2: one fused [query | key | value] bias
+        n = model.config.n_embd
+        return slice(n, 2 * n)
+    if name.endswith(("key.bias", "k_proj.bias")):  # BERT, ViT: separate key projection
+        return slice(None)
+    return None
+
+
+def check_against_eager(ref, model, opt, exp, got, per_step, graphs=1):
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(exp), rtol=RTOL, atol=ATOL)
+    assert len(list(model.parameters())) == len(list(ref.parameters()))
+    for (name, p_ref), (name_l, p) in zip(ref.named_parameters(), model.named_parameters()):
+        assert name == name_l
+        assert p.device.type == "lazyxla", name
+        got_p, exp_p = p.detach().cpu(), p_ref.detach()
+        part = zero_grad_part(ref, name)
+        if part is not None:
+            # the premise, on both sides: this part's gradient is noise, the rest is not
+            for g in (p_ref.grad, p.grad.cpu()):
+                assert g[part].abs().max() < 1e-7 * max(1.0, g.abs().max() * 1e4), name
+            keep = torch.ones(exp_p.shape[0], dtype=torch.bool)
+            keep[part] = False
+            got_p, exp_p = got_p[keep], exp_p[keep]
+        torch.testing.assert_close(got_p, exp_p, rtol=RTOL, atol=PARAM_ATOL, msg=name)
+    for (name, b_ref), (_, b) in zip(ref.named_buffers(), model.named_buffers()):
+        torch.testing.assert_close(b.cpu(), b_ref, rtol=RTOL, atol=ATOL, msg=name)
+    # The optimizer was built before .to(dev): its parameters must be the model's.
+    assert [id(p) for g in opt.param_groups for p in g["params"]] == [id(p) for p in model.parameters()]
+    # Every parameter, every optimizer state tensor and the BatchNorm running stats
+    # (running_mean, running_var, num_batches_tracked) are updated in place by the step
+    # graph and donated to it; a tied weight counts once, as it is one buffer.
+    bn_buffers = sum(len(list(m.buffers(recurse=False))) for m in model.modules()
+                     if isinstance(m, torch.nn.modules.batchnorm._BatchNorm))
+    donors = len(list(model.parameters())) + n_device_state(opt) + bn_buffers
+    for step, s in enumerate(per_step[WARM:], start=WARM):
+        assert s["graphs"] == graphs, f"step {step}: {s}"
+        assert s["compiles"] == 0, f"step {step}: recompiled: {s}"
+        assert s["fallbacks"] == [], f"step {step}: ops ran on the host: {s['fallbacks']}"
+        assert s["donors"] == donors, f"step {step}: {s}"
+    # The same program every step: the same number of ops traced.
+    assert len({s["traced"] for s in per_step[1:]}) == 1, per_step
+
+
+@pytest.mark.parametrize("arch,attn,make_opt", [
+    ("gpt2", "eager", adamw),
+    ("gpt2", "sdpa", adamw),
+    ("llama", "sdpa", adamw),
+    ("llama", "eager", sgd),
+    ("t5", "eager", adamw),
+    ("t5", "sdpa", sgd),
+    ("vit", "sdpa", adamw),
+    ("resnet", "eager", sgd),  # BatchNorm: running stats are buffers updated in place
+])
+def test_trains_like_eager(arch, attn, make_opt):
+    check_against_eager(*train_both(arch, attn, make_opt))
+
+
+def test_bert_without_padding_one_graph_per_step():
+    check_against_eager(*train_both("bert", "sdpa", adamw, padded=False))
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_bert_with_padding_mask_reads_it_on_the_host(attn):
+    """With a 2-D attention mask, transformers asks whether the mask can be skipped
+    (masking_utils._ignore_bidirectional_mask_sdpa: `padding_mask.all()`, reached from
+    sdpa_mask for both attention implementations) and branches on the answer in
+    Python. That is a host read inside forward: a partial sync that runs a small graph
+    (the all() of the mask), then the step graph. Eager skips the mask when it is all
+    ones; a lazy runtime cannot know that without computing it."""
+    check_against_eager(*train_both("bert", attn, adamw), graphs=2)
+
+
+def test_bert_padding_read_is_the_only_extra_graph(monkeypatch):
+    """The cause of the second graph above, proven: transformers skips that host
+    check while tracing (`is_tracing`, true under torch.compile/jit/fx). Saying
+    "tracing" to masking_utils builds the mask unconditionally, the result is the
+    same, and lazyxla runs one graph per step."""
+    import transformers.masking_utils as mu
+    monkeypatch.setattr(mu, "is_tracing", lambda *a, **k: True)
+    check_against_eager(*train_both("bert", "sdpa", adamw), graphs=1)
+
+
+# -- ties, identity, state dicts -----------------------------------------------------------
+
+TIED = {
+    "gpt2": [("lm_head.weight", "transformer.wte.weight")],
+    "bert": [("bert.embeddings.word_embeddings.weight", "cls.predictions.decoder.weight"),
+             ("cls.predictions.bias", "cls.predictions.decoder.bias")],
+    "t5": [("decoder.embed_tokens.weight", "encoder.embed_tokens.weight"),
+           ("decoder.embed_tokens.weight", "lm_head.weight"),
+           ("decoder.embed_tokens.weight", "shared.weight"),
+           ("encoder.embed_tokens.weight", "lm_head.weight"),
+           ("encoder.embed_tokens.weight", "shared.weight"),
+           ("lm_head.weight", "shared.weight")],
+}
+
+
+@pytest.mark.parametrize("arch", sorted(TIED))
+def test_to_device_keeps_ties_and_parameter_identity(arch):
+    model = build(arch)
+    assert ties(model) == TIED[arch]  # the premise: the library tied them on the CPU
+    before = list(model.parameters())
+    model.to(lx.device())
+    after = list(model.parameters())
+    assert len(after) == len(before)
+    assert all(a is b for a, b in zip(after, before))  # swapped in place, not replaced
+    assert all(p.device.type == "lazyxla" for p in after)
+    assert ties(model) == TIED[arch]
+    if arch == "gpt2":
+        assert model.lm_head.weight is model.transformer.wte.weight
+
+
+def test_tied_weight_gets_both_gradients():
+    """The tied GPT-2 matrix is one leaf: its .grad sums the embedding and the output
+    layer contributions, as in eager (an untied copy would get only one of them)."""
+    model = build("gpt2")
+    ref = copy.deepcopy(model)
+    model.to(lx.device())
+    kw = batch("gpt2")
+    ref(**kw).loss.backward()
+    model(**{k: v.to(lx.device()) for k, v in kw.items()}).loss.backward()
+    lx.sync()
+    assert model.lm_head.weight.grad is model.transformer.wte.weight.grad
+    torch.testing.assert_close(model.transformer.wte.weight.grad.cpu(), ref.transformer.wte.weight.grad,
+                               rtol=RTOL, atol=ATOL)
+
+
+def _trained_gpt2():
+    # SGD: no AdamW noise amplification (zero_grad_part), so every entry matches eager
+    ref, model, opt, *rest = train_both("gpt2", "eager", sgd)
+    check_against_eager(ref, model, opt, *rest)  # SGD on a tied model trains like eager too
+    return ref, model
+
+
+def test_state_dict_round_trips():
+    ref, model = _trained_gpt2()
+    expected = ref.state_dict()
+    sd = model.state_dict()
+    assert sd.keys() == expected.keys()
+    for k, v in sd.items():
+        assert v.device.type == "lazyxla", k
+        torch.testing.assert_close(v.cpu(), expected[k], rtol=RTOL, atol=ATOL, msg=k)
+
+    # lazy -> CPU model: values arrive, the CPU model's tie holds
+    cpu = build("gpt2")
+    assert cpu.load_state_dict(sd).missing_keys == []
+    assert cpu.lm_head.weight is cpu.transformer.wte.weight
+    for (k, p), p_lazy in zip(cpu.named_parameters(), model.parameters()):
+        assert p.device.type == "cpu"
+        torch.testing.assert_close(p.detach(), p_lazy.detach().cpu(), rtol=0, atol=0, msg=k)
+
+    # CPU -> lazy model: copy_ into the lazy Parameters in place, tie and identity kept
+    fresh = build("gpt2")
+    fresh.to(lx.device())
+    params = list(fresh.parameters())
+    fresh.load_state_dict(expected)
+    assert all(a is b for a, b in zip(fresh.parameters(), params))
+    assert fresh.lm_head.weight is fresh.transformer.wte.weight
+    lx.sync()
+    for (k, p), p_ref in zip(fresh.named_parameters(), ref.parameters()):
+        assert p.device.type == "lazyxla"
+        torch.testing.assert_close(p.detach().cpu(), p_ref.detach(), rtol=0, atol=0, msg=k)
+
+
+def test_deepcopy_of_lazy_model():
+    ref, model = _trained_gpt2()
+    clone = copy.deepcopy(model)
+    assert clone.lm_head.weight is clone.transformer.wte.weight
+    assert clone.lm_head.weight is not model.lm_head.weight
+    for (k, a), b in zip(clone.named_parameters(), model.parameters()):
+        assert a.device.type == "lazyxla"
+        torch.testing.assert_close(a.detach().cpu(), b.detach().cpu(), rtol=0, atol=0, msg=k)
+    # independent storage: training the clone leaves the original alone
+    before = model.transformer.wte.weight.detach().cpu().clone()
+    with torch.no_grad():
+        clone.transformer.wte.weight.add_(1.0)
+    lx.sync()
+    torch.testing.assert_close(model.transformer.wte.weight.detach().cpu(), before, rtol=0, atol=0)
+    torch.testing.assert_close(clone.lm_head.weight.detach().cpu(), before + 1.0, rtol=0, atol=0)
+
+
+def test_torch_save_load_gives_cpu_tensors_equal_to_eager():
+    ref, model = _trained_gpt2()
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    buf.seek(0)
+    loaded = torch.load(buf)
+    expected = ref.state_dict()
+    assert loaded.keys() == expected.keys()
+    for k, v in loaded.items():
+        assert type(v) is torch.Tensor and v.device.type == "cpu", k
+        torch.testing.assert_close(v, expected[k], rtol=RTOL, atol=ATOL, msg=k)
+    cpu = build("gpt2")
+    cpu.load_state_dict(loaded)
+    assert cpu.lm_head.weight is cpu.transformer.wte.weight
