@@ -226,13 +226,19 @@ def check_against_eager(ref, model, opt, exp, got, per_step, graphs=1):
     assert len({s["traced"] for s in per_step[1:]}) == 1, per_step
 
 
+# The default run covers each architecture once (first compiles dominate: ~3-9 s each
+# on a shared 2-core machine); the other attention implementation / optimizer of
+# each runs with -m slow.
+slow = pytest.mark.slow
+
+
 @pytest.mark.parametrize("arch,attn,make_opt", [
     ("gpt2", "eager", adamw),
-    ("gpt2", "sdpa", adamw),
+    pytest.param("gpt2", "sdpa", adamw, marks=slow),
     ("llama", "sdpa", adamw),
-    ("llama", "eager", sgd),
+    pytest.param("llama", "eager", sgd, marks=slow),
     ("t5", "eager", adamw),
-    ("t5", "sdpa", sgd),
+    pytest.param("t5", "sdpa", sgd, marks=slow),
     ("vit", "sdpa", adamw),
     ("resnet", "eager", sgd),  # BatchNorm: running stats are buffers updated in place
 ])
@@ -240,11 +246,12 @@ def test_trains_like_eager(arch, attn, make_opt):
     check_against_eager(*train_both(arch, attn, make_opt))
 
 
+@slow
 def test_bert_without_padding_one_graph_per_step():
     check_against_eager(*train_both("bert", "sdpa", adamw, padded=False))
 
 
-@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("attn", [pytest.param("eager", marks=slow), "sdpa"])
 def test_bert_with_padding_mask_reads_it_on_the_host(attn):
     """With a 2-D attention mask, transformers asks whether the mask can be skipped
     (masking_utils._ignore_bidirectional_mask_sdpa: `padding_mask.all()`, reached from
@@ -263,6 +270,26 @@ def test_bert_padding_read_is_the_only_extra_graph(monkeypatch):
     import transformers.masking_utils as mu
     monkeypatch.setattr(mu, "is_tracing", lambda *a, **k: True)
     check_against_eager(*train_both("bert", "sdpa", adamw), graphs=1)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "torch.utils.checkpoint re-runs the forward under torch.amp.autocast(device_type='lazyxla', "
+    "enabled=False), and torch.amp.autocast refuses a PrivateUse1 backend without a device module "
+    "registered by torch._register_device_module that has get_amp_supported_dtype(): lazyxla "
+    "registers none yet (the autocast work, API.md 'Mixed precision', will)"))
+def test_gradient_checkpointing_trains_like_eager():
+    model = build("gpt2", "sdpa")
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    ref = copy.deepcopy(model)
+    model.to(lx.device())
+    kw = batch("gpt2")
+    ref(**kw).loss.backward()
+    loss = model(**{k: v.to(lx.device()) for k, v in kw.items()}).loss
+    loss.backward()
+    lx.sync()
+    for (name, p_ref), p in zip(ref.named_parameters(), model.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), p_ref.grad, rtol=RTOL, atol=ATOL, msg=name)
 
 
 # -- ties, identity, state dicts -----------------------------------------------------------
