@@ -14,6 +14,7 @@ dropout mask could not match eager (that is by design, as on PyTorch/XLA).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 
@@ -255,24 +256,96 @@ def test_bert_padding_read_is_the_only_extra_graph(monkeypatch):
     check_against_eager(*train_both("bert", "sdpa", adamw), graphs=1)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "torch.utils.checkpoint re-runs the forward under torch.amp.autocast(device_type='lazyxla', "
-    "enabled=False), and torch.amp.autocast refuses a PrivateUse1 backend without a device module "
-    "registered by torch._register_device_module that has get_amp_supported_dtype(): lazyxla "
-    "registers none yet (the autocast work, API.md 'Mixed precision', will)"))
-def test_gradient_checkpointing_trains_like_eager():
+class AutocastUnavailable(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def autocast_module_missing_is_xfail():
+    """Turn exactly torch's "no device module with get_amp_supported_dtype" assertion
+    into AutocastUnavailable (the strict xfail below); any other failure fails."""
+    try:
+        yield
+    except AssertionError as e:
+        if "get_amp_supported_dtype" not in str(e):
+            raise
+        raise AutocastUnavailable(str(e)) from e
+
+
+CHECKPOINT_XFAIL = pytest.mark.xfail(strict=True, raises=AutocastUnavailable, reason=(
+    "torch.utils.checkpoint enters torch.amp.autocast(device_type=D, enabled=...) in the "
+    "forward, D being the args' device type or, for CPU-only args, "
+    "torch.accelerator.current_accelerator() -- which is lazyxla once lazyxla is imported; "
+    "torch.amp.autocast refuses a PrivateUse1 backend without a device module "
+    "(torch._register_device_module) that has get_amp_supported_dtype(). lazyxla registers "
+    "none yet (the autocast work will); for lazy args checkpoint() then also calls "
+    "torch.lazyxla.device(i), get_rng_state() and set_rng_state()"))
+
+
+def checkpointed_gpt2():
     model = build("gpt2", "sdpa")
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    # transformers 5.24 renamed gradient_checkpointing_enable (deprecated, removed in v6)
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.train()
-    ref = copy.deepcopy(model)
-    model.to(lx.device())
+    return model
+
+
+@CHECKPOINT_XFAIL
+def test_gradient_checkpointing_of_a_cpu_model_with_lazyxla_imported():
+    """A regression for people who only import lazyxla: a plain CPU model's
+    checkpointing (eager, no lazy tensor anywhere) must keep working."""
+    model = checkpointed_gpt2()
+    plain = copy.deepcopy(model)
+    plain.activation_checkpointing_disable()
     kw = batch("gpt2")
-    ref(**kw).loss.backward()
-    loss = model(**{k: v.to(lx.device()) for k, v in kw.items()}).loss
-    loss.backward()
-    lx.sync()
-    for (name, p_ref), p in zip(ref.named_parameters(), model.parameters()):
-        torch.testing.assert_close(p.grad.cpu(), p_ref.grad, rtol=RTOL, atol=ATOL, msg=name)
+    plain(**kw).loss.backward()
+    with autocast_module_missing_is_xfail():
+        model(**kw).loss.backward()
+    for (name, p_ref), p in zip(plain.named_parameters(), model.parameters()):
+        torch.testing.assert_close(p.grad, p_ref.grad, rtol=RTOL, atol=ATOL, msg=name)
+
+
+class BackwardAborted(Exception):
+    pass
+
+
+_CHECKPOINT_SCRIPT = """
+import copy, sys, torch
+sys.path.insert(0, {tests!r})
+import lazyxla as lx, test_real_models as M
+model = M.checkpointed_gpt2()
+ref = copy.deepcopy(model)
+ref.activation_checkpointing_disable()  # eager reference: same math, no recompute
+model.to(lx.device())
+kw = M.batch("gpt2")
+ref(**kw).loss.backward()
+model(**{{k: v.to(lx.device()) for k, v in kw.items()}}).loss.backward()
+lx.sync()
+for (name, p_ref), p in zip(ref.named_parameters(), model.parameters()):
+    torch.testing.assert_close(p.grad.cpu(), p_ref.grad, rtol=M.RTOL, atol=M.ATOL, msg=name)
+print("GRADS EQUAL")
+"""
+
+
+@pytest.mark.xfail(strict=True, raises=BackwardAborted, reason=(
+    "the recompute in backward enters torch.amp.autocast('lazyxla'), which raises (no device "
+    "module, above) inside a saved-tensor unpack hook on the lazyxla autograd thread, and the "
+    "process aborts (std::terminate) instead of raising: gdb shows it in torch's "
+    "torch::acc::PythonDeviceGuard::exchangeStream (noexcept; it calls the Python type_()) "
+    "called from ~InlineStreamGuard in Engine::evaluate_function while the engine unwinds. Any "
+    "exception from an unpack hook on a lazy graph does this; a custom Function's backward "
+    "raising is reported normally"))
+def test_gradient_checkpointing_trains_like_eager():
+    """Runs in a subprocess: today the failure is a process abort, not an exception."""
+    import os
+    import subprocess
+    import sys
+    tests = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.run([sys.executable, "-c", _CHECKPOINT_SCRIPT.format(tests=tests)],
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode < 0 and "terminate called" in proc.stderr:
+        raise BackwardAborted(proc.stderr[-2000:])
+    assert proc.returncode == 0 and "GRADS EQUAL" in proc.stdout, proc.stderr[-4000:]
 
 
 # -- ties, identity, state dicts -----------------------------------------------------------
