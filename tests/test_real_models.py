@@ -89,26 +89,27 @@ def build(arch, attn="eager"):
     return globals()[arch](attn)
 
 
-def batch(arch, padded=True):
-    """A fixed CPU batch (keyword arguments of the model's forward)."""
+def batch(arch, padded=None):
+    """A fixed CPU batch (keyword arguments of the model's forward). `padded`: pass a
+    2-D attention mask in which the second sequence is padded (the mask changes the
+    result); default: BERT yes, the others no."""
+    padded = arch == "bert" if padded is None else padded
     g = torch.Generator().manual_seed(1)
     if arch in ("resnet", "vit"):
         return {"pixel_values": torch.randn(4, 3, 16, 16, generator=g),
                 "labels": torch.randint(0, 5, (4,), generator=g)}
     ids = torch.randint(0, VOCAB, (2, 8), generator=g)
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[1, 6:] = 0
+    masked = {"attention_mask": mask} if padded else {}
     if arch == "t5":
-        return {"input_ids": ids, "labels": torch.randint(0, VOCAB, (2, 5), generator=g)}
+        return {"input_ids": ids, "labels": torch.randint(0, VOCAB, (2, 5), generator=g), **masked}
     if arch == "bert":
         labels = ids.clone()
         labels[:, ::2] = -100  # masked-LM: only some positions are scored
-        kw = {"input_ids": ids, "token_type_ids": (torch.arange(8) >= 4).long().expand(2, 8).contiguous(),
-              "labels": labels}
-        if padded:
-            mask = torch.ones(2, 8, dtype=torch.long)
-            mask[1, 6:] = 0  # the second sequence is padded: the mask changes the result
-            kw["attention_mask"] = mask
-        return kw
-    return {"input_ids": ids, "labels": ids}  # causal LMs shift the labels themselves
+        return {"input_ids": ids, "token_type_ids": (torch.arange(8) >= 4).long().expand(2, 8).contiguous(),
+                "labels": labels, **masked}
+    return {"input_ids": ids, "labels": ids, **masked}  # causal LMs shift the labels themselves
 
 
 def ties(model):
@@ -134,7 +135,7 @@ def sgd(params):
     return torch.optim.SGD(params, lr=0.05, momentum=0.9)
 
 
-def train_both(arch, attn="eager", make_opt=adamw, padded=True):
+def train_both(arch, attn="eager", make_opt=adamw, padded=None):
     """Train an eager copy and the lazy model side by side; return both models, the
     loss lists and the counters of every lazy step."""
     dev = lx.device()
@@ -254,6 +255,18 @@ def test_bert_padding_read_is_the_only_extra_graph(monkeypatch):
     import transformers.masking_utils as mu
     monkeypatch.setattr(mu, "is_tracing", lambda *a, **k: True)
     check_against_eager(*train_both("bert", "sdpa", adamw), graphs=1)
+
+
+@slow
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "t5"])
+def test_padding_mask_host_reads(arch):
+    """Padded batches elsewhere, 3 graphs a step, each extra one a host read in
+    masking_utils (5.24). Causal models: _ignore_causal_mask_sdpa reads
+    `fast_all(padding_mask)` (line 292) and, that being False, line 298's
+    `fast_all(padding_mask[:, :q_length])` (False again, so its second operand is not
+    read). T5: _ignore_bidirectional_mask_sdpa's `padding_mask.all()` (line 354) twice,
+    for the encoder's self-attention mask and the decoder's cross-attention mask."""
+    check_against_eager(*train_both(arch, "sdpa", adamw, padded=True), graphs=3)
 
 
 class AutocastUnavailable(Exception):
