@@ -126,8 +126,8 @@ def adamw(params):
     # below eps moves by lr * g / eps. With the default eps=1e-8 that factor is 1e6 and
     # float32 rounding noise in near-zero gradients (an attention key bias has an exactly
     # zero gradient in exact arithmetic: softmax cancels it; measured ~1e-11 here) became
-    # full-size, implementation-specific updates (up to 3e-4 after 5 steps, eager vs eager
-    # with another summation order would differ as much). Here the factor is 10.
+    # full-size updates that differ between any two implementations (measured: up to
+    # 3e-4 after 5 steps on GPT-2's key biases). Here the factor is 10.
     return torch.optim.AdamW(params, lr=1e-2, eps=1e-3, weight_decay=0.01)
 
 
@@ -196,9 +196,9 @@ def check_against_eager(ref, model, opt, exp, got, per_step, graphs=1):
     # Every parameter, every optimizer state tensor and the BatchNorm running stats
     # (running_mean, running_var, num_batches_tracked) are updated in place by the step
     # graph and donated to it; a tied weight counts once, as it is one buffer. (Exact
-    # for transformers 5.24: in 5.0-5.23 eager_mask uploads `torch.tensor(0.0,
-    # device=mask.device)` every forward, a dead temporary that is donated as well:
-    # one more donor with attn_implementation="eager", values unchanged.)
+    # for transformers 5.24. 5.15.0's eager_mask uploads `torch.tensor(0.0,
+    # device=mask.device)` every forward, a dead temporary that is donated as well: one
+    # more donor with attn_implementation="eager", values unchanged; 5.0.0 likewise.)
     bn_buffers = sum(len(list(m.buffers(recurse=False))) for m in model.modules()
                      if isinstance(m, torch.nn.modules.batchnorm._BatchNorm))
     donors = len(list(model.parameters())) + n_device_state(opt) + bn_buffers
@@ -260,8 +260,8 @@ def test_bert_padding_read_is_the_only_extra_graph(monkeypatch):
 @slow
 @pytest.mark.parametrize("arch", ["gpt2", "llama", "t5"])
 def test_padding_mask_host_reads(arch):
-    """Padded batches elsewhere, 3 graphs a step, each extra one a host read in
-    masking_utils (5.24). Causal models: _ignore_causal_mask_sdpa reads
+    """The other text models with a padded batch: 3 graphs a step, each extra one a
+    host read in masking_utils (5.24). Causal models: _ignore_causal_mask_sdpa reads
     `fast_all(padding_mask)` (line 292) and, that being False, line 298's
     `fast_all(padding_mask[:, :q_length])` (False again, so its second operand is not
     read). T5: _ignore_bidirectional_mask_sdpa's `padding_mask.all()` (line 354) twice,
@@ -348,6 +348,7 @@ print("GRADS EQUAL")
     "called from ~InlineStreamGuard in Engine::evaluate_function while the engine unwinds. Any "
     "exception from an unpack hook on a lazy graph does this; a custom Function's backward "
     "raising is reported normally"))
+@slow  # a fresh interpreter importing torch, jax and transformers: ~8 s
 def test_gradient_checkpointing_trains_like_eager():
     """Runs in a subprocess: today the failure is a process abort, not an exception."""
     import os
