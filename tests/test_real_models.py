@@ -14,7 +14,6 @@ dropout mask could not match eager (that is by design, as on PyTorch/XLA).
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import io
 
@@ -135,9 +134,10 @@ def sgd(params):
     return torch.optim.SGD(params, lr=0.05, momentum=0.9)
 
 
-def train_both(arch, attn="eager", make_opt=adamw, padded=None):
+def train_both(arch, attn="eager", make_opt=adamw, padded=None, **forward_kwargs):
     """Train an eager copy and the lazy model side by side; return both models, the
-    loss lists and the counters of every lazy step."""
+    loss lists and the counters of every lazy step. `forward_kwargs` go to every
+    forward call besides the batch."""
     dev = lx.device()
     model = build(arch, attn)
     model.train()
@@ -145,8 +145,8 @@ def train_both(arch, attn="eager", make_opt=adamw, padded=None):
     opt_ref = make_opt(ref.parameters())
     opt = make_opt(model.parameters())  # built on the CPU Parameters, before .to(dev)
     model.to(dev)
-    kw_ref = batch(arch, padded)
-    kw = {k: v.to(dev) for k, v in kw_ref.items()}
+    kw_ref = {**batch(arch, padded), **forward_kwargs}
+    kw = {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in kw_ref.items()}
     lx.sync()
     exp, got, per_step = [], [], []
     for _ in range(STEPS):
@@ -269,52 +269,50 @@ def test_padding_mask_host_reads(arch):
     check_against_eager(*train_both(arch, "sdpa", adamw, padded=True), graphs=3)
 
 
-class AutocastUnavailable(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def autocast_module_missing_is_xfail():
-    """Turn exactly torch's "no device module with get_amp_supported_dtype" assertion
-    into AutocastUnavailable (the strict xfail below); any other failure fails."""
-    try:
-        yield
-    except AssertionError as e:
-        if "get_amp_supported_dtype" not in str(e):
-            raise
-        raise AutocastUnavailable(str(e)) from e
-
-
-CHECKPOINT_XFAIL = pytest.mark.xfail(strict=True, raises=AutocastUnavailable, reason=(
-    "torch.utils.checkpoint enters torch.amp.autocast(device_type=D, enabled=...) in the "
-    "forward, D being the args' device type or, for CPU-only args, "
-    "torch.accelerator.current_accelerator() -- which is lazyxla once lazyxla is imported; "
-    "torch.amp.autocast refuses a PrivateUse1 backend without a device module "
-    "(torch._register_device_module) that has get_amp_supported_dtype(). lazyxla registers "
-    "none yet (the autocast work will); for lazy args checkpoint() then also calls "
-    "torch.lazyxla.device(i), get_rng_state() and set_rng_state()"))
-
-
-def checkpointed_gpt2():
-    model = build("gpt2", "sdpa")
+def gpt2_checkpointed(attn):
+    """GPT-2 with activation checkpointing: torch.utils.checkpoint re-runs each block's
+    forward in backward (under torch.amp.autocast of the args' device type, which
+    needs lazyxla's device module) from saved-tensor hooks."""
+    model = gpt2(attn)
     # transformers 5.24 renamed gradient_checkpointing_enable (deprecated, removed in v6)
     model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    model.train()
     return model
 
 
-@CHECKPOINT_XFAIL
+# Causal LMs without a KV cache (use_cache=False, which checkpointing forces in
+# training) and without an attention mask make masking_utils look for packed
+# sequences in position_ids: find_packed_sequence_indices, masking_utils.py:761 (5.24),
+# `(packed_sequence_mask[:, -1] == 0).all()`, a host read -- one more graph a step.
+# With the default use_cache=True, _preprocess_mask_arguments skips it (cache is not None).
+PACKED_SEQUENCE_READ = 1
+
+
+@pytest.mark.parametrize("arch", ["gpt2", pytest.param("llama", marks=slow)])
+def test_use_cache_false_reads_position_ids_on_the_host(arch):
+    check_against_eager(*train_both(arch, "sdpa", adamw, use_cache=False),
+                        graphs=1 + PACKED_SEQUENCE_READ)
+
+
+def test_gradient_checkpointing_trains_like_eager():
+    check_against_eager(*train_both("gpt2_checkpointed", "sdpa", adamw),
+                        graphs=1 + PACKED_SEQUENCE_READ)
+
+
 def test_gradient_checkpointing_of_a_cpu_model_with_lazyxla_imported():
-    """A regression for people who only import lazyxla: a plain CPU model's
-    checkpointing (eager, no lazy tensor anywhere) must keep working."""
-    model = checkpointed_gpt2()
+    """For people who only import lazyxla: checkpoint() of CPU-only args picks
+    torch.accelerator.current_accelerator() as its device type, which is lazyxla once
+    lazyxla is imported (renaming PrivateUse1 makes it the accelerator), and enters
+    autocast for it. That raised until lazyxla registered its device module."""
+    torch.manual_seed(0)
+    model = gpt2_checkpointed("sdpa")
+    model.train()
     plain = copy.deepcopy(model)
     plain.activation_checkpointing_disable()
     kw = batch("gpt2")
     plain(**kw).loss.backward()
-    with autocast_module_missing_is_xfail():
-        model(**kw).loss.backward()
+    model(**kw).loss.backward()
     for (name, p_ref), p in zip(plain.named_parameters(), model.parameters()):
+        assert p.grad.device.type == "cpu"
         torch.testing.assert_close(p.grad, p_ref.grad, rtol=RTOL, atol=ATOL, msg=name)
 
 
@@ -322,44 +320,39 @@ class BackwardAborted(Exception):
     pass
 
 
-_CHECKPOINT_SCRIPT = """
-import copy, sys, torch
-sys.path.insert(0, {tests!r})
-import lazyxla as lx, test_real_models as M
-model = M.checkpointed_gpt2()
-ref = copy.deepcopy(model)
-ref.activation_checkpointing_disable()  # eager reference: same math, no recompute
-model.to(lx.device())
-kw = M.batch("gpt2")
-ref(**kw).loss.backward()
-model(**{{k: v.to(lx.device()) for k, v in kw.items()}}).loss.backward()
-lx.sync()
-for (name, p_ref), p in zip(ref.named_parameters(), model.parameters()):
-    torch.testing.assert_close(p.grad.cpu(), p_ref.grad, rtol=M.RTOL, atol=M.ATOL, msg=name)
-print("GRADS EQUAL")
+_UNPACK_HOOK_RAISES = """
+import torch, lazyxla as lx
+lin = torch.nn.Linear(4, 4).to(lx.device())
+x = torch.randn(2, 4, device=lx.device(), requires_grad=True)
+def unpack(t):
+    raise ValueError("raised in unpack")
+with torch.autograd.graph.saved_tensors_hooks(lambda t: t, unpack):
+    y = (lin(x) * x).sum()
+try:
+    y.backward()
+except ValueError as e:
+    print("RAISED", e)
 """
 
 
+@slow  # a fresh interpreter importing torch and jax: a few seconds
 @pytest.mark.xfail(strict=True, raises=BackwardAborted, reason=(
-    "the recompute in backward enters torch.amp.autocast('lazyxla'), which raises (no device "
-    "module, above) inside a saved-tensor unpack hook on the lazyxla autograd thread, and the "
-    "process aborts (std::terminate) instead of raising: gdb shows it in torch's "
+    "torch bug, not lazyxla's: an exception raised in a saved-tensor unpack hook during "
+    "backward of a lazy graph (lazyxla autograd thread) aborts the process with "
+    "std::terminate instead of reaching the caller; gdb shows the abort in "
     "torch::acc::PythonDeviceGuard::exchangeStream (noexcept; it calls the Python type_()) "
-    "called from ~InlineStreamGuard in Engine::evaluate_function while the engine unwinds. Any "
-    "exception from an unpack hook on a lazy graph does this; a custom Function's backward "
-    "raising is reported normally"))
-@slow  # a fresh interpreter importing torch, jax and transformers: ~8 s
-def test_gradient_checkpointing_trains_like_eager():
+    "called from ~InlineStreamGuard in Engine::evaluate_function while the engine unwinds. "
+    "A custom Function's backward that raises is reported normally. Checkpointing hits it "
+    "whenever its recompute raises (it did while lazyxla had no device module for autocast)"))
+def test_exception_in_unpack_hook_reaches_the_caller():
     """Runs in a subprocess: today the failure is a process abort, not an exception."""
-    import os
     import subprocess
     import sys
-    tests = os.path.dirname(os.path.abspath(__file__))
-    proc = subprocess.run([sys.executable, "-c", _CHECKPOINT_SCRIPT.format(tests=tests)],
+    proc = subprocess.run([sys.executable, "-c", _UNPACK_HOOK_RAISES],
                           capture_output=True, text=True, timeout=300)
     if proc.returncode < 0 and "terminate called" in proc.stderr:
         raise BackwardAborted(proc.stderr[-2000:])
-    assert proc.returncode == 0 and "GRADS EQUAL" in proc.stdout, proc.stderr[-4000:]
+    assert proc.returncode == 0 and "RAISED raised in unpack" in proc.stdout, proc.stderr[-4000:]
 
 
 # -- ties, identity, state dicts -----------------------------------------------------------
