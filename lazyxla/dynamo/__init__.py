@@ -1,0 +1,68 @@
+"""`torch.compile(..., backend="lazyxla")` and `torch.ops.lazyxla.set_buffer_donor_`.
+
+backend.py   dynamo backend: AOTAutograd with lazy tensors seen as plain tensors
+replay.py    each ATen graph captured once per signature, one CALL node per call
+donor.py     the donor op, inside and outside compiled code
+optimizer.py compiled optimizer steps keep their step counters on the device
+Design and the options weighed: docs/design.md, "Compiled functions".
+
+Importing dynamo costs about 1.1 s, a third of `import lazyxla`, and most
+programs never compile anything; so the backend is registered the moment
+something imports `torch._dynamo` (torch.compile does, before it looks the
+backend up), through a one-shot import hook, or at once if it is imported already.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+
+_DYNAMO = "torch._dynamo"
+
+
+def register() -> None:
+    """Called once by `import lazyxla`."""
+    from . import donor
+    donor.register()
+    if _DYNAMO in sys.modules:
+        _install()
+    elif not any(isinstance(f, _AfterDynamoImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterDynamoImport())
+
+
+def _install() -> None:
+    # Runs inside the import of torch._dynamo, which loaded its backend registry and
+    # optimizer support already; AOTAutograd (backend.py) is imported at first use:
+    # importing it here would re-enter a torch package that is still initialising.
+    from torch._dynamo.backends.registry import _BACKENDS, register_backend
+    from . import optimizer
+    if "lazyxla" not in _BACKENDS:
+        register_backend(name="lazyxla")(_lazyxla_backend)
+    optimizer.keep_steps_on_device()
+
+
+def _lazyxla_backend(gm, example_inputs):
+    """torch.compile(..., backend="lazyxla") (backend.py)."""
+    from .backend import lazyxla_backend
+    return lazyxla_backend(gm, example_inputs)
+
+
+class _AfterDynamoImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself; wraps the loader of `torch._dynamo` so that `_install`
+    runs right after the module has executed, then removes itself."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != _DYNAMO:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original = loader.exec_module
+
+        def exec_module(module) -> None:
+            original(module)
+            _install()
+        loader.exec_module = exec_module
+        return spec
