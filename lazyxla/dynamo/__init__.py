@@ -34,10 +34,15 @@ def _install() -> None:
     # Runs inside the import of torch._dynamo, which loaded its backend registry and
     # optimizer support already; AOTAutograd (backend.py) is imported at first use:
     # importing it here would re-enter a torch package that is still initialising.
+    from torch._dynamo import trace_rules
     from torch._dynamo.backends.registry import _BACKENDS, register_backend
     from . import optimizer
     if "lazyxla" not in _BACKENDS:
         register_backend(name="lazyxla")(_lazyxla_backend)
+        # lazyxla's own code (the tracer that eager code between graphs runs, syncs, JAX)
+        # is a runtime, not user code: dynamo must run it, never trace it.
+        for package in ("lazyxla", "jax", "jaxlib"):
+            trace_rules.add(package)
     optimizer.keep_steps_on_device()
 
 
