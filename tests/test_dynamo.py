@@ -115,6 +115,26 @@ def test_graph_break_falls_back_to_lazy_tracing(dev):
     assert counter("CompiledGraphCaptures") == 3
 
 
+def test_views_as_inputs_are_updated_through(dev):
+    fn = _compile(lambda a: a.mul_(2))
+    x0 = rand(4, 3)
+    x = x0.to(dev)
+    fn(x[1:])
+    fn(x.t()[0])
+    expected = x0.clone()
+    expected[1:] *= 2
+    expected.t()[0] *= 2
+    assert_close(x, expected)
+
+
+def test_random_ops_draw_fresh_values_per_call(dev):
+    fn = _compile(lambda x: torch.nn.functional.dropout(x, 0.5, training=True))
+    z = torch.ones(2000).to(dev)
+    a, b = fn(z).cpu(), fn(z).cpu()
+    assert not torch.equal(a, b)
+    assert set(a.unique().tolist()) == {0.0, 2.0} and abs(float((a == 0).float().mean()) - 0.5) < 0.05
+
+
 # -- modules, backward, optimizers -----------------------------------------------
 
 class _Net(torch.nn.Module):
@@ -151,6 +171,24 @@ def test_module_forward_and_backward_replay(dev):
         lx.sync()
     # forward and backward: one capture each, replayed on later steps
     assert counter("CompiledGraphCaptures") == 2
+
+
+def test_module_buffers_updated_in_training_forward(dev):
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6))
+    net = copy.deepcopy(ref).to(dev)
+    compiled = _compile(net)
+    for x in (rand(8, 4, seed=1), rand(8, 4, seed=2)):
+        loss = compiled(x.to(dev)).square().sum()
+        loss.backward()
+        expected = ref(x).square().sum()
+        expected.backward()
+        lx.sync()
+        assert_close(loss, expected.detach(), rtol=1e-4, atol=1e-5)
+    assert_close(net[1].running_mean, ref[1].running_mean, rtol=1e-5, atol=1e-6)
+    assert_close(net[1].running_var, ref[1].running_var, rtol=1e-5, atol=1e-6)
+    assert int(net[1].num_batches_tracked.cpu()) == 2
+    assert_close(net[0].weight.grad, ref[0].weight.grad, rtol=1e-4, atol=1e-5)
 
 
 def _optimizer(kind, params):

@@ -1,6 +1,7 @@
 """`torch.compile(..., backend="lazyxla")` and `torch.ops.lazyxla.set_buffer_donor_`.
 
-backend.py   dynamo backend: AOTAutograd with lazy tensors seen as plain tensors
+backend.py   dynamo backend: AOTAutograd graphs turned into CompiledGraphs
+plain.py     the fake-tensor converter and AOTAutograd see lazy tensors as plain tensors
 replay.py    each ATen graph captured once per signature, one CALL node per call
 donor.py     the donor op, inside and outside compiled code
 optimizer.py compiled optimizer steps keep their step counters on the device
@@ -22,8 +23,9 @@ _DYNAMO = "torch._dynamo"
 
 def register() -> None:
     """Called once by `import lazyxla`."""
-    from . import donor
+    from . import donor, plain
     donor.register()
+    plain.treat_as_plain(plain.CONVERTER_MODULES)
     if _DYNAMO in sys.modules:
         _install()
     elif not any(isinstance(f, _AfterDynamoImport) for f in sys.meta_path):

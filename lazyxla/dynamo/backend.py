@@ -4,9 +4,8 @@ dynamo hands the backend a torch-level FX graph (and real example inputs).
 The backend
 
 1. rewrites `torch.ops.lazyxla.set_buffer_donor_` calls (donor.py), then
-2. runs AOTAutograd on it with lazy tensors looking like plain tensors
-   (`plain_tensors()`: AOTAutograd would otherwise take a traceable subclass
-   without inner tensors for an already-fake tensor), keeping in-place updates
+2. runs AOTAutograd on it, with lazy tensors seen as plain tensors on the
+   lazyxla device (plain.py), keeping in-place updates
    of inputs inside inference graphs (`keep_inference_input_mutations`) so an
    optimizer step writes its parameters back without extra dispatches, and
 3. turns each ATen graph it produces (forward, backward, inference) into a
@@ -23,8 +22,8 @@ import os
 import torch
 from torch._dynamo.backends.common import aot_autograd
 
-from ..frontend.tensor import plain_tensors
 from .donor import MARK_DONOR, is_donor_call
+from .plain import AOT_MODULES, treat_as_plain
 from .replay import CompiledGraph
 
 _serial = itertools.count()
@@ -42,6 +41,8 @@ def _compiler(kind: str):
     return compile_graph
 
 
+treat_as_plain(AOT_MODULES)
+
 if os.environ.get("LAZYXLA_EXPLAIN_RECOMPILES") == "1":
     torch._logging.set_logs(recompiles=True)   # dynamo then says which guard failed
 
@@ -52,8 +53,7 @@ _aot = aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("bac
 def lazyxla_backend(gm: torch.fx.GraphModule, example_inputs):
     """torch.compile(..., backend="lazyxla")."""
     _rewrite_donor_calls(gm)
-    with plain_tensors():
-        return _aot(gm, example_inputs)
+    return _aot(gm, example_inputs)
 
 
 def _rewrite_donor_calls(gm: torch.fx.GraphModule) -> None:

@@ -10,9 +10,6 @@ Fields (plain Python attributes, set once at creation except the view cache):
 """
 from __future__ import annotations
 
-import contextlib
-import types
-
 import torch
 
 from ..ir.node import DATA, Node
@@ -24,52 +21,6 @@ from .sync_hooks import host_value
 
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 _DATA = torch.Tensor.data
-
-
-def _flatten(t: "LazyTensor"):
-    return [], (t.dtype, t._st.device)
-
-
-_hidden = [0]
-
-
-@contextlib.contextmanager
-def plain_tensors():
-    """While active, lazy tensors do not look like traceable wrapper subclasses.
-
-    AOTAutograd fakeifies its inputs itself and takes a subclass with no inner
-    tensors for one that is already fake; hidden, a lazy tensor is fakeified like a
-    plain device tensor (torch.compile's backend wraps AOTAutograd in this)."""
-    _hidden[0] += 1
-    try:
-        yield
-    finally:
-        _hidden[0] -= 1
-
-
-class _Flatten:
-    """`LazyTensor.__tensor_flatten__`, absent (hasattr() is False, which is how torch
-    tells a traceable wrapper subclass) inside `plain_tensors()` and on the aliases
-    made for AOTAutograd's backward."""
-
-    def __get__(self, obj, cls=None):
-        if obj is None:
-            return _flatten
-        if _hidden[0] or obj.__dict__.get("_plain"):
-            raise AttributeError("__tensor_flatten__")
-        return types.MethodType(_flatten, obj)
-
-
-def fake_lazy_tensor(ctx: tuple, size, stride) -> torch.Tensor:
-    """A FakeTensor on the lazyxla device (dynamo's fakeification of a lazy tensor)."""
-    from torch._guards import detect_fake_mode
-    mode = detect_fake_mode()
-    if mode is None:
-        raise RuntimeError("lazyxla: a lazy tensor cannot be rebuilt from __tensor_flatten__ outside "
-                           "torch.compile's fake-tensor tracing (its state is not in the flattened form)")
-    dtype, index = ctx
-    with mode:
-        return torch.empty_strided(size, stride, dtype=dtype, device=DEVICES[index])
 
 
 class LazyTensor(torch.Tensor):
@@ -85,29 +36,26 @@ class LazyTensor(torch.Tensor):
         t._mkey = spec
         return t
 
-    # A traceable wrapper subclass (`__tensor_flatten__` below, with no inner tensors):
-    # `Module._apply` (model.to(dev)) then swaps each CPU Parameter *in place* with
+    # A traceable wrapper subclass (flatten below, with no inner tensors): `Module._apply`
+    # (model.to(dev)) then swaps each CPU Parameter *in place* with
     # `torch.utils.swap_tensors` instead of creating a new Parameter per module, so weight
-    # ties and Parameter identity survive (docs/design.md, "Parameters and ties").
-    # For torch.compile the same protocol is how dynamo turns a lazy tensor into a plain
-    # FakeTensor on the lazyxla device: `__tensor_unflatten__` is only ever called by the
-    # fake-tensor converter (docs/design.md, "Compiled functions"). The context is just
-    # (dtype, device index): dynamo guards on it, so it must be equal across tensors.
-    __tensor_flatten__ = _Flatten()
+    # ties and Parameter identity survive (docs/design.md, "Parameters and ties"). dynamo
+    # also needs it to take a lazy tensor for a tensor at all; the fake-tensor converter and
+    # AOTAutograd are told to treat it as a plain tensor on its device (lazyxla/dynamo/
+    # plain.py), so they never unflatten one. The context is what dynamo guards on: it must
+    # be equal for any two tensors of one dtype and device.
+    def __tensor_flatten__(self):
+        return [], (self.dtype, self._st.device)
 
     @staticmethod
     def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
-        return fake_lazy_tensor(ctx, outer_size, outer_stride)
+        raise RuntimeError("lazyxla: a lazy tensor cannot be rebuilt from __tensor_flatten__ (its state "
+                           "is not in the flattened form); torch.compile treats it as a plain tensor")
 
     def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
-        # AOTAutograd compiled the backward for plain tensors on the lazyxla device
-        # (that is what the fake inputs were) and refuses a traceable subclass as the
-        # incoming gradient: hand it an alias of this tensor that does not look like one.
-        if expected_type not in (None, torch.Tensor):
-            return None
-        alias = LazyTensor.wrap(self._st, self._view, self.lazy_value(), self._mkey)
-        alias._plain = True
-        return alias
+        # A compiled backward (AOTAutograd) was traced for plain tensors on the lazyxla
+        # device and asks the incoming gradient to become one: a lazy tensor is one.
+        return self if expected_type in (None, torch.Tensor) else None
 
     def lazy_value(self) -> Node:
         """Current value as an IR node (re-derived from the base after writes)."""
