@@ -41,11 +41,22 @@ def _install() -> None:
     from . import optimizer
     if "lazyxla" not in _BACKENDS:
         register_backend(name="lazyxla")(_lazyxla_backend)
-        # lazyxla's own code (the tracer that eager code between graphs runs, syncs, JAX)
-        # is a runtime, not user code: dynamo must run it, never trace it.
-        for package in ("lazyxla", "jax", "jaxlib"):
-            trace_rules.add(package)
+        # lazyxla's runtime (the tracer that eager code between graphs runs, syncs, JAX)
+        # is not user code: dynamo must run it, never trace it. A call of it inside a
+        # compiled function (lx.set_buffer_donation, a host read) becomes a graph break.
+        for name in _runtime_modules() + ["jax", "jaxlib"]:
+            trace_rules.add(name)
     optimizer.keep_steps_on_device()
+
+
+# Parts of lazyxla that are user code to dynamo: models and benchmark loops it may compile.
+_USER_CODE = {"workloads", "bench", "__main__"}
+
+
+def _runtime_modules() -> list[str]:
+    import pkgutil
+    import lazyxla
+    return [f"lazyxla.{m.name}" for m in pkgutil.iter_modules(lazyxla.__path__) if m.name not in _USER_CODE]
 
 
 def _lazyxla_backend(gm, example_inputs):

@@ -42,8 +42,8 @@ from ..frontend.special import draw_seed
 from ..frontend.storage import Storage, live_devices, live_storages
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import contiguous_strides
-from ..ir.call import Subprogram, call_node
-from ..ir.node import DATA, SCALAR, Node, data_node, getitem_node, scalar_node
+from ..ir.call import Subprogram, call_outputs
+from ..ir.node import DATA, SCALAR, Node, data_node, scalar_node
 from ..runtime.device_data import DeviceData
 from .collect import collect
 
@@ -134,10 +134,9 @@ def insert_call(program: Subprogram, operands: Sequence[Node], out_specs: Sequen
                 device: int) -> list[LazyTensor]:
     """One CALL node of `program` in the pending graph; its outputs as new lazy tensors
     with `out_specs` ((shape, stride, dtype) each)."""
-    node = call_node(program, operands)
-    return [LazyTensor.wrap(Storage(item, device), None, item, (shape, stride, 0, dtype))
-            for item, (shape, stride, dtype) in
-            ((getitem_node(node, i), spec) for i, spec in enumerate(out_specs))]
+    wrap = LazyTensor.wrap
+    return [wrap(Storage(item, device), None, item, (shape, stride, 0, dtype))
+            for item, (shape, stride, dtype) in zip(call_outputs(program, operands), out_specs)]
 
 
 def capture(fn: Callable[..., Sequence[LazyTensor]], inputs: Sequence[LazyTensor], *,
