@@ -1,6 +1,10 @@
 """torch.compile(backend="lazyxla") (lazyxla/dynamo/): values against eager CPU,
 counters for traced ops, compiles and donors; SPEC-donation §4 E (scenarios 39-44)."""
 import copy
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -95,6 +99,7 @@ def test_guard_failure_retraces_and_dynamic_shapes_capture_per_shape(dev):
         x = rand(rows, 6, seed=rows)
         assert_close(compiled(x.to(dev), w.to(dev)), (x @ w).relu(), rtol=1e-5, atol=1e-5)
     assert counter("CompiledGraphCaptures") == 3   # one capture per concrete shape, reused
+    assert counter("DynamoCompile") == 2            # static trace, then one dynamic retrace
     x = rand(4, 6, dtype=torch.float64)
     assert_close(compiled(x.to(dev), w.double().to(dev)), (x @ w.double()).relu())
 
@@ -290,7 +295,6 @@ def test_e40_donor_op_out_of_place(dev, fresh_compile_cache, read):
 
 def _repeat_in_place(dev, fn, x0, n=100):
     (x,) = materialised(dev, x0)
-    expected = x0.clone()
     for _ in range(n):
         fn(x)
         lx.sync()
@@ -428,6 +432,32 @@ def test_only_cpu_tensors_raise_clearly(dev):
     fn = _compile(lambda a, b: a + b)
     with pytest.raises(RuntimeError, match="expected all tensors to be on the lazyxla device"):
         fn(rand(3), rand(3))
+
+
+_TWO_DEVICES = textwrap.dedent("""
+    import torch, lazyxla as lx
+    d0, d1 = lx.device(0), lx.device(1)
+    mixed = torch.compile(lambda a, b: a + b, backend="lazyxla")
+    apart = torch.compile(lambda a, b: (a * 2, b * 2), backend="lazyxla")
+    for fn, words in ((mixed, "lazyxla:0 and lazyxla:1"), (apart, "lazyxla:0 and lazyxla:1")):
+        try:
+            fn(torch.ones(3).to(d0), torch.ones(3).to(d1))
+        except RuntimeError as e:
+            assert words in str(e), str(e)
+        else:
+            raise AssertionError("two devices must fail")
+    one = torch.compile(lambda a: a * 2, backend="lazyxla")
+    r = one(torch.ones(3).to(d1))
+    assert r.device == d1 and r.tolist() == [2.0] * 3
+    print("OK")
+""")
+
+
+def test_tensors_on_two_devices_raise():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    out = subprocess.run([sys.executable, "-c", _TWO_DEVICES], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
 
 
 def test_donated_input_raises(dev):

@@ -22,6 +22,7 @@ import os
 import torch
 from torch._dynamo.backends.common import aot_autograd
 
+from .. import metrics
 from .donor import MARK_DONOR, is_donor_call
 from .plain import AOT_MODULES, treat_as_plain
 from .replay import CompiledGraph
@@ -51,7 +52,9 @@ _aot = aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("bac
 
 
 def lazyxla_backend(gm: torch.fx.GraphModule, example_inputs):
-    """torch.compile(..., backend="lazyxla")."""
+    """torch.compile(..., backend="lazyxla"): one call per graph dynamo traces, so a
+    guard failure that retraces counts once more in `DynamoCompile`."""
+    metrics.counter_add("DynamoCompile")
     _rewrite_donor_calls(gm)
     return _aot(gm, example_inputs)
 
