@@ -6,6 +6,8 @@ replay.py    each ATen graph captured once per signature, one CALL node per call
 donor.py     the donor op, inside and outside compiled code
 optimizer.py compiled optimizer steps keep their step counters on the device
 Design and the options weighed: docs/design.md, "Compiled functions".
+Layering: like experimental/, this package sits on top of the public API
+(donation.py) and the sync layer's capture; nothing below imports it.
 
 Importing dynamo costs about 1.1 s, a third of `import lazyxla`, and most
 programs never compile anything; so the backend is registered the moment

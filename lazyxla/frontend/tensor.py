@@ -39,7 +39,7 @@ class LazyTensor(torch.Tensor):
     # A traceable wrapper subclass (flatten below, with no inner tensors): `Module._apply`
     # (model.to(dev)) then swaps each CPU Parameter *in place* with
     # `torch.utils.swap_tensors` instead of creating a new Parameter per module, so weight
-    # ties and Parameter identity survive (docs/design.md, "Parameters and ties"). dynamo
+    # ties and Parameter identity survive (docs/design.md, "Parameters and weight ties survive"). dynamo
     # also needs it to take a lazy tensor for a tensor at all; the fake-tensor converter and
     # AOTAutograd are told to treat it as a plain tensor on its device (lazyxla/dynamo/
     # plain.py), so they never unflatten one. The context is what dynamo guards on: it must
