@@ -133,6 +133,41 @@ def test_views_as_inputs_are_updated_through(dev):
     assert_close(x, expected)
 
 
+def test_outputs_aliasing_inputs_and_non_tensor_arguments(dev):
+    x0 = rand(3, 3)
+    x = x0.to(dev)
+    t, doubled, same = _compile(lambda x: (x.t(), x * 2, x))(x)
+    assert same is x   # AOTAutograd hands back the input itself
+    t.mul_(10)   # as in eager, the transposed output is a view of x
+    assert_close(x, x0 * 10)
+    assert_close(doubled, x0 * 2)
+    scale = _compile(lambda x, n: x * n)
+    assert_close(scale(x, 3), x0 * 30)
+    assert_close(scale(x, 4), x0 * 40)
+
+
+def test_constants_and_cpu_scalars(dev):
+    x0 = rand(3, 3)
+    x = x0.to(dev)
+    offset = torch.tensor([1.0, 2.0, 3.0])
+    add = _compile(lambda x: x + torch.tensor([1.0, 2.0, 3.0]).to(x.device))
+    assert_close(add(x), x0 + offset)
+    assert_close(add(x), x0 + offset)
+
+    def count(x, s):
+        s.add_(1)          # a 0-d CPU tensor: uploaded per call, its update written back
+        return x * s
+
+    s = torch.tensor(1.0)
+    fn = _compile(count)
+    fn(x, s)
+    assert_close(fn(x, s), x0 * 3)
+    assert s.item() == 3.0
+    on_device = _compile(lambda x: x + torch.tensor([1.0, 2.0, 3.0], device=x.device))
+    with pytest.raises(RuntimeError, match="from data .* is not supported yet"):
+        on_device(x)
+
+
 def test_random_ops_draw_fresh_values_per_call(dev):
     fn = _compile(lambda x: torch.nn.functional.dropout(x, 0.5, training=True))
     z = torch.ones(2000).to(dev)
