@@ -34,6 +34,7 @@ from ..frontend.dispatch import assign
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import DeviceMismatchError
 from ..ir.node import DATA
+from ..lock import LOCK
 from ..sync.capture import Capture, capture
 
 _TENSOR = object()   # marks a tensor slot in an output layout
@@ -57,6 +58,10 @@ class CompiledGraph:
         self.entries: dict = {}
 
     def __call__(self, args: list) -> list:
+        with LOCK:   # one call is atomic w.r.t. syncs in other threads, like one traced op
+            return self._call(args)
+
+    def _call(self, args: list) -> list:
         tensors, positions, key = _signature(self.name, args)
         entry = self.entries.get(key)
         if entry is None:
