@@ -63,10 +63,10 @@ class CompiledGraph:
 
     def _call(self, args: list) -> list:
         tensors, positions, key = _signature(self.name, args)
+        inputs = _on_device(tensors)
         entry = self.entries.get(key)
         if entry is None:
-            entry = self.entries[key] = self._capture(args, tensors, positions)
-        inputs = [t if isinstance(t, LazyTensor) else t.to(_device_of(tensors)) for t in tensors]
+            entry = self.entries[key] = self._capture(args, inputs, positions)
         cap = entry.capture
         for pos, donate in cap.donor_directives:
             set_buffer_donation(inputs[pos], donate)
@@ -80,7 +80,7 @@ class CompiledGraph:
         it = iter(results[:cap.n_results])
         return [next(it) if slot is _TENSOR else slot for slot in entry.layout]
 
-    def _capture(self, args: list, tensors: list, positions: list) -> _Entry:
+    def _capture(self, args: list, inputs: list, positions: list) -> _Entry:
         layout: list = []
 
         def run(*placeholders):
@@ -97,10 +97,8 @@ class CompiledGraph:
                     layout.append(out)
             return results
 
-        device = _device_of(tensors)
-        lazy = [t if isinstance(t, LazyTensor) else t.to(device) for t in tensors]
         with torch.no_grad():   # AOTAutograd's graphs are already differentiated
-            cap = capture(run, lazy, name=self.name)
+            cap = capture(run, inputs, name=self.name)
         metrics.counter_add("CompiledGraphCaptures")
         return _Entry(cap, layout)
 
@@ -142,11 +140,13 @@ def _signature(name: str, args: Sequence[Any]) -> tuple[list, list, tuple]:
     return tensors, positions, tuple(key)
 
 
-def _device_of(tensors: list) -> torch.device:
-    for t in tensors:
-        if isinstance(t, LazyTensor):
-            return t.device
-    raise AssertionError("_signature guarantees a lazy tensor")
+def _on_device(tensors: list) -> list[LazyTensor]:
+    """The call's tensors with 0-d CPU ones uploaded (lazy mode lifts them too); the
+    CPU originals stay the write-back targets."""
+    if all(isinstance(t, LazyTensor) for t in tensors):
+        return tensors
+    device = next(t.device for t in tensors if isinstance(t, LazyTensor))   # _signature checked one
+    return [t if isinstance(t, LazyTensor) else t.to(device) for t in tensors]
 
 
 def _write_back(target: torch.Tensor, used: LazyTensor, new: LazyTensor) -> None:
