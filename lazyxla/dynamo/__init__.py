@@ -51,14 +51,31 @@ def _install() -> None:
     optimizer.keep_steps_on_device()
 
 
-# Parts of lazyxla that are user code to dynamo: models and benchmark loops it may compile.
-_USER_CODE = {"workloads", "bench", "__main__"}
+# Parts of lazyxla that are user code to dynamo: models and benchmark loops it may
+# compile, and the optimizer step hooks (frontend/optim.py: a flag set around each
+# step; traced, they keep a compiled step in one graph, skipped, they would break it).
+_USER_CODE = {"lazyxla.workloads", "lazyxla.bench", "lazyxla.__main__", "lazyxla.frontend.optim"}
 
 
 def _runtime_modules() -> list[str]:
+    """Every module of lazyxla's runtime, as leaf modules: a package name would skip its
+    whole directory (dynamo matches file-name prefixes), user code included."""
+    import os
     import pkgutil
     import lazyxla
-    return [f"lazyxla.{m.name}" for m in pkgutil.iter_modules(lazyxla.__path__) if m.name not in _USER_CODE]
+    names = []
+    stack = [(lazyxla.__path__[0], "lazyxla")]
+    while stack:
+        path, prefix = stack.pop()
+        for m in pkgutil.iter_modules([path]):
+            name = f"{prefix}.{m.name}"
+            if name in _USER_CODE:
+                continue
+            if m.ispkg:
+                stack.append((os.path.join(path, m.name), name))
+            else:
+                names.append(name)
+    return names
 
 
 def _lazyxla_backend(gm, example_inputs):
