@@ -280,8 +280,14 @@ def test_compiled_training_step_matches_eager_and_donates_all_state(dev, kind):
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(eager), rtol=1e-4, atol=1e-6)
     param_bytes = sum(p.numel() * p.element_size() for p in net.parameters())
     n_state = sum(1 for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor))
-    for s in steps[2:]:   # steady state (step 0 creates the state, step 1 reads it)
+    print(kind, "compiles per step", [s["compiles"] for s in steps])
+    # AdamW's state is created by _init_group, which lazyxla materialises at once, so
+    # step 1 reuses step 0's graph; SGD creates its momentum inside the step body:
+    # step 0 computes it, step 1 reads it, a second graph.
+    steady = steps[1:] if kind == "adamw" else steps[2:]
+    for s in steady:
         assert s["compiles"] == 0
+    for s in steps[2:]:
         assert 3 * s["traced"] <= lazy_steps[-1]["traced"], (s, lazy_steps[-1])
         assert s["donors"] == len(list(net.parameters())) + n_state
         assert s["donated_bytes"] == s["DonatedBytes"] == param_bytes + _state_bytes(opt)
