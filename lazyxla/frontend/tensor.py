@@ -37,13 +37,13 @@ class LazyTensor(torch.Tensor):
         return t
 
     # A traceable wrapper subclass (flatten below, with no inner tensors): `Module._apply`
-    # (model.to(dev)) then swaps each CPU Parameter *in place* with
-    # `torch.utils.swap_tensors` instead of creating a new Parameter per module, so weight
-    # ties and Parameter identity survive (docs/design.md, "Parameters and weight ties survive"). dynamo
-    # also needs it to take a lazy tensor for a tensor at all; the fake-tensor converter and
-    # AOTAutograd are told to treat it as a plain tensor on its device (lazyxla/dynamo/
-    # plain.py), so they never unflatten one. The context is what dynamo guards on: it must
-    # be equal for any two tensors of one dtype and device.
+    # (model.to(dev)) then swaps each CPU Parameter *in place* with `torch.utils.swap_tensors`
+    # instead of creating a new Parameter per module, so weight ties and Parameter identity
+    # survive (docs/design.md, "Parameters and weight ties survive"). dynamo also needs it
+    # to take a lazy tensor for a tensor at all; the fake-tensor converter and AOTAutograd
+    # are told to treat it as a plain tensor on its device (lazyxla/dynamo/plain.py), so
+    # they never unflatten one. The context is what dynamo guards on: it must be equal for
+    # any two tensors of one dtype and device.
     def __tensor_flatten__(self):
         return [], (self.dtype, self._st.device)
 

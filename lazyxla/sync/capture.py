@@ -215,11 +215,12 @@ def _build_capture(name: str, device: int, placeholders: list, holders: list, re
     params = _param_order(graph, position, operand_plan, baked)
     seeds = _seed_positions(graph)
     operand_plan += [("seed", None)] * len(seeds)
-    program_fn = _program(graph, params, seeds, _distinct_positions(roots))
+    positions = _distinct_positions(roots)
+    program_fn = _program(graph, params, seeds, positions)
     out_specs = [(tuple(n.shape), _stride_of(r) if k < len(results) else contiguous_strides(n.shape), n.dtype)
                  for k, (n, r) in enumerate(zip(roots, results + [None] * len(mutated)))]
     constants = tuple(None if i in seeds else s.data for i, s in enumerate(graph.scalars))
-    key = (name, graph.key, tuple(params), constants)
+    key = (name, graph.key, tuple(params), constants, tuple(positions))
     program = Subprogram(program_fn, (name, next(_serial)) if baked else key, name,
                          [(shape, dtype) for shape, _, dtype in out_specs])
     cap = Capture(program, device, len(placeholders), operand_plan, out_specs, len(results), mutated)
