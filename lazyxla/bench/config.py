@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 WORKLOADS = ("mlp", "gpt", "donate", "trace")
-SYSTEMS = ("lazyxla", "eager", "jax", "torch_xla")
+SYSTEMS = ("lazyxla", "lazyxla_compiled", "eager", "jax", "torch_xla")
+COMPILED = ("lazyxla_compiled",)   # torch.compile'd model, loss and optimizer step: W1/W2 only
 TRAINING = ("mlp", "gpt")
 
 
@@ -68,7 +69,7 @@ def cells(workloads=WORKLOADS, systems=SYSTEMS) -> list[Cell]:
         if w not in workloads:
             continue
         for s in SYSTEMS:
-            if s not in systems:
+            if s not in systems or (s in COMPILED and w not in TRAINING):
                 continue
             if w == "donate":
                 out.append(Cell(w, s, "alias-on"))

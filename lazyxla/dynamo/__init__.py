@@ -4,7 +4,7 @@ backend.py   dynamo backend: AOTAutograd graphs turned into CompiledGraphs
 plain.py     the fake-tensor converter and AOTAutograd see lazy tensors as plain tensors
 replay.py    each ATen graph captured once per signature, one CALL node per call
 donor.py     the donor op, inside and outside compiled code
-optimizer.py compiled optimizer steps keep their step counters on the device
+optimizer.py compiled optimizer steps: step counters on the device, new state materialised
 Design and the options weighed: docs/design.md, "Compiled functions".
 Layering: like experimental/, this package sits on top of the public API
 (donation.py) and the sync layer's capture; nothing below imports it.
