@@ -232,6 +232,25 @@ def test_module_buffers_updated_in_training_forward(dev):
     assert_close(net[0].weight.grad, ref[0].weight.grad, rtol=1e-4, atol=1e-5)
 
 
+def test_module_inference_under_no_grad(dev, fresh_compile_cache):
+    torch.manual_seed(0)
+    ref = _Net().eval()
+    net = copy.deepcopy(ref).to(dev)
+    compiled = _compile(net)
+    batches = [x for x, _ in _batches(3)]
+    with torch.no_grad():
+        compiled(batches[0].to(dev))
+        lx.sync()
+        inputs = [x.to(dev) for x in batches[1:]]
+        lx.sync()
+        lx.metrics.clear_all()
+        outs = [compiled(x) for x in inputs]
+        lx.sync()
+        assert counter("TracedOps") == 0 and counter("UncachedCompile") == 1   # one graph, both calls
+        for x, out in zip(batches[1:], outs):
+            assert_close(out, ref(x), rtol=1e-5, atol=1e-5)
+
+
 def _optimizer(kind, params):
     if kind == "sgd":
         return torch.optim.SGD(params, lr=0.05, momentum=0.9)
