@@ -40,6 +40,9 @@ from .utils import optimization_barrier_, save  # noqa: E402,F401
 from . import debug  # noqa: E402,F401
 from . import experimental  # noqa: E402,F401
 from .devices import device, device_count, devices, platform  # noqa: E402,F401
+from . import dynamo as _dynamo  # noqa: E402
+
+_dynamo.register()   # torch.compile(backend="lazyxla"), torch.ops.lazyxla.set_buffer_donor_
 
 __version__ = "0.1.0"
 

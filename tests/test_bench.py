@@ -223,3 +223,16 @@ def test_quick_amp_bf16_mlp(tmp_path):
     # bf16 rounding shows: the autocast loss is not the float32 one to the last bit
     assert amp_lx["losses"][0] != recs[("mlp", "", "lazyxla")]["losses"][0]
     assert "| mlp[amp-bf16] | lazyxla |" in (out / "results.md").read_text()
+
+
+def test_quick_compiled_training_matches_lazy_mode(tmp_path):
+    """The compiled system (model, loss and optimizer step under torch.compile) trains
+    W1 like lazy mode, dispatches a fraction of its ops and compiles nothing steady."""
+    _, recs = _run(tmp_path, "--workloads", "mlp", "--systems", "lazyxla,lazyxla_compiled")
+    lazy, compiled = recs[("mlp", "", "lazyxla")], recs[("mlp", "", "lazyxla_compiled")]
+    assert compiled["ok"], compiled.get("error")
+    assert compiled["compiles_per_step"] == 0 and compiled["graphs_per_step"] == 1
+    assert 3 * compiled["traced_ops_per_step"] <= lazy["traced_ops_per_step"]
+    assert compiled["donors_per_graph"] == lazy["donors_per_graph"] > 0
+    for a, b in zip(compiled["losses"], lazy["losses"]):
+        assert abs(a - b) <= 1e-4 * abs(b)

@@ -145,3 +145,20 @@ def test_graph_text_names_the_call(dev):
     cap = capture(_mlp, [rand(4, 3).to(dev), rand(3, 5).to(dev)], name="mlp")
     (out,) = cap([rand(4, 3).to(dev), rand(3, 5).to(dev)])
     assert "call[mlp]" in lx.debug.ir_text([out])
+
+
+def test_a_value_returned_twice_gets_an_output_each(dev):
+    # AOTAutograd's forward returns an activation and its detach(), and inputs as saved
+    # values: several results over one node.
+    def fn(x):
+        y = x.relu()
+        return [y, y.detach(), x, y]
+
+    x0 = rand(5)
+    cap = capture(fn, [x0.to(dev)], name="twice")
+    outs = cap([(x0 * 2).to(dev)])
+    assert len(outs) == 4
+    assert_close(outs[0], (x0 * 2).relu())
+    assert_close(outs[1], (x0 * 2).relu())
+    assert_close(outs[2], x0 * 2)
+    assert_close(outs[3], (x0 * 2).relu())

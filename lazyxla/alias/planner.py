@@ -15,7 +15,8 @@ Donor set = automatic donors ∪ explicit donors, sorted, where
   keep the buffer whenever a live tensor outside the graph's outputs still
   holds or needs it;
 * explicit: the buffer carries the donate flag, at step barriers always and
-  at other syncs only with explicit donation enabled for the device;
+  at other syncs only with explicit donation enabled for the device, or when
+  it was marked and passed to a compiled function (`call_donor`);
 
 minus buffers that must survive the graph: read-only buffers, buffers that
 another live tensor holds (directly, or through pending computation that this
@@ -87,7 +88,7 @@ def plan(graph: Graph, live: list, *, automatic: bool, explicit: bool, aliasing:
         owner_keeps_it = (owner is not None and id(owner) not in outputs
                           and owner.value.op is DATA and owner.value.data is data)
         is_auto = automatic and not owner_keeps_it
-        is_explicit = data.donate and explicit
+        is_explicit = data.donate and (explicit or data.call_donor)
         reason = ""
         # Live tensors outside the outputs that would lose their data. The owner may
         # keep holding an explicitly marked buffer (it is the marked tensor:

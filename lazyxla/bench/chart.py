@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .config import SYSTEMS
 
-COLORS = {"lazyxla": "#d62728", "eager": "#7f7f7f", "jax": "#1f77b4", "torch_xla": "#ff7f0e"}
+COLORS = {"lazyxla": "#d62728", "lazyxla_compiled": "#9467bd", "eager": "#7f7f7f", "jax": "#1f77b4", "torch_xla": "#ff7f0e"}
 
 
 def _groups(records):

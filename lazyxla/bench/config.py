@@ -4,8 +4,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 WORKLOADS = ("mlp", "gpt", "accum", "donate", "trace")
-SYSTEMS = ("lazyxla", "eager", "jax", "torch_xla")
+SYSTEMS = ("lazyxla", "lazyxla_compiled", "eager", "jax", "torch_xla")
 TRAINING = ("mlp", "gpt", "accum")
+COMPILED = ("lazyxla_compiled",)   # torch.compile'd model, loss and optimizer step: W1/W2 only
+COMPILED_WORKLOADS = ("mlp", "gpt")
 # W5 accum (W2 over micro-batches) on lazyxla: the gradient_accumulation API and the plain
 # Python loop of backward() calls it replaces; every other system runs its own best form
 # (eager and PyTorch/XLA the loop, the JAX limit lax.scan).
@@ -91,7 +93,7 @@ def cells(workloads=WORKLOADS, systems=SYSTEMS, amp: str | None = None) -> list[
         if w not in workloads:
             continue
         for s in SYSTEMS:
-            if s not in systems:
+            if s not in systems or (s in COMPILED and w not in COMPILED_WORKLOADS):
                 continue
             if w == "donate":
                 out.append(Cell(w, s, "alias-on"))

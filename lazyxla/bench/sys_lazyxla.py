@@ -64,4 +64,13 @@ class LazyxlaBackend(TorchBackend):
                 "platform": self.lx.platform()}
 
 
+class CompiledBackend(LazyxlaBackend):
+    """lazyxla with the model, the loss and `optimizer.step` under
+    `torch.compile(backend="lazyxla")`; `lx.sync()` per step as in lazy mode."""
+    name = "lazyxla_compiled"
+
+    def compile(self, fn):
+        return self.torch.compile(fn, backend="lazyxla")
+
+
 Backend = LazyxlaBackend

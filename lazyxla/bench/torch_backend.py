@@ -37,6 +37,11 @@ class TorchBackend:
     def begin_step(self) -> None:
         """Reset per-step counters."""
 
+    def compile(self, fn):
+        """`fn` as the system runs it in a training step (the model, the loss, the
+        optimizer step): itself, or torch.compile'd."""
+        return fn
+
     def step_counters(self) -> dict:
         """Counters of the step just finished (compiles, graphs, traced ops, ...)."""
         return {}

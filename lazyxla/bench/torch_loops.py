@@ -29,25 +29,24 @@ def _autocast(backend, cell):
     return torch.autocast(backend.device.type, dtype=getattr(torch, AMP_DTYPES[cell.amp]))
 
 
-def _forward_backward(backend, cell, wl):
-    """loss(model, x, y) with its backward pass done, as one training step needs it."""
-    def plain(model, x, y):
+def _forward_backward(backend, cell, model, loss_of):
+    """fb(x, y) -> the loss with its backward pass done, as one training step needs it;
+    `loss_of(x, y)` is the (maybe compiled) model's loss on one batch."""
+    def plain(x, y):
         with _autocast(backend, cell):
-            loss = wl.loss(model, x, y)
+            loss = loss_of(x, y)
         loss.backward()
         return loss
 
     if cell.workload != "accum":
         return plain
     if cell.variant == "api":
-        def one_loop(model, xs, ys):
-            return backend.gradient_accumulation(lambda x, y: wl.loss(model, x, y), [xs, ys], model)
-        return one_loop
+        return lambda xs, ys: backend.gradient_accumulation(loss_of, [xs, ys], model)
 
-    def python_loop(model, xs, ys):   # what users write without the API
+    def python_loop(xs, ys):   # what users write without the API
         total = 0.0
         for x, y in zip(xs, ys):
-            loss = wl.loss(model, x, y) / xs.shape[0]
+            loss = loss_of(x, y) / xs.shape[0]
             loss.backward()
             total = total + loss.detach()
         return total
@@ -66,7 +65,8 @@ def train(backend, cell, settings) -> dict:
         x, y = (t.view(settings.accum_micro, -1, *t.shape[1:]) for t in (x, y))
     x, y = x.to(dev), y.to(dev)
     opt = wl.optimizer(model.parameters(), foreach=backend.foreach)
-    forward_backward = _forward_backward(backend, cell, wl)
+    model_fn, loss_fn, step_fn = backend.compile(model), backend.compile(wl.loss), backend.compile(opt.step)
+    forward_backward = _forward_backward(backend, cell, model, lambda x, y: loss_fn(model_fn, x, y))
     backend.mark_step()
     backend.wait()
     rec = {"rss_base_mb": round(M.rss_mb(), 1), "optimizer": type(opt).__name__,
@@ -82,8 +82,8 @@ def train(backend, cell, settings) -> dict:
         faults_before = M.minor_faults()
         t0 = M.now()
         opt.zero_grad(set_to_none=True)
-        loss = forward_backward(model, x, y)
-        opt.step()
+        loss = forward_backward(x, y)
+        step_fn()
         backend.mark_step()
         t1 = M.now()
         backend.wait()

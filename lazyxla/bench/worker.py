@@ -17,6 +17,8 @@ from .config import Cell, Settings
 def _torch_backend(system: str):
     if system == "lazyxla":
         from .sys_lazyxla import Backend
+    elif system == "lazyxla_compiled":
+        from .sys_lazyxla import CompiledBackend as Backend
     elif system == "eager":
         from .sys_eager import Backend
     elif system == "torch_xla":

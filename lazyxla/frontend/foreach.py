@@ -15,6 +15,7 @@ _OVERLOAD_CANDIDATES = {
     "Scalar": ("Scalar", "Tensor", "default"),
     "ScalarList": ("Scalar", "Tensor", "default"),
     "Tensor": ("Tensor", "default"),
+    "ScalarAndTensor": ("Scalar",),   # _foreach_pow(scalar, exponents): capturable Adam's beta ** step
     "default": ("default",),
 }
 _SPECIAL_TARGETS = {
@@ -65,7 +66,7 @@ def foreach_handler(func, info, args, kwargs):
         # e.g. _foreach_addcmul_(self, t1, t2, value) -> addcmul_(self, t1, t2, *, value)
         kwargs = dict(kwargs, **dict(zip(kw_names, args[n_pos:])))
         args = args[:n_pos]
-    n = len(args[0])
+    n = next(len(a) for a in args if isinstance(a, (list, tuple)))   # the scalar may come first
     inplace = info.name.endswith("_")
     per_element = []
     for a in args:

@@ -36,20 +36,26 @@ class LazyTensor(torch.Tensor):
         t._mkey = spec
         return t
 
-    # A traceable wrapper subclass (flatten/unflatten below) with no inner tensors: its
-    # state is all Python-side. Being one makes `Module._apply` (model.to(dev)) swap each
-    # CPU Parameter *in place* with `torch.utils.swap_tensors` instead of creating a new
-    # Parameter per module, so weight ties and Parameter identity (an optimizer built
-    # before `.to()`) survive. Options weighed in docs/design.md ("Parameters and ties").
+    # A traceable wrapper subclass (flatten below, with no inner tensors): `Module._apply`
+    # (model.to(dev)) then swaps each CPU Parameter *in place* with `torch.utils.swap_tensors`
+    # instead of creating a new Parameter per module, so weight ties and Parameter identity
+    # survive (docs/design.md, "Parameters and weight ties survive"). dynamo also needs it
+    # to take a lazy tensor for a tensor at all; the fake-tensor converter and AOTAutograd
+    # are told to treat it as a plain tensor on its device (lazyxla/dynamo/plain.py), so
+    # they never unflatten one. The context is what dynamo guards on: it must be equal for
+    # any two tensors of one dtype and device.
     def __tensor_flatten__(self):
-        return [], (self._st, self._view, self._vcache, self._mkey)
+        return [], (self.dtype, self._st.device)
 
     @staticmethod
-    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride) -> "LazyTensor":
-        storage, view, vcache, spec = ctx
-        t = LazyTensor.wrap(storage, view, storage.value, spec)
-        t._vcache = vcache
-        return t
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        raise RuntimeError("lazyxla: a lazy tensor cannot be rebuilt from __tensor_flatten__ (its state "
+                           "is not in the flattened form); torch.compile treats it as a plain tensor")
+
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        # A compiled backward (AOTAutograd) was traced for plain tensors on the lazyxla
+        # device and asks the incoming gradient to become one: a lazy tensor is one.
+        return self if expected_type in (None, torch.Tensor) else None
 
     def lazy_value(self) -> Node:
         """Current value as an IR node (re-derived from the base after writes)."""

@@ -17,7 +17,7 @@ from typing import Callable, Hashable, Sequence
 
 import torch
 
-from .node import Node, intern_sig
+from .node import GETITEM, Node, intern_sig
 
 
 class Subprogram:
@@ -27,7 +27,7 @@ class Subprogram:
     (`(shape, torch dtype)` pairs). Equal keys must mean the same computation:
     the key stands for `fn` in graph keys and compile-cache keys.
     """
-    __slots__ = ("fn", "key", "name", "out_avals")
+    __slots__ = ("fn", "key", "name", "out_avals", "item_sigs")
 
     def __init__(self, fn: Callable, key: Hashable, name: str,
                  out_avals: Sequence[tuple[tuple, torch.dtype]]) -> None:
@@ -35,6 +35,9 @@ class Subprogram:
         self.key = key
         self.name = name
         self.out_avals = tuple((tuple(s), d) for s, d in out_avals)
+        # Signatures of the GETITEM nodes reading each output, interned once: a compiled
+        # forward has hundreds of outputs (saved activations) and is called every step.
+        self.item_sigs = tuple(intern_sig((GETITEM, i, s, d)) for i, (s, d) in enumerate(self.out_avals))
 
     def rule(self, ctx, *operands) -> tuple:
         """Lowering of a CALL node of this program (compile/program.py)."""
@@ -42,6 +45,13 @@ class Subprogram:
 
     def __repr__(self) -> str:
         return f"call[{self.name}]"
+
+
+def call_outputs(program: Subprogram, operands: Sequence[Node]) -> list[Node]:
+    """One CALL node of `program` and a GETITEM node per output (as `getitem_node` makes)."""
+    node = call_node(program, operands)
+    return [Node(GETITEM, (node, i), None, (node,), shape, dtype, sig)
+            for i, ((shape, dtype), sig) in enumerate(zip(program.out_avals, program.item_sigs))]
 
 
 def call_node(program: Subprogram, operands: Sequence[Node]) -> Node:

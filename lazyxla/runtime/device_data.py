@@ -13,6 +13,9 @@ may refer to the same handle; the handle, not the tensor, carries
   its owner is recomputed by the graph, i.e. it was updated in place.
 * `donated_in`: the graph key that consumed the buffer; after donation
   `array` is None and every use raises `DonatedBufferError`.
+* `call_donor`: the buffer was marked when a compiled function (torch.compile)
+  was called on it: its `donate` flag then applies at any sync, also without
+  explicit donation enabled (API.md "Compiled functions").
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from ..errors import DonatedBufferError
 
 class DeviceData:
     __slots__ = ("array", "shape", "dtype", "device", "read_only", "donate",
-                 "donated_in", "owner", "__weakref__")
+                 "donated_in", "owner", "call_donor", "__weakref__")
 
     def __init__(self, array, shape: tuple, dtype: torch.dtype, device: int,
                  owner=None, read_only: bool = False) -> None:
@@ -36,6 +39,7 @@ class DeviceData:
         self.device = device
         self.read_only = read_only
         self.donate = False
+        self.call_donor = False
         self.donated_in: Optional[str] = None
         self.owner = weakref.ref(owner) if owner is not None else None
 

@@ -42,8 +42,8 @@ from ..frontend.special import draw_seed
 from ..frontend.storage import Storage, live_devices, live_storages
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import contiguous_strides
-from ..ir.call import Subprogram, call_node
-from ..ir.node import DATA, SCALAR, Node, data_node, getitem_node, scalar_node
+from ..ir.call import Subprogram, call_outputs
+from ..ir.node import DATA, SCALAR, Node, data_node, scalar_node
 from ..runtime.device_data import DeviceData
 from .collect import collect
 
@@ -57,8 +57,16 @@ class InputMutationError(CaptureError):
 
 
 class Placeholder(DeviceData):
-    """The data of a captured function's input: shape and dtype, no buffer."""
-    __slots__ = ()
+    """The data of a captured function's input: shape and dtype, no buffer.
+
+    `directive`: None, or the donation flag the function set on this input while
+    it still held the caller's buffer (torch.ops.lazyxla.set_buffer_donor_ inside a
+    compiled function); `Capture.donor_directives` lists them for the caller."""
+    __slots__ = ("directive",)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.directive = None
 
 
 _active = [0]
@@ -90,6 +98,7 @@ class Capture:
         self.out_specs = out_specs        # (shape, stride, dtype) per program output
         self.n_results = n_results        # outputs of fn; then one per mutated input
         self.mutated = mutated            # input positions fn wrote into, in output order
+        self.donor_directives: list[tuple[int, bool]] = []   # (input position, flag) fn set
 
     def __call__(self, inputs: Sequence[LazyTensor]) -> list[LazyTensor]:
         """Insert one call into the pending graph: fn's results, then the new values of
@@ -125,10 +134,9 @@ def insert_call(program: Subprogram, operands: Sequence[Node], out_specs: Sequen
                 device: int) -> list[LazyTensor]:
     """One CALL node of `program` in the pending graph; its outputs as new lazy tensors
     with `out_specs` ((shape, stride, dtype) each)."""
-    node = call_node(program, operands)
-    return [LazyTensor.wrap(Storage(item, device), None, item, (shape, stride, 0, dtype))
-            for item, (shape, stride, dtype) in
-            ((getitem_node(node, i), spec) for i, spec in enumerate(out_specs))]
+    wrap = LazyTensor.wrap
+    return [wrap(Storage(item, device), None, item, (shape, stride, 0, dtype))
+            for item, (shape, stride, dtype) in zip(call_outputs(program, operands), out_specs)]
 
 
 def capture(fn: Callable[..., Sequence[LazyTensor]], inputs: Sequence[LazyTensor], *,
@@ -207,14 +215,17 @@ def _build_capture(name: str, device: int, placeholders: list, holders: list, re
     params = _param_order(graph, position, operand_plan, baked)
     seeds = _seed_positions(graph)
     operand_plan += [("seed", None)] * len(seeds)
-    program_fn = _program(graph, params, seeds)
+    positions = _distinct_positions(roots)
+    program_fn = _program(graph, params, seeds, positions)
     out_specs = [(tuple(n.shape), _stride_of(r) if k < len(results) else contiguous_strides(n.shape), n.dtype)
                  for k, (n, r) in enumerate(zip(roots, results + [None] * len(mutated)))]
     constants = tuple(None if i in seeds else s.data for i, s in enumerate(graph.scalars))
-    key = (name, graph.key, tuple(params), constants)
+    key = (name, graph.key, tuple(params), constants, tuple(positions))
     program = Subprogram(program_fn, (name, next(_serial)) if baked else key, name,
                          [(shape, dtype) for shape, _, dtype in out_specs])
-    return Capture(program, device, len(placeholders), operand_plan, out_specs, len(results), mutated)
+    cap = Capture(program, device, len(placeholders), operand_plan, out_specs, len(results), mutated)
+    cap.donor_directives = [(i, d.directive) for i, d in enumerate(holders) if d.directive is not None]
+    return cap
 
 
 def _undo_outer_writes(before: dict) -> int:
@@ -251,11 +262,19 @@ def _seed_positions(graph) -> list[int]:
     return [i for i, s in enumerate(graph.scalars) if s.op is SCALAR and id(s) in seed_ids]
 
 
-def _program(graph, params: list, seeds: list[int]) -> Callable:
+def _distinct_positions(roots: list) -> list[int]:
+    """Per root, the index of its node among the distinct roots in first-seen order
+    (collect's numbering): a function may return one value twice (`x` and
+    `x.detach()`, or an input), and each result still gets an output of its own."""
+    first: dict = {}
+    return [first.setdefault(id(r), len(first)) for r in roots]
+
+
+def _program(graph, params: list, seeds: list[int], positions: list[int]) -> Callable:
     """fn(*call operands) -> outputs: the graph's program with inputs and outer tensors
     as operands, baked buffers and constant scalars closed over, seeds as operands."""
     program, _ = build(graph)
-    root_slots = graph.root_slots
+    root_slots = [graph.root_slots[p] for p in positions]
     constants = {id(d): d.array for d in graph.params}
     values = [np.asarray(v) for v in scalar_args(graph)]   # constants: numpy, so .astype works
     packed = len(values) != len(graph.scalars)

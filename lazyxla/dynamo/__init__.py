@@ -1,0 +1,105 @@
+"""`torch.compile(..., backend="lazyxla")` and `torch.ops.lazyxla.set_buffer_donor_`.
+
+backend.py   dynamo backend: AOTAutograd graphs turned into CompiledGraphs
+plain.py     the fake-tensor converter and AOTAutograd see lazy tensors as plain tensors
+replay.py    each ATen graph captured once per signature, one CALL node per call
+donor.py     the donor op, inside and outside compiled code
+optimizer.py compiled optimizer steps: step counters on the device, new state materialised
+Design and the options weighed: docs/design.md, "Compiled functions".
+Layering: like experimental/, this package sits on top of the public API
+(donation.py) and the sync layer's capture; nothing below imports it.
+
+Importing dynamo costs about 1.1 s, a third of `import lazyxla`, and most
+programs never compile anything; so the backend is registered the moment
+something imports `torch._dynamo` (torch.compile does, before it looks the
+backend up), through a one-shot import hook, or at once if it is imported already.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+
+_DYNAMO = "torch._dynamo"
+
+
+def register() -> None:
+    """Called once by `import lazyxla`."""
+    from . import donor, plain
+    donor.register()
+    plain.treat_as_plain(plain.CONVERTER_MODULES)
+    if _DYNAMO in sys.modules:
+        _install()
+    elif not any(isinstance(f, _AfterDynamoImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterDynamoImport())
+
+
+def _install() -> None:
+    # Runs inside the import of torch._dynamo, which loaded its backend registry and
+    # optimizer support already; AOTAutograd (backend.py) is imported at first use:
+    # importing it here would re-enter a torch package that is still initialising.
+    from torch._dynamo import trace_rules
+    from torch._dynamo.backends.registry import _BACKENDS, register_backend
+    from . import optimizer
+    if "lazyxla" not in _BACKENDS:
+        register_backend(name="lazyxla")(_lazyxla_backend)
+        # lazyxla's runtime (the tracer that eager code between graphs runs, syncs, JAX)
+        # is not user code: dynamo must run it, never trace it. A call of it inside a
+        # compiled function (lx.set_buffer_donation, a host read) becomes a graph break.
+        for name in _runtime_modules() + ["jax", "jaxlib"]:
+            trace_rules.add(name)
+    optimizer.keep_steps_on_device()
+
+
+# Parts of lazyxla that are user code to dynamo: models and benchmark loops it may
+# compile, and the optimizer step hooks (frontend/optim.py: a flag set around each
+# step; traced, they keep a compiled step in one graph, skipped, they would break it).
+_USER_CODE = {"lazyxla.workloads", "lazyxla.bench", "lazyxla.__main__", "lazyxla.frontend.optim"}
+
+
+def _runtime_modules() -> list[str]:
+    """Every module of lazyxla's runtime, as leaf modules: a package name would skip its
+    whole directory (dynamo matches file-name prefixes), user code included."""
+    import os
+    import pkgutil
+    import lazyxla
+    names = []
+    stack = [(lazyxla.__path__[0], "lazyxla")]
+    while stack:
+        path, prefix = stack.pop()
+        for m in pkgutil.iter_modules([path]):
+            name = f"{prefix}.{m.name}"
+            if name in _USER_CODE:
+                continue
+            if m.ispkg:
+                stack.append((os.path.join(path, m.name), name))
+            else:
+                names.append(name)
+    return names
+
+
+def _lazyxla_backend(gm, example_inputs):
+    """torch.compile(..., backend="lazyxla") (backend.py)."""
+    from .backend import lazyxla_backend
+    return lazyxla_backend(gm, example_inputs)
+
+
+class _AfterDynamoImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself; wraps the loader of `torch._dynamo` so that `_install`
+    runs right after the module has executed, then removes itself."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != _DYNAMO:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original = loader.exec_module
+
+        def exec_module(module) -> None:
+            original(module)
+            _install()
+        loader.exec_module = exec_module
+        return spec

@@ -1,0 +1,45 @@
+"""To the fake-tensor converter and to AOTAutograd, a lazy tensor is a plain tensor.
+
+`LazyTensor` is a traceable wrapper subclass with no inner tensors (frontend/
+tensor.py says why). torch's compile stack treats such subclasses by
+flattening them into their inner tensors, which for us is meaningless, and
+worse, a subclass with no inner tensors passes "all inner tensors are fake"
+checks vacuously: the fake-tensor converter and AOTAutograd would take a real
+lazy tensor for an already-fake one. What torch.compile needs instead is what
+it gets for a tensor of any other backend: a FakeTensor of the same shape,
+strides and dtype on the `lazyxla` device, and at run time the real tensor.
+
+So the subclass test `is_traceable_wrapper_subclass` answers False for lazy
+tensors in exactly the modules that fakeify tensors or handle real tensors of
+a compiled graph (the list below); dynamo's own variable builder keeps seeing
+a traceable subclass, which is what makes it trace a lazy tensor as a tensor.
+Each module is patched once, where it binds the name; a torch release that
+moves the check makes the tests of lazyxla/dynamo fail, not silently differ.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Sequence
+
+from ..frontend.tensor import LazyTensor
+
+# Loaded with torch itself: patched at `import lazyxla`.
+CONVERTER_MODULES = ("torch._subclasses.meta_utils", "torch._subclasses.fake_tensor")
+# AOTAutograd's input fakeification and its runtime (backward tangents): patched when
+# the backend is first used (importing them earlier re-enters torch's own imports).
+AOT_MODULES = ("torch._functorch._aot_autograd.frontend_utils",
+               "torch._functorch._aot_autograd.runtime_wrappers")
+
+
+def treat_as_plain(module_names: Sequence[str]) -> None:
+    for name in module_names:
+        module = importlib.import_module(name)
+        original = module.is_traceable_wrapper_subclass
+        if getattr(original, "lazyxla_plain", False):
+            continue
+
+        def is_traceable_wrapper_subclass(t, _original=original) -> bool:
+            return type(t) is not LazyTensor and _original(t)
+
+        is_traceable_wrapper_subclass.lazyxla_plain = True
+        module.is_traceable_wrapper_subclass = is_traceable_wrapper_subclass

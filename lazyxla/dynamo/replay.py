@@ -1,0 +1,158 @@
+"""One ATen graph from AOTAutograd, captured once per input signature, replayed as
+one CALL node per call (sync/capture.py).
+
+AOTAutograd hands the backend functionalized ATen graphs: the forward (with
+the activations the backward saves as extra outputs), the backward, or one
+inference graph (an optimizer step, code under no_grad). `CompiledGraph` is
+what the backend returns for each: called with the real inputs, it
+
+1. checks them (lazy tensors on one device, as lazy mode requires; a 0-d CPU
+   tensor, e.g. a step counter, is uploaded as lazy mode lifts it), and keys
+   them by shape and dtype: dynamo's dynamic shapes reach it as plain ints, so
+   a graph traced with symbolic sizes is captured once per concrete signature;
+2. on a new signature, runs the graph once over placeholders (every ATen op
+   dispatches once, `TracedOps` counts them) into a pure JAX program;
+3. applies the donation directives the function set on its inputs
+   (`torch.ops.lazyxla.set_buffer_donor_`), marks every input whose buffer is
+   flagged as a compiled-call donor (donated at whichever sync runs the call,
+   also without explicit donation enabled), inserts the CALL node and writes
+   the new values of inputs it updated in place back into them: their old
+   buffers become automatic donors of the step graph, exactly as in lazy mode.
+
+Nothing is executed here: the call joins the pending graph and fuses with the
+rest of the step at `lx.sync()`.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from .. import metrics
+from ..donation import set_buffer_donation
+from ..frontend.dispatch import assign
+from ..frontend.tensor import LazyTensor
+from ..frontend.tracing import DeviceMismatchError
+from ..ir.node import DATA
+from ..lock import LOCK
+from ..sync.capture import Capture, capture
+
+_TENSOR = object()   # marks a tensor slot in an output layout
+
+
+class _Entry:
+    """A captured signature: the program and where its tensor results go."""
+    __slots__ = ("capture", "layout")
+
+    def __init__(self, cap: Capture, layout: list) -> None:
+        self.capture = cap
+        self.layout = layout   # per graph output: _TENSOR, or the constant (None, an int) it is
+
+
+class CompiledGraph:
+    """The compiled form of one AOTAutograd graph (module docstring)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str) -> None:
+        self.gm = gm
+        self.name = name
+        self.entries: dict = {}
+
+    def __call__(self, args: list) -> list:
+        with LOCK:   # one call is atomic w.r.t. syncs in other threads, like one traced op
+            return self._call(args)
+
+    def _call(self, args: list) -> list:
+        tensors, positions, key = _signature(self.name, args)
+        inputs = _on_device(tensors)
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self.entries[key] = self._capture(args, inputs, positions)
+        cap = entry.capture
+        for pos, donate in cap.donor_directives:
+            set_buffer_donation(inputs[pos], donate)
+        for t in inputs:
+            node = t._st.value if t._view is None else None
+            if node is not None and node.op is DATA and node.data.donate:
+                node.data.call_donor = True
+        results = cap(inputs)
+        for k, pos in enumerate(cap.mutated):
+            _write_back(tensors[pos], inputs[pos], results[cap.n_results + k])
+        it = iter(results[:cap.n_results])
+        return [next(it) if slot is _TENSOR else slot for slot in entry.layout]
+
+    def _capture(self, args: list, inputs: list, positions: list) -> _Entry:
+        layout: list = []
+
+        def run(*placeholders):
+            full = list(args)
+            for pos, ph in zip(positions, placeholders):
+                full[pos] = ph
+            outs = self.gm(*full)
+            results = []
+            for out in outs:
+                if isinstance(out, torch.Tensor):
+                    layout.append(_TENSOR)
+                    results.append(out)
+                else:
+                    layout.append(out)
+            return results
+
+        with torch.no_grad():   # AOTAutograd's graphs are already differentiated
+            cap = capture(run, inputs, name=self.name)
+        metrics.counter_add("CompiledGraphCaptures")
+        return _Entry(cap, layout)
+
+
+def _signature(name: str, args: Sequence[Any]) -> tuple[list, list, tuple]:
+    """(tensor args, their positions, cache key of the call)."""
+    tensors, positions, key = [], [], []
+    device = None
+    for i, a in enumerate(args):
+        if isinstance(a, LazyTensor):
+            index = a._st.device
+            if device is None:
+                device = index
+            elif index != device:
+                raise DeviceMismatchError(
+                    f"lazyxla: the compiled function {name} got tensors on lazyxla:{device} and "
+                    f"lazyxla:{index}; move them to one device first.")
+            tensors.append(a)
+            positions.append(i)
+            key.append((a._mkey[0], a._mkey[3]))
+        elif isinstance(a, torch.Tensor):
+            if a.dim() != 0 or a.device.type != "cpu":
+                raise DeviceMismatchError(
+                    f"lazyxla: expected all tensors to be on the lazyxla device, but the compiled "
+                    f"function {name} got a {a.device} tensor of shape {list(a.shape)}. Move it "
+                    "first with t.to(lx.device()).")
+            tensors.append(a)
+            positions.append(i)
+            key.append(("host0", a.dtype))
+        elif a is None or isinstance(a, (int, float, bool)):
+            key.append(a)
+        else:
+            raise TypeError(f"lazyxla: torch.compile(...) of {name} is not supported yet: the graph "
+                            f"takes a {type(a).__name__} argument")
+    if device is None:
+        raise DeviceMismatchError(
+            f"lazyxla: the compiled function {name} got no lazyxla tensor; backend='lazyxla' runs "
+            "graphs on the lazyxla device. Move the inputs there with t.to(lx.device()).")
+    return tensors, positions, tuple(key)
+
+
+def _on_device(tensors: list) -> list[LazyTensor]:
+    """The call's tensors with 0-d CPU ones uploaded (lazy mode lifts them too); the
+    CPU originals stay the write-back targets."""
+    if all(isinstance(t, LazyTensor) for t in tensors):
+        return tensors
+    device = next(t.device for t in tensors if isinstance(t, LazyTensor))   # _signature checked one
+    return [t if isinstance(t, LazyTensor) else t.to(device) for t in tensors]
+
+
+def _write_back(target: torch.Tensor, used: LazyTensor, new: LazyTensor) -> None:
+    """The compiled function updated `target` in place: give it the new value without
+    dispatching an op (a lazy target) or by a host copy (an uploaded 0-d CPU tensor)."""
+    if used is target:
+        assign(target, new.lazy_value())
+    else:
+        target.copy_(new.cpu())
