@@ -1,0 +1,74 @@
+"""Regressions for op bugs that PyTorch's OpInfo samples found (issue #15), each
+compared with eager CPU; the inputs are the failing OpInfo samples, minimised."""
+import pytest
+import torch
+
+from helpers import assert_no_fallback, check_op
+
+aten = torch.ops.aten
+
+
+@pytest.mark.parametrize("op", [torch.cumsum, torch.cumprod])
+@pytest.mark.parametrize("dim", [0, -1])
+def test_cumulative_op_of_a_0d_tensor(op, dim):
+    # Bug: jnp.cumsum(x, axis=0) on a 0-d array raised "axis 0 is out of bounds".
+    check_op(lambda t: op(t, dim), torch.tensor(1.5).requires_grad_())
+    check_op(lambda t: op(t, dim), torch.tensor(-3))
+
+
+@pytest.mark.parametrize("shapes", [((5, 1), (5,)), ((5, 10, 5), (10, 5)), ((3,), (2, 3))])
+def test_int_div_trunc_broadcasts(shapes):
+    # Bug: lax.div does not broadcast: "arrays must have the same number of dimensions".
+    a = torch.tensor([7, -7, 9, -9, 5]).repeat(50)[:torch.Size(shapes[0]).numel()].reshape(shapes[0])
+    b = torch.tensor([2, 3, -4, -5, 6]).repeat(50)[:torch.Size(shapes[1]).numel()].reshape(shapes[1])
+    check_op(lambda x, y: torch.div(x, y, rounding_mode="trunc"), a, b)
+
+
+@pytest.mark.parametrize("size", [0, 1])
+def test_unfold_of_a_0d_tensor(size):
+    # Bug: the lowering produced shape (1, 1) where eager gives (size,).
+    check_op(lambda t: torch.unfold_copy(t, 0, size, 1), torch.tensor(2.5))
+    check_op(lambda t: t.unfold(-1, size, 2) * 1, torch.tensor(2.5).requires_grad_())
+
+
+@pytest.mark.parametrize("op", [aten.native_batch_norm.default, aten._native_batch_norm_legit.default])
+def test_batch_norm_eval_returns_empty_saved_stats(op):
+    # Bug: eval mode returned save_mean / save_invstd of shape (C,) (the meta kernel's
+    # shape) where eager returns them empty, shape (0,).
+    x = torch.randn(3, 2, 4)
+    w, b, rm, rv = torch.rand(2) + 0.5, torch.randn(2), torch.randn(2), torch.rand(2) + 0.5
+    check_op(lambda *a: op(*a, False, -1.2, 1e-5), x, w, b, rm, rv, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", [torch.addbmm, torch.addmm])
+def test_int_addmm_family_truncates_alpha_and_beta(op):
+    # Bug: addbmm scaled int64 values by 0.6 / 0.2 before the cast; eager casts the
+    # scalars first (to 0 here), as addmm already did.
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randint(-9, 10, (5, 5, 5) if op is torch.addbmm else (5, 5), generator=gen)
+    b = torch.randint(-9, 10, (5, 5, 10) if op is torch.addbmm else (5, 10), generator=gen)
+    for bias in (torch.randint(-9, 10, (5, 10), generator=gen), torch.tensor(3)):
+        check_op(lambda x, y, z: op(x, y, z, beta=0.6, alpha=0.2), bias, a, b)
+        check_op(lambda x, y, z: op(x, y, z, beta=2.7, alpha=-1.5), bias, a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32, torch.float64])
+def test_digamma_poles(dtype):
+    # Bug: digamma(0) was nan; eager gives -inf at +0 (+inf at -0), nan at negative integers.
+    x = torch.tensor([0, 1, 2, -1, -3, 5, 100, -7]).to(dtype)
+    check_op(torch.digamma, x, rtol=1e-5, atol=1e-5)
+    if dtype.is_floating_point:
+        check_op(torch.digamma, torch.tensor([-0.0, 0.0, 1e-30, -1e-30], dtype=dtype), rtol=1e-5)
+
+
+def test_int_pow_with_negative_exponents():
+    # Bug: jnp.power on integers returned garbage for negative exponents; eager gives
+    # 1 for base 1, +-1 for base -1 by parity, 0 otherwise (0 ** -n included).
+    base = torch.tensor([[5], [-5], [0], [1], [-1], [2]])
+    exp = torch.tensor([-1, -2, -3, 0, 3, 7])
+    check_op(lambda b, e: e.__rpow__(b), exp, base)
+    check_op(torch.pow, base, exp)
+    check_op(lambda e: 2 ** e, exp)
+    check_op(lambda e: (-1) ** e, exp)
+    check_op(lambda e: 2.5 ** e, exp, rtol=1e-5)
+    assert_no_fallback("pow")
