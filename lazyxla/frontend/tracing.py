@@ -24,6 +24,9 @@ from .storage import Storage
 
 _META_CACHE: dict = {}
 _SCALAR_TYPES = (float, int, bool)
+# Lifted ints travel as int64; one beyond (a uint64 value from 2**63 on) stays a
+# compile-time constant of its node instead (rare: a recompile per such value).
+_INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
 _META = torch.device("meta")
 
 
@@ -90,7 +93,7 @@ def convert(value, scalar_slot: bool, parts: list, inputs: list, devs: list):
     if tp is LazyTensor:
         return _tensor_operand(value, parts, inputs, devs)
     if tp in _SCALAR_TYPES:
-        if scalar_slot:
+        if scalar_slot and (tp is not int or _INT64_MIN <= value <= _INT64_MAX):
             node = lift_scalar(value)
             parts.append(tp)
             inputs.append(node)

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ._util import as_compute, common_dtype
+from ._util import as_compute, cast_all, common_dtype
 from .registry import register
 
 aten = torch.ops.aten
@@ -177,8 +177,7 @@ for _op, _fn in {
 
 def _compare(fn):
     def rule(ctx, x, y):
-        dt = common_dtype(x, y)
-        return fn(jnp.asarray(x).astype(dt), jnp.asarray(y).astype(dt))
+        return fn(*cast_all(common_dtype(x, y), x, y))
     return rule
 
 
@@ -195,7 +194,7 @@ for _ops, _fn in {
 def _bitwise(fn, logical):
     def rule(ctx, x, y):
         dt = common_dtype(x, y)
-        x, y = jnp.asarray(x).astype(dt), jnp.asarray(y).astype(dt)
+        x, y = cast_all(dt, x, y)
         return logical(x, y) if dt == jnp.bool_ else fn(x, y)
     return rule
 
