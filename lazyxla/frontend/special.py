@@ -2,6 +2,8 @@
 aliases, multi-output views and random number generation."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..ir.node import Node, data_node, scalar_node
@@ -129,10 +131,45 @@ def _unbind(func, info, args, kwargs):
 
 
 def _resize(func, info, args, kwargs):
-    self, size = args[0], args[1]
-    if tuple(size) != tuple(self.shape):
-        raise RuntimeError(f"lazyxla: cannot resize a lazy tensor from {list(self.shape)} to {list(size)}; "
-                           "create a new tensor of the wanted shape instead")
+    """resize_ as eager does it: the tensor becomes contiguous of the new shape at its
+    storage offset, over the same storage while that is large enough (shrinking keeps
+    the storage, so growing back finds the old values; other views keep aliasing it).
+    Here that is an as_strided view of the storage's (contiguous) base. A storage that
+    must grow is only exact when it is empty (no view can see the old storage's
+    elements); eager grows a non-empty one in place, under its views, which an
+    immutable lazy storage cannot: that case raises."""
+    self, size = args[0], tuple(args[1])
+    memory_format = args[2] if len(args) > 2 else kwargs.get("memory_format")
+    if memory_format not in (None, torch.contiguous_format):
+        raise NotImplementedError(f"lazyxla: resize_ with memory_format={memory_format} is not supported; "
+                                  "resize_ without it, then call .contiguous(memory_format=...)")
+    if size == tuple(self.shape):
+        return self
+    st = self._st
+    base_shape = tuple(st.value.shape)
+    if self._view is None and self.is_contiguous():
+        base = self
+    elif self._view is not None and len(self._view) == 1 and self._view[0][0] is aten.as_strided.default:
+        # an earlier resize_ (or as_strided, only allowed on contiguous bases) of its base
+        base = LazyTensor.wrap(st, None, st.value,
+                               (base_shape, contiguous_strides(base_shape), 0, self.dtype))
+    else:
+        raise NotImplementedError(
+            f"lazyxla: resize_ of a view or a non-contiguous tensor (shape {list(self.shape)}, strides "
+            f"{list(self.stride())}) is not supported: its storage order is unknown to lazyxla. Call "
+            "resize_ on a contiguous base tensor, or on a .clone() (which no longer aliases the original)")
+    offset, capacity, n = self.storage_offset(), math.prod(base_shape), math.prod(size)
+    if offset + n <= capacity:
+        new = run_op(aten.as_strided.default, (base, size, contiguous_strides(size), offset), {})
+    elif capacity == 0:
+        new = run_op(aten.new_zeros.default, (self, size), {})  # eager: uninitialised memory
+    else:
+        raise NotImplementedError(
+            f"lazyxla: resize_ from {list(self.shape)} to {list(size)} grows a storage of {capacity} "
+            f"elements to {offset + n}; eager grows it in place under every view of it, which lazyxla "
+            "cannot. Make a new tensor instead, e.g. new = t.new_zeros(size); "
+            "new.view(-1)[:t.numel()] = t.reshape(-1)")
+    self.data = new
     return self
 
 

@@ -3,7 +3,8 @@ compared with eager CPU; the inputs are the failing OpInfo samples, minimised.""
 import pytest
 import torch
 
-from helpers import assert_no_fallback, check_op
+import lazyxla as lx
+from helpers import assert_close, assert_no_fallback, check_op
 
 aten = torch.ops.aten
 
@@ -72,3 +73,50 @@ def test_int_pow_with_negative_exponents():
     check_op(lambda e: (-1) ** e, exp)
     check_op(lambda e: 2.5 ** e, exp, rtol=1e-5)
     assert_no_fallback("pow")
+
+
+def _same(fn, base):
+    expected = fn(base.clone())
+    actual = fn(base.clone().to(lx.device()))
+    for e, a in zip(expected, actual):
+        assert_close(a, e, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shapes", [((5, 5, 5), (25, 5)), ((), (1, 1, 1)), ((2, 3), (6,))])
+def test_resize_to_another_shape_of_the_same_size(shapes):
+    # Bug: any resize_ to another shape was refused (the OpInfo resize_ samples).
+    _same(lambda t: (t.resize_(shapes[1]),), torch.randn(shapes[0]))
+
+
+def test_resize_shrink_then_grow_keeps_the_storage_like_eager():
+    # Shrinking keeps the storage: growing back within it finds the old values, and
+    # views taken before still alias it (a write after the resizes reaches them).
+    def steps(t):
+        v = t[2:4]
+        t.resize_(3)
+        a = t.clone()
+        t.resize_(2, 5)
+        b = t.clone()
+        t.mul_(2)
+        return a, b, v, t
+    _same(steps, torch.arange(10.0))
+
+
+def test_resize_of_an_as_strided_view_and_of_an_empty_tensor():
+    def of_view(t):
+        u = t.as_strided((4,), (1,), 2)
+        u.resize_(2, 3)  # at u's storage offset, within the storage
+        u.add_(1)
+        return u, t
+    _same(of_view, torch.arange(10.0))
+    # An empty storage can grow: no view sees any of its elements. (Eager leaves the new
+    # elements uninitialised; fill them before comparing.)
+    _same(lambda t: (t.resize_(2, 3).fill_(4),), torch.empty(0))
+
+
+@pytest.mark.parametrize("case", ["view", "transposed", "grow"])
+def test_resize_that_cannot_be_exact_raises(case, dev):
+    t = torch.arange(10.0).reshape(2, 5).to(dev)
+    with pytest.raises(NotImplementedError, match="resize_"):
+        {"view": lambda: t[1:].resize_(3), "transposed": lambda: t.t().resize_(3),
+         "grow": lambda: t.resize_(20)}[case]()
