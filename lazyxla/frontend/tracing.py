@@ -193,6 +193,9 @@ def infer(func, args, kwargs):
     margs = _to_meta(args)
     mkwargs = {k: _to_meta(v) for k, v in kwargs.items()} if kwargs else {}
     out = func(*margs, **mkwargs)
+    check = _EAGER_CHECKS.get(func)
+    if check is not None:
+        check(*margs, **mkwargs)
     # Once per cache key: an output dtype the device cannot hold (complex) fails here,
     # at the call, not at the next sync.
     for o in (out if isinstance(out, (tuple, list)) else (out,)):
@@ -207,6 +210,15 @@ def infer(func, args, kwargs):
         # None: an output the call asked not to compute (backward ops' output_mask)
         return tuple(spec_of(o) if o is not None else None for o in out), True
     raise NotImplementedError(f"lazyxla: cannot infer the output of {func} (returned {type(out).__name__})")
+
+
+def _int_pow_check(x, exponent):
+    if not x.dtype.is_floating_point and type(exponent) is int and exponent < 0:
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
+
+
+# Eager's argument errors that meta kernels lack (they would become wrong values here).
+_EAGER_CHECKS = {torch.ops.aten.pow.Tensor_Scalar: _int_pow_check, torch.ops.aten.pow_.Scalar: _int_pow_check}
 
 
 def check_allocation(shape: tuple, dtype: torch.dtype) -> None:

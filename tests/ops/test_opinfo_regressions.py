@@ -75,6 +75,14 @@ def test_int_pow_with_negative_exponents():
     assert_no_fallback("pow")
 
 
+@pytest.mark.parametrize("fn", [lambda t: t ** -1, lambda t: torch.pow(t, -2), lambda t: t.pow_(-1)])
+def test_int_tensor_to_a_negative_int_scalar_raises_like_eager(fn, dev):
+    # Bug: eager raises; the meta kernel does not, and the lowering returned garbage.
+    for t in (torch.tensor([2, 3]), torch.tensor([2, 3]).to(dev)):
+        with pytest.raises(RuntimeError, match="Integers to negative integer powers"):
+            fn(t)
+
+
 def _same(fn, base):
     expected = fn(base.clone())
     actual = fn(base.clone().to(lx.device()))
