@@ -153,7 +153,7 @@ def _pow(ctx, x, y):
             return lax.integer_pow(x, int(y))
         return jnp.power(x, jnp.asarray(y, x.dtype))
     x, y = as_compute(ctx, x, y)
-    if jnp.issubdtype(x.dtype, jnp.integer):
+    if jnp.issubdtype(x.dtype, jnp.signedinteger):  # (unsigned exponents are never negative)
         return _int_pow(x, y)
     return jnp.power(x, y)
 

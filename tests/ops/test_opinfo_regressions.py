@@ -72,6 +72,8 @@ def test_int_pow_with_negative_exponents():
     check_op(lambda e: 2 ** e, exp)
     check_op(lambda e: (-1) ** e, exp)
     check_op(lambda e: 2.5 ** e, exp, rtol=1e-5)
+    check_op(torch.pow, base.to(torch.int8), exp.to(torch.int8))
+    check_op(torch.pow, base.abs().to(torch.uint8), exp.abs().to(torch.uint8))
     assert_no_fallback("pow")
 
 
