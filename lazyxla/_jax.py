@@ -37,6 +37,9 @@ TORCH_TO_JAX = {
     torch.int16: jnp.int16,
     torch.int8: jnp.int8,
     torch.uint8: jnp.uint8,
+    # torch.uint16/32/64 are "shell" dtypes in eager (few kernels); uint64 is in the
+    # OpInfo samples and XLA has it under x64, so what eager runs, lazyxla runs too.
+    torch.uint64: jnp.uint64,
     torch.bool: jnp.bool_,
 }
 JAX_TO_TORCH = {np.dtype(v): k for k, v in TORCH_TO_JAX.items()}

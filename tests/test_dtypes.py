@@ -81,3 +81,39 @@ def test_int_division_and_modes(dev):
     assert_close(torch.div(d, e, rounding_mode="trunc"), torch.div(a, b, rounding_mode="trunc"))
     assert_close(d % e, a % b)
     assert_close(d // 2, a // 2)
+
+
+_U64 = torch.tensor([0, 1, 7, 2**63 + 5, 2**64 - 1], dtype=torch.uint64)
+_U64_OPS = {  # what eager CPU runs for uint64 (a "shell" dtype: add, lt, max, neg, ... are refused)
+    "mul": lambda a, b: a * b, "div": torch.div, "eq": torch.eq, "ne": torch.ne,
+    "and": torch.bitwise_and, "or": torch.bitwise_or, "xor": torch.bitwise_xor,
+    "sum": lambda a, b: a.sum(), "prod": lambda a, b: b.prod(), "cumsum": lambda a, b: a.cumsum(0),
+    "sort": lambda a, b: a.sort().values, "cat": lambda a, b: torch.cat([a, b[1:3]]),
+    "to_int64": lambda a, b: b.to(torch.int64), "to_float64": lambda a, b: a.to(torch.float64),
+    "from_int64": lambda a, b: b.to(torch.int64).to(torch.uint64),
+    "zeros_like": lambda a, b: torch.zeros_like(a), "full_big": lambda a, b: torch.full_like(a, 2**63 + 3),
+    "fill_big": lambda a, b: a.clone().fill_(2**64 - 2), "mul_big": lambda a, b: a * (2**63 + 1),
+    "eq_big": lambda a, b: a == 2**64 - 1, "and_big": lambda a, b: a & (2**63 + 4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_U64_OPS))
+def test_uint64(name, dev):
+    # uint64 was refused; XLA has it under x64. Values from 2**63 on check that nothing
+    # goes through int64 (lifted Python ints beyond int64 stay constants of their node).
+    b = torch.tensor([3, 1, 2, 1, 7], dtype=torch.uint64)
+    fn = _U64_OPS[name]
+    assert_close(fn(_U64.to(dev), b.to(dev)), fn(_U64, b))
+
+
+def test_uint64_round_trip_and_host_reads(dev):
+    d = _U64.to(dev)
+    assert d.dtype == torch.uint64
+    assert d.tolist() == _U64.tolist() and d[3].item() == 2**63 + 5
+    assert torch.equal(torch.zeros(3, dtype=torch.uint64, device=dev).cpu(), torch.zeros(3, dtype=torch.uint64))
+
+
+def test_python_int_beyond_int64_is_exact_for_other_dtypes(dev):
+    # Such an int used to overflow when lifted to an int64 runtime operand.
+    a = torch.randn(4)
+    assert_close((a.to(dev) + 2**63) * 1.0, (a + 2**63) * 1.0)

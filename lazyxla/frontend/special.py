@@ -2,6 +2,8 @@
 aliases, multi-output views and random number generation."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..ir.node import Node, data_node, scalar_node
@@ -129,10 +131,38 @@ def _unbind(func, info, args, kwargs):
 
 
 def _resize(func, info, args, kwargs):
-    self, size = args[0], args[1]
-    if tuple(size) != tuple(self.shape):
-        raise RuntimeError(f"lazyxla: cannot resize a lazy tensor from {list(self.shape)} to {list(size)}; "
-                           "create a new tensor of the wanted shape instead")
+    """resize_ as eager does it: the tensor becomes contiguous of the new shape at its
+    storage offset, over the same storage while that is large enough (shrinking keeps
+    the storage, so growing back finds the old values; other views keep aliasing it).
+    Here that is an as_strided view of the storage's base, for any tensor over a
+    contiguous base. A storage that must grow is only exact when it is empty (no view
+    can see the old storage's elements); eager grows a non-empty one in place, under
+    its views, which an immutable lazy storage cannot: that case raises."""
+    self, size = args[0], tuple(args[1])
+    memory_format = args[2] if len(args) > 2 else kwargs.get("memory_format")
+    if memory_format not in (None, torch.contiguous_format):
+        raise NotImplementedError(f"lazyxla: resize_ with memory_format={memory_format} is not supported; "
+                                  "resize_ without it, then call .contiguous(memory_format=...)")
+    if size == tuple(self.shape):
+        return self
+    base = storage_base(self)
+    if base is None:
+        raise NotImplementedError(
+            f"lazyxla: resize_ of a tensor over a non-contiguous base (shape {list(self.shape)}, strides "
+            f"{list(self.stride())}) is not supported: its storage order is unknown to lazyxla. Call "
+            "resize_ on a .contiguous() copy (which no longer aliases the original)")
+    offset, capacity, n = self.storage_offset(), math.prod(base.shape), math.prod(size)
+    if offset + n <= capacity:
+        new = run_op(aten.as_strided.default, (base, size, contiguous_strides(size), offset), {})
+    elif capacity == 0:
+        new = run_op(aten.new_zeros.default, (self, size), {})  # eager: uninitialised memory
+    else:
+        raise NotImplementedError(
+            f"lazyxla: resize_ from {list(self.shape)} to {list(size)} grows a storage of {capacity} "
+            f"elements to {offset + n}; eager grows it in place under every view of it, which lazyxla "
+            "cannot. Make a new tensor instead, e.g. new = t.new_zeros(size); "
+            "new.view(-1)[:t.numel()] = t.reshape(-1)")
+    self.data = new
     return self
 
 
@@ -175,16 +205,30 @@ def _inplace_view(func, info, args, kwargs):
     return self
 
 
+def storage_base(t: LazyTensor):
+    """A base tensor of `t`'s storage whose row-major values are the storage itself, or
+    None where lazyxla cannot tell where `t`'s elements lie in the storage (a base that
+    is not contiguous from offset 0, a view reinterpreting another dtype)."""
+    st = t._st
+    spec = st.base_spec
+    if spec is None or spec[2] != 0 or spec[1] != contiguous_strides(spec[0]) or spec[3] != t.dtype:
+        return None
+    if t._view is None:
+        return t
+    return LazyTensor.wrap(st, None, st.value, spec)
+
+
 def _as_strided(func, info, args, kwargs):
     """as_strided addresses the *storage*; its lowering indexes the input's row-major
-    values, which is the storage only for a contiguous base tensor. Elsewhere (a view,
-    a transposed base) it would silently read the wrong elements: refuse clearly."""
-    self = args[0]
-    if self._view is not None or not self.is_contiguous():
+    values, so it runs on the storage's base (offsets are absolute: the same for any
+    view of it), which must be contiguous. Elsewhere it would silently read the wrong
+    elements: refuse clearly."""
+    base = storage_base(args[0])
+    if base is None:
         raise NotImplementedError(
-            "lazyxla: as_strided is supported on contiguous base tensors only (this one is a view or "
-            f"has strides {tuple(self.stride())}); call .contiguous() or .clone() first and index that")
-    return _view(func, info, args, kwargs)
+            "lazyxla: as_strided is supported on tensors over a contiguous base only (this one has "
+            f"strides {tuple(args[0].stride())}); call .contiguous() or .clone() first and index that")
+    return _view(func, info, (base,) + tuple(args[1:]), kwargs)
 
 
 _INPLACE_VIEWS = {

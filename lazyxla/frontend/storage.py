@@ -29,10 +29,13 @@ _ref = weakref.ref
 
 
 class Storage:
-    __slots__ = ("value", "version", "device", "seq", "__weakref__")
+    __slots__ = ("value", "version", "device", "seq", "base_spec", "__weakref__")
 
     def __init__(self, value: Node, device: int) -> None:
         self.value = value
+        # (shape, stride, offset, dtype) of the base tensor, set by LazyTensor.wrap: how
+        # the base's values lie in the storage, which as_strided and resize_ address.
+        self.base_spec = None
         self.version = 0
         self.device = device
         self.seq = next(_seq)

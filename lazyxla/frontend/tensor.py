@@ -31,6 +31,8 @@ class LazyTensor(torch.Tensor):
         t = _make_wrapper(LazyTensor, shape, strides=stride, storage_offset=offset,
                           dtype=dtype, device=DEVICES[storage.device])
         t._st = storage
+        if view is None:
+            storage.base_spec = spec
         t._view = view
         t._vcache = (storage.version, node) if view is not None else None
         t._mkey = spec

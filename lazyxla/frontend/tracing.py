@@ -24,6 +24,9 @@ from .storage import Storage
 
 _META_CACHE: dict = {}
 _SCALAR_TYPES = (float, int, bool)
+# Lifted ints travel as int64; one beyond (a uint64 value from 2**63 on) stays a
+# compile-time constant of its node instead (rare: a recompile per such value).
+_INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
 _META = torch.device("meta")
 
 
@@ -90,7 +93,7 @@ def convert(value, scalar_slot: bool, parts: list, inputs: list, devs: list):
     if tp is LazyTensor:
         return _tensor_operand(value, parts, inputs, devs)
     if tp in _SCALAR_TYPES:
-        if scalar_slot:
+        if scalar_slot and (tp is not int or _INT64_MIN <= value <= _INT64_MAX):
             node = lift_scalar(value)
             parts.append(tp)
             inputs.append(node)
@@ -190,6 +193,9 @@ def infer(func, args, kwargs):
     margs = _to_meta(args)
     mkwargs = {k: _to_meta(v) for k, v in kwargs.items()} if kwargs else {}
     out = func(*margs, **mkwargs)
+    check = _EAGER_CHECKS.get(func)
+    if check is not None:
+        check(*margs, **mkwargs)
     # Once per cache key: an output dtype the device cannot hold (complex) fails here,
     # at the call, not at the next sync.
     for o in (out if isinstance(out, (tuple, list)) else (out,)):
@@ -204,6 +210,15 @@ def infer(func, args, kwargs):
         # None: an output the call asked not to compute (backward ops' output_mask)
         return tuple(spec_of(o) if o is not None else None for o in out), True
     raise NotImplementedError(f"lazyxla: cannot infer the output of {func} (returned {type(out).__name__})")
+
+
+def _int_pow_check(x, exponent):
+    if not x.dtype.is_floating_point and type(exponent) is int and exponent < 0:
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
+
+
+# Eager's argument errors that meta kernels lack (they would become wrong values here).
+_EAGER_CHECKS = {torch.ops.aten.pow.Tensor_Scalar: _int_pow_check, torch.ops.aten.pow_.Scalar: _int_pow_check}
 
 
 def check_allocation(shape: tuple, dtype: torch.dtype) -> None:

@@ -13,8 +13,18 @@ def opmath(jdtype):
 
 def as_compute(ctx, *xs):
     """Cast every operand to the node's compute dtype (arithmetic ops)."""
-    dt = opmath(ctx.jdtype)
-    return tuple(jnp.asarray(x).astype(dt) for x in xs)
+    return cast_all(opmath(ctx.jdtype), *xs)
+
+
+def cast_all(dt, *xs):
+    """Every operand (array or Python scalar) as an array of dtype `dt`."""
+    return tuple(jnp.asarray(x, dt) if _is_big_int(x) else jnp.asarray(x).astype(dt) for x in xs)
+
+
+def _is_big_int(x) -> bool:
+    """A Python int beyond int64 (a uint64 constant, see frontend/tracing.py): it has
+    no default JAX dtype, so it converts straight to the wanted one."""
+    return type(x) is int and not -2**63 <= x < 2**63
 
 
 def _category(dt) -> int:
@@ -27,7 +37,7 @@ def _category(dt) -> int:
 
 def common_dtype(*xs):
     """PyTorch-style promotion of operands where 0-d values (scalars) weigh less."""
-    arrays = [jnp.asarray(x) for x in xs]
+    arrays = [jnp.asarray(x, jnp.uint64) if _is_big_int(x) else jnp.asarray(x) for x in xs]
     dimensioned = [a.dtype for a in arrays if a.ndim > 0]
     zero_d = [a.dtype for a in arrays if a.ndim == 0]
     if not dimensioned:

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ._util import as_compute, common_dtype
+from ._util import as_compute, cast_all, common_dtype
 from .registry import register
 
 aten = torch.ops.aten
@@ -38,7 +38,9 @@ _UNARY = {
     aten.frac.default: lambda x: x - jnp.trunc(x), aten.square.default: jnp.square,
     aten.hardsigmoid.default: lambda x: jnp.clip(x / 6 + 0.5, 0, 1),
     aten.hardswish.default: lambda x: x * jnp.clip(x / 6 + 0.5, 0, 1),
-    aten.lgamma.default: lax.lgamma, aten.digamma.default: lax.digamma,
+    aten.lgamma.default: lax.lgamma,
+    # lax.digamma(±0) is nan; eager gives the pole's one-sided limit: -inf at +0, +inf at -0.
+    aten.digamma.default: lambda x: jnp.where(x == 0, -jnp.copysign(jnp.inf, x), lax.digamma(x)),
 }
 for _op, _fn in _UNARY.items():
     register(_op)(_unary(_fn))
@@ -122,8 +124,7 @@ def _div_mode(ctx, x, y, rounding_mode=None):
     if jnp.issubdtype(x.dtype, jnp.integer):
         if rounding_mode == "floor":
             return jnp.floor_divide(x, y)
-        q = lax.div(x, y)  # C-style truncation
-        return q
+        return lax.div(*jnp.broadcast_arrays(x, y))  # C-style truncation; lax does not broadcast
     q = x / y
     return jnp.floor(q) if rounding_mode == "floor" else jnp.trunc(q)
 
@@ -152,7 +153,17 @@ def _pow(ctx, x, y):
             return lax.integer_pow(x, int(y))
         return jnp.power(x, jnp.asarray(y, x.dtype))
     x, y = as_compute(ctx, x, y)
+    if jnp.issubdtype(x.dtype, jnp.signedinteger):  # (unsigned exponents are never negative)
+        return _int_pow(x, y)
     return jnp.power(x, y)
+
+
+def _int_pow(x, y):
+    """Integer x ** y with eager's answer for negative exponents (jnp.power returns
+    garbage there): 1 for base 1, ±1 for base -1 by the exponent's parity, else 0."""
+    one = jnp.ones((), x.dtype)
+    neg = jnp.where(x == 1, one, jnp.where(x == -1, jnp.where(y % 2 == 0, one, -one), 0))
+    return jnp.where(y < 0, neg, jnp.power(x, jnp.maximum(y, 0)))
 
 
 for _op, _fn in {
@@ -166,8 +177,7 @@ for _op, _fn in {
 
 def _compare(fn):
     def rule(ctx, x, y):
-        dt = common_dtype(x, y)
-        return fn(jnp.asarray(x).astype(dt), jnp.asarray(y).astype(dt))
+        return fn(*cast_all(common_dtype(x, y), x, y))
     return rule
 
 
@@ -184,7 +194,7 @@ for _ops, _fn in {
 def _bitwise(fn, logical):
     def rule(ctx, x, y):
         dt = common_dtype(x, y)
-        x, y = jnp.asarray(x).astype(dt), jnp.asarray(y).astype(dt)
+        x, y = cast_all(dt, x, y)
         return logical(x, y) if dt == jnp.bool_ else fn(x, y)
     return rule
 

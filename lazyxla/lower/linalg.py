@@ -24,15 +24,20 @@ def _matmul(ctx, a, b):
 
 @register(aten.addmm.default, aten.baddbmm.default, aten.addmv.default)
 def _addmm(ctx, bias, a, b, *, beta=1, alpha=1):
-    dt = opmath(ctx.jdtype)
-    out = _mm(ctx, a, b) * jnp.asarray(alpha).astype(dt)
-    return out + bias.astype(dt) * jnp.asarray(beta).astype(dt)
+    return _scaled_add(ctx, bias, _mm(ctx, a, b), beta, alpha)
 
 
 @register(aten.addbmm.default)
 def _addbmm(ctx, bias, a, b, *, beta=1, alpha=1):
+    return _scaled_add(ctx, bias, jnp.sum(_mm(ctx, a, b), axis=0), beta, alpha)
+
+
+def _scaled_add(ctx, bias, prod, beta, alpha):
+    """beta * bias + alpha * prod with beta and alpha cast to the compute dtype first, as
+    eager does: for integer tensors 0.6 truncates to 0 (scaling by 0.6, then casting,
+    gave other values)."""
     dt = opmath(ctx.jdtype)
-    return bias.astype(dt) * beta + jnp.sum(_mm(ctx, a, b), axis=0) * alpha
+    return prod * jnp.asarray(alpha).astype(dt) + bias.astype(dt) * jnp.asarray(beta).astype(dt)
 
 
 def _conv_dims(nd: int):

@@ -134,8 +134,12 @@ def _bn_decomp(x, weight, bias, running_mean, running_var, training, momentum, e
             raise RuntimeError("lazyxla: batch_norm in eval mode needs running_mean and running_var")
         return aten._native_batch_norm_legit.no_stats(x, weight, bias, True, momentum, eps)
     if not training:
-        return aten._native_batch_norm_legit_no_training.default(x, weight, bias, running_mean, running_var,
-                                                                 momentum, eps)
+        # Eager (CPU and CUDA) saves no statistics in eval mode and returns them empty,
+        # shape (0,); the meta kernel says (C,), so build the empty outputs here.
+        out = aten._native_batch_norm_legit_no_training.default(x, weight, bias, running_mean, running_var,
+                                                                momentum, eps)[0]
+        empty = x.new_empty((0,), dtype=running_mean.dtype)
+        return out, empty, empty.clone()
     out, mean, invstd, new_mean, new_var = aten._native_batch_norm_legit_functional.default(
         x, weight, bias, running_mean, running_var, True, momentum, eps)
     running_mean.copy_(new_mean)

@@ -163,12 +163,19 @@ def _log_softmax_backward(ctx, grad, y, dim, input_dtype):
 
 @register(aten.cumsum.default)
 def _cumsum(ctx, x, dim, *, dtype=None):
-    return jnp.cumsum(_acc(ctx, x), axis=dim)
+    return _scan(jnp.cumsum, ctx, x, dim)
 
 
 @register(aten.cumprod.default)
 def _cumprod(ctx, x, dim, *, dtype=None):
-    return jnp.cumprod(_acc(ctx, x), axis=dim)
+    return _scan(jnp.cumprod, ctx, x, dim)
+
+
+def _scan(fn, ctx, x, dim):
+    """A cumulative op along `dim`; eager accepts dim 0 / -1 on a 0-d tensor (a scan of
+    one element: the identity), where jnp raises."""
+    x = _acc(ctx, x)
+    return x if x.ndim == 0 else fn(x, axis=dim)
 
 
 @register(aten.sort.default, aten.sort.stable)

@@ -100,11 +100,13 @@ def _as_strided(ctx, x, size, stride, storage_offset=None):
 
 @register(aten.unfold.default)
 def _unfold(ctx, x, dim, size, step):
-    dim = _dim(dim, max(x.ndim, 1))
-    n = (x.shape[dim] - size) // step + 1 if x.ndim else 1
+    if x.ndim == 0:  # eager: shape (size,) with size 0 or 1, no window dimension
+        return jnp.broadcast_to(x, (size,))
+    dim = _dim(dim, x.ndim)
+    n = (x.shape[dim] - size) // step + 1
     starts = np.arange(n) * step
     idx = starts[:, None] + np.arange(size)[None, :]
-    g = jnp.take(x, jnp.asarray(idx.reshape(-1)), axis=dim) if x.ndim else jnp.broadcast_to(x, (1,))
+    g = jnp.take(x, jnp.asarray(idx.reshape(-1)), axis=dim)
     g = jnp.reshape(g, x.shape[:dim] + (n, size) + x.shape[dim + 1:])
     return jnp.moveaxis(g, dim + 1, -1)
 
