@@ -92,6 +92,27 @@ def test_in_place_update_of_an_input_is_written_back_and_donated(dev, fresh_comp
     assert_close(p, p0 - 0.3 * g, rtol=1e-5, atol=1e-6)
 
 
+
+def test_a_replayed_call_makes_one_tensor_per_result_and_none_per_write_back(dev):
+    # Per-call Python work is per output: an optimizer step writes hundreds of
+    # tensors back; their new values are assigned as nodes, never wrapped first.
+    from lazyxla.frontend import storage
+    ps = list(materialised(dev, *[rand(4, seed=s) for s in range(5)]))
+
+    @_compile
+    def step(ps):
+        for p in ps:
+            p.mul_(0.5)
+        return ps[0].sum()
+
+    step(ps)
+    lx.sync()
+    before = next(storage._seq)
+    total = step(ps)
+    assert next(storage._seq) - before - 1 == 1   # the one result `total`
+    assert_close(total, rand(4, seed=0).sum() * 0.25, rtol=1e-5)
+    assert_close(ps[4], rand(4, seed=4) * 0.25, rtol=1e-6)
+
 def test_guard_failure_retraces_and_dynamic_shapes_capture_per_shape(dev):
     w = rand(6, 3)
     compiled = _compile(lambda x, w: (x @ w).relu())

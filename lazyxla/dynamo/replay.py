@@ -31,9 +31,10 @@ import torch
 from .. import metrics
 from ..donation import set_buffer_donation
 from ..frontend.dispatch import assign
+from ..frontend.storage import Storage
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import DeviceMismatchError
-from ..ir.node import DATA
+from ..ir.node import DATA, Node
 from ..lock import LOCK
 from ..sync.capture import Capture, capture
 
@@ -74,10 +75,10 @@ class CompiledGraph:
             node = t._st.value if t._view is None else None
             if node is not None and node.op is DATA and node.data.donate:
                 node.data.call_donor = True
-        results = cap(inputs)
-        for k, pos in enumerate(cap.mutated):
-            _write_back(tensors[pos], inputs[pos], results[cap.n_results + k])
-        it = iter(results[:cap.n_results])
+        results, updates = cap.insert(inputs)
+        for pos, node in zip(cap.mutated, updates):
+            _write_back(tensors[pos], inputs[pos], node)
+        it = iter(results)
         return [next(it) if slot is _TENSOR else slot for slot in entry.layout]
 
     def _capture(self, args: list, inputs: list, positions: list) -> _Entry:
@@ -149,10 +150,10 @@ def _on_device(tensors: list) -> list[LazyTensor]:
     return [t if isinstance(t, LazyTensor) else t.to(device) for t in tensors]
 
 
-def _write_back(target: torch.Tensor, used: LazyTensor, new: LazyTensor) -> None:
+def _write_back(target: torch.Tensor, used: LazyTensor, new: Node) -> None:
     """The compiled function updated `target` in place: give it the new value without
     dispatching an op (a lazy target) or by a host copy (an uploaded 0-d CPU tensor)."""
     if used is target:
-        assign(target, new.lazy_value())
+        assign(target, new)
     else:
-        target.copy_(new.cpu())
+        target.copy_(LazyTensor.wrap(Storage(new, used._st.device), None, new, used._mkey).cpu())

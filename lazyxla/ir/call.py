@@ -27,14 +27,19 @@ class Subprogram:
     (`(shape, torch dtype)` pairs). Equal keys must mean the same computation:
     the key stands for `fn` in graph keys and compile-cache keys.
     """
-    __slots__ = ("fn", "key", "name", "out_avals", "item_sigs")
+    __slots__ = ("fn", "key", "key_id", "name", "out_avals", "out_shapes", "out_dtypes", "item_sigs")
 
     def __init__(self, fn: Callable, key: Hashable, name: str,
                  out_avals: Sequence[tuple[tuple, torch.dtype]]) -> None:
         self.fn = fn
         self.key = key
+        # The key holds the captured graph's whole structure (hundreds of entries); a
+        # tuple does not cache its hash, so each call's node signature uses this id.
+        self.key_id = intern_sig(("subprogram", key))
         self.name = name
         self.out_avals = tuple((tuple(s), d) for s, d in out_avals)
+        self.out_shapes = tuple(s for s, _ in self.out_avals)   # the CALL node's, per call
+        self.out_dtypes = tuple(d for _, d in self.out_avals)
         # Signatures of the GETITEM nodes reading each output, interned once: a compiled
         # forward has hundreds of outputs (saved activations) and is called every step.
         self.item_sigs = tuple(intern_sig((GETITEM, i, s, d)) for i, (s, d) in enumerate(self.out_avals))
@@ -57,7 +62,6 @@ def call_outputs(program: Subprogram, operands: Sequence[Node]) -> list[Node]:
 def call_node(program: Subprogram, operands: Sequence[Node]) -> Node:
     """The node computing `program(*operands)`; read its outputs with `getitem_node`."""
     operands = tuple(operands)
-    sig = intern_sig(("call", program.key, tuple((n.shape, n.dtype) for n in operands)))
-    shapes = tuple(s for s, _ in program.out_avals)
-    dtypes = tuple(d for _, d in program.out_avals)
-    return Node(program, operands, None, operands, shapes, dtypes, sig, None, len(shapes))
+    sig = intern_sig(("call", program.key_id, tuple([(n.shape, n.dtype) for n in operands])))
+    return Node(program, operands, None, operands, program.out_shapes, program.out_dtypes, sig, None,
+                len(program.out_shapes))

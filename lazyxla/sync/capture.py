@@ -103,11 +103,22 @@ class Capture:
     def __call__(self, inputs: Sequence[LazyTensor]) -> list[LazyTensor]:
         """Insert one call into the pending graph: fn's results, then the new values of
         the mutated inputs (in `self.mutated` order), as fresh lazy tensors."""
+        results, updates = self.insert(inputs)
+        wrap = LazyTensor.wrap
+        return results + [wrap(Storage(node, self.device), None, node, (shape, stride, 0, dtype))
+                          for node, (shape, stride, dtype) in zip(updates, self.out_specs[self.n_results:])]
+
+    def insert(self, inputs: Sequence[LazyTensor]) -> tuple[list[LazyTensor], list[Node]]:
+        """Insert one call: (fn's results as fresh lazy tensors, the new values of the
+        mutated inputs as bare nodes). A caller that writes the new values back into
+        its inputs needs no tensor for them: a compiled AdamW step updates 212 tensors
+        per call, and a tensor (wrapper subclass + storage) costs more than its node."""
         if len(inputs) != self.n_inputs:
             raise CaptureError(f"lazyxla: captured program {self.program.name} takes {self.n_inputs} "
                                f"tensors, got {len(inputs)}")
         operands = [t.checked_value() for t in inputs] + self.extra_operands()
-        return insert_call(self.program, operands, self.out_specs, self.device)
+        outs = insert_call(self.program, operands, self.out_specs, self.device, self.n_results)
+        return outs[:self.n_results], outs[self.n_results:]
 
     def extra_operands(self) -> list[Node]:
         """The operands after the inputs: the current values of the outer tensors the
@@ -131,12 +142,16 @@ class Capture:
 
 
 def insert_call(program: Subprogram, operands: Sequence[Node], out_specs: Sequence[tuple],
-                device: int) -> list[LazyTensor]:
-    """One CALL node of `program` in the pending graph; its outputs as new lazy tensors
-    with `out_specs` ((shape, stride, dtype) each)."""
+                device: int, n_tensors: Optional[int] = None) -> list:
+    """One CALL node of `program` in the pending graph; its first `n_tensors` outputs
+    (default: all) as new lazy tensors with `out_specs` ((shape, stride, dtype) each),
+    the rest as their bare nodes."""
+    items = call_outputs(program, operands)
+    if n_tensors is None:
+        n_tensors = len(items)
     wrap = LazyTensor.wrap
     return [wrap(Storage(item, device), None, item, (shape, stride, 0, dtype))
-            for item, (shape, stride, dtype) in zip(call_outputs(program, operands), out_specs)]
+            for item, (shape, stride, dtype) in zip(items[:n_tensors], out_specs)] + items[n_tensors:]
 
 
 def capture(fn: Callable[..., Sequence[LazyTensor]], inputs: Sequence[LazyTensor], *,
