@@ -17,10 +17,8 @@ import sys
 import time
 from collections import defaultdict
 
-import torch
-
 import lazyxla as lx
-from lazyxla import workloads
+from compiled_step_profile import make_step   # this folder is on sys.path when run as a script
 from lazyxla.dynamo import replay
 from lazyxla.sync import api, capture
 
@@ -49,24 +47,13 @@ def main() -> None:
     timed(api, "plan", "sync: donation plan")
     timed(api, "get_or_compile", "sync: cache lookup")
     timed(api, "execute", "sync: execute (dispatch)")
-    wl = workloads.make(name)
-    dev = lx.device()
-    model = wl.model.to(dev)
-    x, y = wl.inputs.to(dev), wl.targets.to(dev)
-    opt = wl.optimizer(model.parameters(), foreach=True)
-    comp = (lambda f: torch.compile(f, backend="lazyxla")) if compiled else (lambda f: f)
-    mfn, lfn, sfn = comp(model), comp(wl.loss), comp(opt.step)
-    lx.sync()
-    lx.wait_device_ops()
+    step = make_step(name, compiled)
     rows = defaultdict(list)
     for i in range(steps + 3):
         lx.wait_device_ops()
         acc.clear()
         t0 = time.perf_counter()
-        opt.zero_grad()
-        loss = lfn(mfn, x, y)
-        loss.backward()
-        sfn()
+        loss = step()
         t1 = time.perf_counter()
         lx.sync()
         t2 = time.perf_counter()

@@ -21,7 +21,10 @@ import lazyxla as lx
 from lazyxla import workloads
 
 
-def run(name: str, compiled: bool, steps: int, profile: bool):
+def make_step(name: str, compiled: bool):
+    """The reference workload on the device: a function running one training step up
+    to (not including) `lx.sync()` and returning its loss; also used by
+    compiled_step_breakdown.py."""
     wl = workloads.make(name)
     dev = lx.device()
     model = wl.model.to(dev)
@@ -29,7 +32,21 @@ def run(name: str, compiled: bool, steps: int, profile: bool):
     opt = wl.optimizer(model.parameters(), foreach=True)
     comp = (lambda f: torch.compile(f, backend="lazyxla")) if compiled else (lambda f: f)
     mfn, lfn, sfn = comp(model), comp(wl.loss), comp(opt.step)
-    lx.sync(); lx.wait_device_ops()
+
+    def step():
+        opt.zero_grad()
+        loss = lfn(mfn, x, y)
+        loss.backward()
+        sfn()
+        return loss
+
+    lx.sync()
+    lx.wait_device_ops()
+    return step
+
+
+def run(name: str, compiled: bool, steps: int, profile: bool):
+    step = make_step(name, compiled)
     times = []
     prof = cProfile.Profile() if profile else None
     for i in range(steps + 3):
@@ -37,10 +54,7 @@ def run(name: str, compiled: bool, steps: int, profile: bool):
         t0 = time.perf_counter()
         if prof and i >= 3:
             prof.enable()
-        opt.zero_grad()
-        loss = lfn(mfn, x, y)
-        loss.backward()
-        sfn()
+        loss = step()
         lx.sync()
         if prof and i >= 3:
             prof.disable()
