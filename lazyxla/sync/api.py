@@ -208,13 +208,13 @@ def _read_device_data(tensors: list) -> dict:
         st = t._st
         if st.value.op is not DATA:
             continue
-        node = t.checked_value()   # raises DonatedBufferError for a donated base
+        data = st.value.data
         if t._view is None:
-            hosts[id(t)] = download(node.data.live_array(), t.dtype)
+            hosts[id(t)] = download(data.live_array(), t.dtype)   # raises for a donated buffer
             continue
         base = bases.get(id(st))
         if base is None:
-            base = bases[id(st)] = download(st.value.data.live_array(), st.value.dtype)
+            base = bases[id(st)] = download(data.live_array(), st.value.dtype)
         hosts[id(t)] = view_of_host(base, t._view).clone()
     return hosts
 

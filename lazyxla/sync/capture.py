@@ -103,22 +103,21 @@ class Capture:
     def __call__(self, inputs: Sequence[LazyTensor]) -> list[LazyTensor]:
         """Insert one call into the pending graph: fn's results, then the new values of
         the mutated inputs (in `self.mutated` order), as fresh lazy tensors."""
-        results, updates = self.insert(inputs)
-        wrap = LazyTensor.wrap
-        return results + [wrap(Storage(node, self.device), None, node, (shape, stride, 0, dtype))
-                          for node, (shape, stride, dtype) in zip(updates, self.out_specs[self.n_results:])]
+        return insert_call(self.program, self._operands(inputs), self.out_specs, self.device)
 
     def insert(self, inputs: Sequence[LazyTensor]) -> tuple[list[LazyTensor], list[Node]]:
         """Insert one call: (fn's results as fresh lazy tensors, the new values of the
         mutated inputs as bare nodes). A caller that writes the new values back into
         its inputs needs no tensor for them: a compiled AdamW step updates 212 tensors
         per call, and a tensor (wrapper subclass + storage) costs more than its node."""
+        outs = insert_call(self.program, self._operands(inputs), self.out_specs, self.device, self.n_results)
+        return outs[:self.n_results], outs[self.n_results:]
+
+    def _operands(self, inputs: Sequence[LazyTensor]) -> list[Node]:
         if len(inputs) != self.n_inputs:
             raise CaptureError(f"lazyxla: captured program {self.program.name} takes {self.n_inputs} "
                                f"tensors, got {len(inputs)}")
-        operands = [t.checked_value() for t in inputs] + self.extra_operands()
-        outs = insert_call(self.program, operands, self.out_specs, self.device, self.n_results)
-        return outs[:self.n_results], outs[self.n_results:]
+        return [t.checked_value() for t in inputs] + self.extra_operands()
 
     def extra_operands(self) -> list[Node]:
         """The operands after the inputs: the current values of the outer tensors the
