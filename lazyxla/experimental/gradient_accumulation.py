@@ -59,8 +59,7 @@ def gradient_accumulation(train_step: Callable[..., Union[torch.Tensor, Sequence
     sync_tensors(iterables + carried + params, wait=False, donate_inplace=False)
     body = _capture_body(train_step, iterables, carried, params, n_steps)
     loop = _loop_program(body, n_steps, len(iterables), len(carried))
-    operands = [t.checked_value() for t in iterables + carried] + body.extra_operands()
-    results = insert_call(loop, operands, body.out_specs, device)
+    results = insert_call(loop, body.operands(iterables + carried), body.out_specs, device)
     loss, new_carried, grads = results[0], results[1:1 + len(carried)], results[1 + len(carried):]
     with torch.no_grad():
         for p, acc in zip(params, grads):

@@ -103,17 +103,20 @@ class Capture:
     def __call__(self, inputs: Sequence[LazyTensor]) -> list[LazyTensor]:
         """Insert one call into the pending graph: fn's results, then the new values of
         the mutated inputs (in `self.mutated` order), as fresh lazy tensors."""
-        return insert_call(self.program, self._operands(inputs), self.out_specs, self.device)
+        return insert_call(self.program, self.operands(inputs), self.out_specs, self.device)
 
     def insert(self, inputs: Sequence[LazyTensor]) -> tuple[list[LazyTensor], list[Node]]:
         """Insert one call: (fn's results as fresh lazy tensors, the new values of the
         mutated inputs as bare nodes). A caller that writes the new values back into
         its inputs needs no tensor for them: a compiled AdamW step updates 212 tensors
         per call, and a tensor (wrapper subclass + storage) costs more than its node."""
-        outs = insert_call(self.program, self._operands(inputs), self.out_specs, self.device, self.n_results)
+        outs = insert_call(self.program, self.operands(inputs), self.out_specs, self.device, self.n_results)
         return outs[:self.n_results], outs[self.n_results:]
 
-    def _operands(self, inputs: Sequence[LazyTensor]) -> list[Node]:
+    def operands(self, inputs: Sequence[LazyTensor]) -> list[Node]:
+        """A call's operands: the inputs' values, then `extra_operands()`. The inputs
+        may be larger along the leading dimension than at capture (gradient
+        accumulation passes whole iterables to a loop around the captured body)."""
         if len(inputs) != self.n_inputs:
             raise CaptureError(f"lazyxla: captured program {self.program.name} takes {self.n_inputs} "
                                f"tensors, got {len(inputs)}")
