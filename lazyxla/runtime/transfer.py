@@ -92,6 +92,7 @@ def download(array, dtype: torch.dtype) -> torch.Tensor:
 
 
 def reshard(array: jax.Array, sharding) -> jax.Array:
-    """`array` moved to `sharding` (XLA moves only what each device lacks), into buffers
-    XLA owns so that they can be donated later."""
-    return _owned_copy_to(sharding)(array)
+    """`array` moved to `sharding` (also onto another device order), into buffers XLA
+    owns so that they can be donated later."""
+    with metrics.timed("TransferToDeviceTime"):
+        return _owned_copy_to(sharding)(jax.device_put(array, sharding))

@@ -7,6 +7,7 @@ data-parallel and FSDP recipes.
 """
 from .api import clear_sharding, is_spmd, local_shards, mark_sharding, sharding_spec, use_spmd
 from .mesh import Mesh, get_1d_mesh, get_global_mesh, set_global_mesh
+from .recipes import shard_parameters
 
 __all__ = ["use_spmd", "is_spmd", "Mesh", "get_1d_mesh", "set_global_mesh", "get_global_mesh",
-           "mark_sharding", "clear_sharding", "sharding_spec", "local_shards"]
+           "mark_sharding", "clear_sharding", "sharding_spec", "local_shards", "shard_parameters"]

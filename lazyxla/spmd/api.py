@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 
 from ..frontend.device import reset_devices
-from ..frontend.storage import live_devices
+from ..frontend.storage import live_devices, live_storages
 from ..frontend.tensor import LazyTensor
 from ..ir.node import DATA, SHARDING_CONSTRAINT, Node, data_node, intern_sig
 from ..lock import LOCK
@@ -31,7 +31,7 @@ def use_spmd() -> None:
     with LOCK:
         if placement.spmd_enabled():
             return
-        if live_devices():
+        if any(live_storages(d) for d in live_devices()):
             raise RuntimeError(
                 "lazyxla: lx.spmd.use_spmd() must be called before any lazyxla tensor exists (tensors "
                 "already on a device would keep their single-device placement). Call it right after "
