@@ -48,7 +48,7 @@ def is_spmd() -> bool:
     return placement.spmd_enabled()
 
 
-def _base(t, what: str) -> LazyTensor:
+def _base(t, what: str, views: bool = False) -> LazyTensor:
     if not isinstance(t, LazyTensor):
         kind = f"a {t.device} tensor" if isinstance(t, torch.Tensor) else f"a {type(t).__name__}"
         raise TypeError(f"lazyxla: {what} expects a lazyxla tensor, got {kind}; move it to the device "
@@ -56,7 +56,7 @@ def _base(t, what: str) -> LazyTensor:
     if not placement.spmd_enabled():
         raise RuntimeError(f"lazyxla: {what} needs SPMD mode; call lx.spmd.use_spmd() before creating "
                            "any lazyxla tensor")
-    if t._view is not None:
+    if t._view is not None and not views:
         raise ValueError(f"lazyxla: {what} of a view (shape {list(t.shape)}) is not supported: the sharding "
                          "belongs to the whole tensor; mark the base tensor it was taken from")
     return t
@@ -106,8 +106,11 @@ def clear_sharding(t: torch.Tensor) -> torch.Tensor:
 def sharding_spec(t: torch.Tensor) -> Optional[tuple]:
     """The partition spec of `t` (axis names; indices for an unnamed mesh), or None when
     replicated. Pending results that nobody marked report None until a sync decides
-    their sharding."""
-    t = _base(t, "sharding_spec")
+    their sharding, and so does a view (e.g. a transposed `.grad`): the sharding belongs
+    to its base tensor."""
+    t = _base(t, "sharding_spec", views=True)
+    if t._view is not None:
+        return None
     value = t.checked_value()
     if value.op is DATA:
         return spec_of(placement.sharding_of(value.data), t.dim())

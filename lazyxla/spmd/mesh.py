@@ -103,4 +103,5 @@ def get_global_mesh() -> Optional[Mesh]:
 
 def axis_label(mesh: JaxMesh, name: str):
     """What sharding_spec reports for a JAX axis name: the name, or the index of an unnamed axis."""
-    return int(name[len(_UNNAMED):]) if name.startswith(_UNNAMED) else name
+    index = name[len(_UNNAMED):]
+    return int(index) if name.startswith(_UNNAMED) and index.isdigit() else name
