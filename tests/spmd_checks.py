@@ -227,7 +227,7 @@ def check_training(name: str):
     }
     for what, losses in runs.items():
         assert torch.allclose(torch.tensor(losses), torch.tensor(ref), rtol=1e-4), (what, losses, ref)
-    print(f"OK training {name}")
+    print(f"OK {name}")
 
 
 if __name__ == "__main__":

@@ -11,8 +11,14 @@ HERE = os.path.dirname(__file__)
 ROOT = os.path.dirname(HERE)
 
 
+def _env(**extra) -> dict:
+    """This checkout's lazyxla in the subprocess, whatever is installed."""
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
 def _run_group(group: str) -> None:
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env = _env(XLA_FLAGS="--xla_force_host_platform_device_count=8")
     out = subprocess.run([sys.executable, os.path.join(HERE, "spmd_checks.py"), group], env=env,
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
@@ -38,8 +44,8 @@ def test_spmd_training(workload):
 
 @pytest.mark.slow
 def test_two_processes_data_parallel():
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
+    env = _env()
+    env.pop("XLA_FLAGS", None)   # the launcher sets each process's device count
     out = subprocess.run([sys.executable, "-m", "lazyxla.examples.spmd_data_parallel", "--processes", "2",
                           "--devices-per-process", "4", "--steps", "3", "--check"],
                          env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
