@@ -119,6 +119,22 @@ def check_basics():
     assert lx.spmd.get_1d_mesh("d").shape() == {"d": 8}
     lx.spmd.set_global_mesh(m2)
     assert lx.spmd.get_global_mesh() is m2
+
+    # torch.compile and gradient accumulation run on sharded inputs too
+    host = torch.randn(8, 2)
+    sx = lx.spmd.mark_sharding(host.to(dev), mesh, ("x", None))
+    compiled = torch.compile(lambda a: (a * 2).sum(0), backend="lazyxla")
+    assert torch.allclose(compiled(sx).cpu(), (host * 2).sum(0)) and torch.allclose(compiled(sx).cpu(), (host * 2).sum(0))
+    cpu_model = torch.nn.Linear(2, 1)
+    model = copy.deepcopy(cpu_model).to(dev)
+    hx, hy = torch.randn(4, 8, 2), torch.randn(4, 8, 1)
+    step = lambda m: lambda a, b: ((m(a) - b) ** 2).mean()  # noqa: E731
+    loss = lx.experimental.gradient_accumulation(
+        step(model), [lx.spmd.mark_sharding(hx.to(dev), mesh, (None, "x", None)), hy.to(dev)], model)
+    ref = sum(step(cpu_model)(a, b) for a, b in zip(hx, hy)) / 4
+    ref.backward()
+    assert torch.allclose(loss.cpu(), ref.detach(), rtol=1e-5)
+    assert torch.allclose(model.weight.grad.cpu(), cpu_model.weight.grad, rtol=1e-5)
     print("OK basics")
 
 
