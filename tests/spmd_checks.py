@@ -70,6 +70,7 @@ def check_basics():
         t2 = lx.spmd.mark_sharding(torch.randn(8, 2, 2).to(dev), mesh, ("x", None, None))
         t1c, t2c = t1.cpu(), t2.cpu()
         lx.sync()
+        buffers = [data_of(t).array for t in (t1, t2)]   # placed by now (t2: 8 shards)
         lx.metrics.clear_all()
         t3 = t1 + t2[:4]
         t1 *= 2.0
@@ -78,7 +79,9 @@ def check_basics():
         lx.spmd.mark_sharding(marked, mesh, ("x",))
         assert lx.set_buffer_donation(marked, True)
         y = marked + 1
+        buffers.append(data_of(marked).array)
         lx.sync()
+        assert all(b.is_deleted() == aliasing for b in buffers)  # a donated tensor frees all its shards
         assert alias()[1] == expected + (1.0 if aliasing else 0.0), (aliasing, alias())
         assert torch.allclose(t3.cpu(), t1c + t2c[:4]) and torch.allclose(t1.cpu(), t1c * 2)
         assert torch.allclose(t2.cpu(), t2c + 2) and y.tolist() == [2.0] * 8
@@ -155,6 +158,9 @@ def check_errors():
     expect_error(ValueError, lambda: lx.spmd.Mesh(range(8), (2, 2)), "needs 4 device ids")
     expect_error(ValueError, lambda: lx.spmd.Mesh(range(8), (8,), ("a", "b")), "axis_names")
     assert lx.spmd.sharding_spec(t) is None and t.sum().item() == 120.0   # nothing changed
+    expect_error(RuntimeError, lambda: lx.distributed.initialize("127.0.0.1:1", 2, 0),
+                 "before any lazyxla tensor", "right after `import lazyxla`")
+    assert lx.distributed.process_index() == 0 and lx.distributed.process_count() == 1
 
     # two meshes ordering the devices differently in one computation
     a = lx.spmd.mark_sharding(torch.ones(8).to(dev), lx.spmd.Mesh(range(8), (8,)), (0,))
