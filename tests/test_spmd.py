@@ -42,6 +42,19 @@ def test_spmd_training(workload):
     _run_group(workload)
 
 
+def test_marking_needs_spmd_mode(dev):
+    """In the test process (no SPMD): marking says how to turn SPMD on; nothing changes."""
+    import torch
+    import lazyxla as lx
+    t = torch.ones(2).to(dev)
+    mesh = lx.spmd.Mesh([0], (1,), ("x",))
+    with pytest.raises(RuntimeError, match="use_spmd"):
+        lx.spmd.mark_sharding(t, mesh, ("x",))
+    assert not lx.spmd.is_spmd() and t.tolist() == [1.0, 1.0]
+    with pytest.raises(RuntimeError, match="before any lazyxla tensor exists"):
+        lx.spmd.use_spmd()   # t exists
+
+
 @pytest.mark.slow
 def test_two_processes_data_parallel():
     env = _env()
