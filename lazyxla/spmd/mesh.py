@@ -101,7 +101,7 @@ def get_global_mesh() -> Optional[Mesh]:
     return _global[0]
 
 
-def axis_label(mesh: JaxMesh, name: str):
+def axis_label(name: str):
     """What sharding_spec reports for a JAX axis name: the name, or the index of an unnamed axis."""
     index = name[len(_UNNAMED):]
     return int(index) if name.startswith(_UNNAMED) and index.isdigit() else name

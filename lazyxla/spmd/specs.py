@@ -50,7 +50,7 @@ def named_sharding(mesh: Mesh, spec, shape: tuple) -> NamedSharding:
         axes = tuple(_axis(mesh, e, dim) for e in (entry if isinstance(entry, tuple) else (entry,)))
         for a in axes:
             if a in used:
-                raise ValueError(f"lazyxla: mesh axis {axis_label(mesh.jax_mesh, a)!r} appears twice in the "
+                raise ValueError(f"lazyxla: mesh axis {axis_label(a)!r} appears twice in the "
                                  f"partition spec {spec}; each axis may split one dimension")
             used.add(a)
         ways = math.prod(sizes[a] for a in axes)
@@ -67,14 +67,13 @@ def spec_of(sharding, rank: int) -> Optional[tuple]:
     spec = getattr(sharding, "spec", None)
     if spec is None or sharding.is_fully_replicated:
         return None
-    mesh = sharding.mesh
 
     def label(entry):
         if entry is None:
             return None
         if isinstance(entry, tuple):
-            return tuple(axis_label(mesh, a) for a in entry) if len(entry) > 1 else axis_label(mesh, entry[0])
-        return axis_label(mesh, entry)
+            return tuple(axis_label(a) for a in entry) if len(entry) > 1 else axis_label(entry[0])
+        return axis_label(entry)
 
     entries = [label(e) for e in spec]
     return tuple(entries + [None] * (rank - len(entries)))
