@@ -20,7 +20,7 @@ from .._jax import jax_devices, jax_dtype
 from ..errors import LoweringError
 from ..runtime import placement
 from ..runtime.host_heap import release_free_heap
-from ..sync.collect import Graph
+from ..ir.graph import Graph
 from .explain import explain
 from .program import build, scalar_avals
 

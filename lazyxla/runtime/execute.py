@@ -17,7 +17,7 @@ from ..compile.cache import Executable
 from ..compile.program import scalar_args
 from ..ir.node import data_node
 from ..lock import LOCK
-from ..sync.collect import Graph
+from ..ir.graph import Graph
 from . import placement, shutdown
 from .device_data import DeviceData
 

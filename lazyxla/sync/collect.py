@@ -19,27 +19,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..ir.graph import Graph
 from ..ir.node import DATA, SCALAR, SHARDING_CONSTRAINT, Node
 from ..runtime import placement
 from ..runtime.device_data import DeviceData, donated_error
-
-
-class Graph:
-    __slots__ = ("device", "order", "outputs", "params", "scalars", "key", "storages", "root_slots",
-                 "out_shardings")
-
-    def __init__(self, device: int, order: list, outputs: tuple, params: list,
-                 scalars: list, key: tuple, storages: list, root_slots: tuple,
-                 out_shardings: Optional[tuple] = None) -> None:
-        self.device = device
-        self.order = order            # nodes in topological order
-        self.outputs = outputs        # positions in `order` of the distinct root nodes, ascending
-        self.params: list[DeviceData] = params
-        self.scalars: list[Node] = scalars
-        self.key = key
-        self.storages = storages      # (storage, output slot) pairs to install results into
-        self.root_slots = root_slots  # output slot of each distinct root, in the order given
-        self.out_shardings = out_shardings  # SPMD: requested sharding per output slot, else None
 
 
 def collect(device: int, items: list) -> Graph:
@@ -151,38 +134,3 @@ def _visit(root: Node, index: dict, order: list, entries: list, params: list,
         index[nid] = len(order)
         order.append(node)
         entries.append(entry)
-
-
-def data_reachable(roots) -> set:
-    """ids of every DeviceData reachable from `roots` (pending values)."""
-    seen: set = set()
-    found: set = set()
-    stack = list(roots)
-    while stack:
-        node = stack.pop()
-        nid = id(node)
-        if nid in seen:
-            continue
-        seen.add(nid)
-        if node.op is DATA:
-            found.add(id(node.data))
-        else:
-            stack.extend(node.inputs)
-    return found
-
-
-def reads_donated(root: Node) -> bool:
-    """True if computing `root` needs a buffer that was donated (slow path only)."""
-    seen: set = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.op is DATA:
-            if node.data.donated_in is not None:
-                return True
-        else:
-            stack.extend(node.inputs)
-    return False
