@@ -12,6 +12,7 @@ from .device import DEVICE_TYPE
 from .optim import in_optimizer_step
 from .sync_hooks import host_value
 from .dispatch import _alias, _fallback, _functional, _identity, _view, assign, run_op
+from .mathbits import MATHBIT_HANDLERS
 from .tensor import LazyTensor
 from .tracing import contiguous_strides, convert_call, lookup, wrap_outputs
 
@@ -262,6 +263,7 @@ SPECIAL = {
     aten.to.other: _to,
     aten.to.dtype_layout: _to,
     **{op: _fill_factory for op in _FILL_VALUES},
+    **MATHBIT_HANDLERS,
 }
 for _op in (aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float, aten.bernoulli_.Tensor,
             aten.random_.default, getattr(aten.random_, "from"), aten.random_.to, aten.exponential_.default,

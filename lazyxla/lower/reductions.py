@@ -124,7 +124,7 @@ def _logsumexp(ctx, x, dim, keepdim=False):
 
 @register(aten.linalg_vector_norm.default)
 def _vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
-    xa = jnp.abs(_acc(ctx, x))
+    xa = _acc(ctx, jnp.abs(x))  # abs first: a complex input's output dtype is real
     axes = norm_dims(dim, x.ndim)
     if ord == float("inf"):
         return jnp.max(xa, axis=axes, keepdims=keepdim)
