@@ -40,7 +40,7 @@ def _join(x, dtype=None):
     return z if dtype is None else z.astype(dtype)
 
 
-@register(aten._conj.default, aten.conj_physical.default)
+@register(aten._conj.default, aten.conj_physical.default, aten._conj_physical.default)
 def _conj(ctx, x):
     return _conj_values(x)
 
