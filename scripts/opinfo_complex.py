@@ -77,7 +77,7 @@ def run_entry(op, dtype, n_samples: int, dev) -> tuple[str, str]:
             raise
         except Exception as e:  # noqa: BLE001
             lines = traceback.format_exception_only(type(e), e)
-            return "fail", lines[-1].strip()[:300]
+            return "fail", " ".join("".join(lines).split())[:300]
     if not ran:
         return "no-samples", "eager ran none"
     host = [n for n in lx.metrics.counter_names() if n.startswith("aten::")]

@@ -260,6 +260,15 @@ def test_promotion(fn, args):
     check_op(fn, *args)
 
 
+@pytest.mark.parametrize("x", [torch.tensor([0.0, 1.0]), torch.tensor([0.0, 1.0]).double(), torch.tensor([0, 1]),
+                               torch.tensor([True, False])], ids=["f32", "f64", "i64", "bool"])
+def test_comparing_real_tensors_with_complex_scalars(x):
+    # Bug: the comparison's common dtype ignored the complex kind and cast 1j to a real 0.
+    for fn in (lambda t: t == 1j, lambda t: t != 1j, lambda t: t == (1 + 0j), lambda t: t == torch.tensor(1j),
+               lambda t: torch.eq(t, torch.tensor(1 + 0j, dtype=torch.complex128))):
+        check_op(fn, x)
+
+
 def test_python_complex_scalars_are_runtime_operands(dev):
     z = crand(8).to(dev)
     lx.sync()
