@@ -2,12 +2,14 @@
 
 A coverage probe for complex dtypes (issue #15), not a test: the OpInfo harness proper
 is tests/ops/test_opinfo.py. For every `op_db` entry whose CPU dtypes include `--dtype`,
-the first `--samples` sample inputs run on eager CPU and on lazyxla (forward only),
-compared with atol 1e-3 / rtol 1e-5 as torchax does (complex outputs compare real and
-imaginary parts). An entry passes when every sample matches; "via host" when it passes
-but some ATen op ran on the host (an `aten::` counter was set).
+the first `--samples` sample inputs run on eager CPU and on lazyxla, compared with
+atol 1e-3 / rtol 1e-5 as torchax does (complex outputs compare real and imaginary
+parts). With `--grad`, entries that support autograd also compare the gradients of
+the real part of sum(outputs * fixed weights) with respect to every input tensor.
+An entry passes when every sample matches; "via host" when it passes but some ATen
+op ran on the host (an `aten::` counter was set).
 
-    python scripts/opinfo_complex.py [--dtype complex64] [--samples 3] [--only fft.fft,abs]
+    python scripts/opinfo_complex.py [--dtype complex64] [--samples 3] [--grad] [--only fft.fft,abs]
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import lazyxla as lx
 
 def to_dev(value, dev):
     if isinstance(value, torch.Tensor):
-        return value.detach().to(dev)
+        return value.detach().to(dev).requires_grad_(value.requires_grad)
     if isinstance(value, (list, tuple)):
         return type(value)(to_dev(v, dev) for v in value)
     if isinstance(value, dict):
@@ -57,9 +59,30 @@ def _alarm(signum, frame):
     raise Timeout()
 
 
-def run_entry(op, dtype, n_samples: int, dev) -> tuple[str, str]:
+def tensors_in(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in tensors_in(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in tensors_in(v)]
+    return []
+
+
+def grads(out, inputs: list, dev=None) -> list:
+    """d real(sum(out * w)) / d inputs, with weights drawn from a fixed seed."""
+    outs = [o for o in tensors_in(out) if o.requires_grad and (o.is_floating_point() or o.is_complex())]
+    if not outs:
+        return []
+    gen = torch.Generator().manual_seed(0)
+    loss = sum(torch.real((o * torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device)).sum()) for o in outs)
+    return list(torch.autograd.grad(loss, inputs, allow_unused=True))
+
+
+def run_entry(op, dtype, n_samples: int, dev, with_grad: bool = False) -> tuple[str, str]:
+    with_grad = with_grad and op.supports_autograd
     try:
-        samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:n_samples]
+        samples = list(op.sample_inputs("cpu", dtype, requires_grad=with_grad))[:n_samples]
     except Exception as e:  # noqa: BLE001
         return "no-samples", f"{type(e).__name__}: {e}"
     ran = 0
@@ -71,8 +94,15 @@ def run_entry(op, dtype, n_samples: int, dev) -> tuple[str, str]:
             continue
         ran += 1
         try:
-            actual = op(to_dev(s.input, dev), *to_dev(s.args, dev), **to_dev(s.kwargs, dev))
+            din, dargs, dkw = to_dev(s.input, dev), to_dev(s.args, dev), to_dev(s.kwargs, dev)
+            actual = op(din, *dargs, **dkw)
             compare(actual, expected)
+            if with_grad:
+                leaves = [t for t in tensors_in([s.input, s.args, s.kwargs]) if t.requires_grad]
+                dleaves = [t for t in tensors_in([din, dargs, dkw]) if t.requires_grad]
+                if leaves:
+                    compare([g if g is not None else 0 for g in grads(actual, dleaves)],
+                            [g if g is not None else 0 for g in grads(expected, leaves)])
         except Timeout:
             raise
         except Exception as e:  # noqa: BLE001
@@ -91,6 +121,7 @@ def main() -> None:
     ap.add_argument("--only", default="")
     ap.add_argument("--timeout", type=int, default=120)
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--grad", action="store_true")
     a = ap.parse_args()
     dtype = getattr(torch, a.dtype)
     only = set(a.only.split(",")) if a.only else None
@@ -106,7 +137,7 @@ def main() -> None:
             continue
         signal.alarm(a.timeout)
         try:
-            status, why = run_entry(op, dtype, a.samples, dev)
+            status, why = run_entry(op, dtype, a.samples, dev, a.grad)
         except Timeout:
             status, why = "fail", "timeout"
         except Exception as e:  # noqa: BLE001
@@ -121,7 +152,7 @@ def main() -> None:
         if status != "pass" or a.verbose:
             print(f"{status:10s} {full}: {why}", flush=True)
     runnable = sum(v for k, v in counts.items() if k != "no-samples")
-    print(f"\n{a.dtype}: {runnable} entries with runnable samples: pass {counts.get('pass', 0)}, "
+    print(f"\n{a.dtype}{' with gradients' if a.grad else ''}: {runnable} entries with runnable samples: pass {counts.get('pass', 0)}, "
           f"pass via host {counts.get('host', 0)}, fail {counts.get('fail', 0)} "
           f"(no runnable samples: {counts.get('no-samples', 0)})")
     sys.stdout.flush()

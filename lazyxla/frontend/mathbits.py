@@ -20,22 +20,21 @@ from __future__ import annotations
 import torch
 
 from .dispatch import _view
-from .tensor import _is_conj, _is_neg
+
+_is_conj = torch.Tensor.is_conj
+_is_neg = torch.Tensor.is_neg
 
 
+# `_view` gives the view its source's bits (tensor.copy_bits); these two flip one.
 def conj_view(func, info, args, kwargs):
     out = _view(func, info, args, kwargs)
     torch._C._set_conj(out, not _is_conj(args[0]))
-    if _is_neg(args[0]):
-        torch._C._set_neg(out, True)
     return out
 
 
 def neg_view(func, info, args, kwargs):
     out = _view(func, info, args, kwargs)
     torch._C._set_neg(out, not _is_neg(args[0]))
-    if _is_conj(args[0]):
-        torch._C._set_conj(out, True)
     return out
 
 
