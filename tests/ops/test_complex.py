@@ -367,3 +367,12 @@ def test_host_fallback_honours_conjugate_views():
     out = check_op(torch.ops.lazyxla_test.conj_scaled, z)
     assert_close(out, z.conj().resolve_conj() * 2)
     assert counter("lazyxla_test::conj_scaled") == 1      # it did run on the host
+
+
+@pytest.mark.slow
+def test_torch_compile_of_complex_code(dev):
+    z = crand(8)
+    fft_abs = torch.compile(lambda t: torch.fft.fft(t * 1j).abs().sum(), backend="lazyxla")
+    conj_real = torch.compile(lambda t: (t.conj() * 2).real, backend="lazyxla")
+    assert_close(fft_abs(z.to(dev)), torch.fft.fft(z * 1j).abs().sum(), rtol=1e-5, atol=1e-5)
+    assert_close(conj_real(z.to(dev)), (z.conj() * 2).real)
