@@ -226,6 +226,11 @@ def _as_strided(func, info, args, kwargs):
     elements: refuse clearly."""
     base = storage_base(args[0])
     if base is None:
+        spec = args[0]._st.base_spec
+        if spec is not None and spec[3] != args[0].dtype:
+            raise NotImplementedError(
+                f"lazyxla: as_strided of a {args[0].dtype} view over a {spec[3]} base (view_as_real, "
+                "view_as_complex) is not supported; call .clone() first and index that")
         raise NotImplementedError(
             "lazyxla: as_strided is supported on tensors over a contiguous base only (this one has "
             f"strides {tuple(args[0].stride())}); call .contiguous() or .clone() first and index that")

@@ -179,6 +179,13 @@ def test_view_as_complex_write_through_into_a_real_base():
     check_op(fn, torch.randn(4, 2))
 
 
+def test_as_strided_over_a_reinterpreting_view_raises_with_the_workaround(dev):
+    r = torch.view_as_real(crand(4).to(dev))
+    with pytest.raises(NotImplementedError, match=r"view_as_real.*clone\(\)"):
+        r.as_strided((2, 2), (2, 1))
+    check_op(lambda z: torch.view_as_real(z).clone().as_strided((2, 2), (2, 1)), crand(4))
+
+
 def test_view_as_real_and_complex_round_trip():
     check_op(lambda z: torch.view_as_complex(torch.view_as_real(z) * 2), crand(2, 3))
     check_op(lambda x: torch.view_as_real(torch.view_as_complex(x)).sum(-1), torch.randn(3, 5, 2).requires_grad_())
