@@ -14,7 +14,6 @@ scatters in lower/views.py): conj and negation are their own inverses,
 from __future__ import annotations
 
 import jax.numpy as jnp
-import numpy as np
 import torch
 from jax import lax
 
@@ -68,8 +67,7 @@ register_scatter(aten.view_as_complex.default, cast=False)(lambda base, src: _sp
 
 @register(aten.complex.default)
 def _complex(ctx, real, imag):
-    dt = np.dtype(ctx.jdtype)
-    part = jnp.float64 if dt == np.complex128 else jnp.float32
+    part = jnp.finfo(ctx.jdtype).dtype   # float32 for complex64, float64 for complex128
     return lax.complex(real.astype(part), imag.astype(part))
 
 
