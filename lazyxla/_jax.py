@@ -41,6 +41,9 @@ TORCH_TO_JAX = {
     # OpInfo samples and XLA has it under x64, so what eager runs, lazyxla runs too.
     torch.uint64: jnp.uint64,
     torch.bool: jnp.bool_,
+    # complex128 needs JAX's x64 mode, which lazyxla always enables (above).
+    torch.complex64: jnp.complex64,
+    torch.complex128: jnp.complex128,
 }
 JAX_TO_TORCH = {np.dtype(v): k for k, v in TORCH_TO_JAX.items()}
 

@@ -11,7 +11,7 @@ import lazyxla as lx
 def to_dev(value, dev):
     if isinstance(value, torch.Tensor):
         t = value.detach().to(dev)
-        return t.requires_grad_(value.requires_grad) if value.is_floating_point() else t
+        return t.requires_grad_(value.requires_grad) if value.is_floating_point() or value.is_complex() else t
     if isinstance(value, (list, tuple)):
         return type(value)(to_dev(v, dev) for v in value)
     return value
@@ -41,7 +41,8 @@ def assert_close(actual, expected, rtol=1e-5, atol=1e-6):
 
 def check_op(fn: Callable, *inputs, rtol=1e-5, atol=1e-6, backward=None):
     """Run `fn` on CPU inputs and on lazyxla copies; compare outputs and, for
-    float inputs that require grad, gradients of sum(outputs * fixed weights)."""
+    float/complex inputs that require grad, gradients of the real part of
+    sum(outputs * fixed weights)."""
     dev = lx.device()
     cpu_in = [i.detach().clone().requires_grad_(i.requires_grad) if isinstance(i, torch.Tensor) else i
               for i in inputs]
@@ -60,8 +61,8 @@ def check_op(fn: Callable, *inputs, rtol=1e-5, atol=1e-6, backward=None):
         return actual
     gen = torch.Generator().manual_seed(0)
     weights = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in exp_outs]
-    sum(((o * w).sum() for o, w in zip(exp_outs, weights)), torch.zeros(())).backward()
-    sum(((o * w.to(dev)).sum() for o, w in zip(act_outs, weights)), torch.zeros((), device=dev)).backward()
+    sum((torch.real((o * w).sum()) for o, w in zip(exp_outs, weights)), torch.zeros(())).backward()
+    sum((torch.real((o * w.to(dev)).sum()) for o, w in zip(act_outs, weights)), torch.zeros((), device=dev)).backward()
     for c, d in zip(cpu_in, dev_in):
         if isinstance(c, torch.Tensor) and c.requires_grad:
             assert d.grad is not None, "missing gradient"

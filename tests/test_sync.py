@@ -176,7 +176,7 @@ def test_two_devices_if_available():
 
 def test_unsupported_dtype_is_a_clear_error(dev):
     with pytest.raises(TypeError, match="not supported"):
-        torch.zeros(2, dtype=torch.complex64).to(dev)
+        torch.zeros(2, dtype=torch.complex32).to(dev)
 
 
 def test_sync_from_thread(dev):

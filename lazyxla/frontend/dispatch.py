@@ -22,7 +22,7 @@ from ..lower.registry import DECOMPOSITIONS, LOWERINGS
 from .device import DEVICE_TYPE
 from .opinfo import OpInfo, functional_variant, is_inplace, is_out
 from .sync_hooks import cut_graphs
-from .tensor import LazyTensor
+from .tensor import LazyTensor, copy_bits
 from .tracing import DeviceMismatchError, convert_call, lookup, make_node, trace, wrap_outputs
 
 aten = torch.ops.aten
@@ -166,13 +166,13 @@ def _view(func, info, args, kwargs):
     parent = self.checked_value()
     node = Node(func, (parent,) + vargs, None, (parent,), spec[0], spec[3], entry.sig)
     chain = (self._view or ()) + (step,)
-    return LazyTensor.wrap(self._st, chain, node, spec)
+    return copy_bits(self, LazyTensor.wrap(self._st, chain, node, spec))
 
 
 def _alias(func, info, args, kwargs):
     """detach / alias: a new tensor object over the same storage and view."""
     self = args[0]
-    return LazyTensor.wrap(self._st, self._view, self.checked_value(), self._mkey)
+    return copy_bits(self, LazyTensor.wrap(self._st, self._view, self.checked_value(), self._mkey))
 
 
 def _identity(func, info, args, kwargs):

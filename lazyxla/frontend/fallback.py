@@ -57,7 +57,8 @@ def run_on_host(func, info, args, kwargs):
     hargs = to_host(args)
     hkwargs = {k: to_host(v) for k, v in kwargs.items()}
     try:
-        result = func(*hargs, **hkwargs)
+        with _math_bit_fallbacks():
+            result = func(*hargs, **hkwargs)
     except Exception as e:
         described = _describe(args) + "".join(f", {k}={_describe([v])}" for k, v in kwargs.items())
         msg = f"lazyxla host fallback of {func} failed for ({described}): {e}"
@@ -77,6 +78,19 @@ def run_on_host(func, info, args, kwargs):
                 if isinstance(lz, LazyTensor):
                     lz.write(data_node(upload(h, lz._st.device)))
     return _upload_result(result, args, hargs, device)
+
+
+_K = torch._C.DispatchKey
+
+
+def _math_bit_fallbacks():
+    """A guard that turns torch's Conjugate and Negative fallbacks back on. Inside
+    __torch_dispatch__ every key above Python is excluded, those two among them, and
+    an eager kernel without math-bit support then reads a conjugated CPU tensor's
+    memory as its value (found by OpInfo: the host composite of linalg.pinv of a
+    complex matrix, whose `.mH` is a conj view, came out wrong)."""
+    exclude = torch._C._dispatch_tls_local_exclude_set().remove(_K.Conjugate).remove(_K.Negative)
+    return torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude)
 
 
 def _as_list(v):

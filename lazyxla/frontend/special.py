@@ -12,6 +12,7 @@ from .device import DEVICE_TYPE
 from .optim import in_optimizer_step
 from .sync_hooks import host_value
 from .dispatch import _alias, _fallback, _functional, _identity, _view, assign, run_op
+from .mathbits import MATHBIT_HANDLERS
 from .tensor import LazyTensor
 from .tracing import contiguous_strides, convert_call, lookup, wrap_outputs
 
@@ -239,6 +240,11 @@ def _as_strided(func, info, args, kwargs):
     elements: refuse clearly."""
     base = storage_base(args[0])
     if base is None:
+        spec = args[0]._st.base_spec
+        if spec is not None and spec[3] != args[0].dtype:
+            raise NotImplementedError(
+                f"lazyxla: as_strided of a {args[0].dtype} view over a {spec[3]} base (view_as_real, "
+                "view_as_complex) is not supported; call .clone() first and index that")
         raise NotImplementedError(
             "lazyxla: as_strided is supported on tensors over a contiguous base only (this one has "
             f"strides {tuple(args[0].stride())}); call .contiguous() or .clone() first and index that")
@@ -276,6 +282,7 @@ SPECIAL = {
     aten.to.other: _to,
     aten.to.dtype_layout: _to,
     **{op: _fill_factory for op in _FILL_VALUES},
+    **MATHBIT_HANDLERS,
 }
 for _op in (aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float, aten.bernoulli_.Tensor,
             aten.random_.default, getattr(aten.random_, "from"), aten.random_.to, aten.exponential_.default,

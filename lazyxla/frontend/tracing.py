@@ -23,7 +23,7 @@ from .tensor import LazyTensor
 from .storage import Storage
 
 _META_CACHE: dict = {}
-_SCALAR_TYPES = (float, int, bool)
+_SCALAR_TYPES = (float, int, bool, complex)
 # Lifted ints travel as int64; one beyond (a uint64 value from 2**63 on) stays a
 # compile-time constant of its node instead (rare: a recompile per such value).
 _INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
@@ -213,7 +213,7 @@ def infer(func, args, kwargs):
 
 
 def _int_pow_check(x, exponent):
-    if not x.dtype.is_floating_point and type(exponent) is int and exponent < 0:
+    if not (x.dtype.is_floating_point or x.dtype.is_complex) and type(exponent) is int and exponent < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
 
 

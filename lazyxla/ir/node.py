@@ -80,11 +80,12 @@ def data_node(data) -> Node:
     return Node(DATA, (), None, (), data.shape, data.dtype, sid, data)
 
 
-_SCALAR_DTYPES = {float: torch.float64, int: torch.int64, bool: torch.bool}
+_SCALAR_DTYPES = {float: torch.float64, int: torch.int64, bool: torch.bool, complex: torch.complex128}
 
 
 def scalar_node(value, dtype: torch.dtype | None = None) -> Node:
-    """A runtime scalar operand. Python floats travel as float64, ints as int64."""
+    """A runtime scalar operand. Python floats travel as float64, ints as int64,
+    complex numbers as complex128."""
     if dtype is None:
         dtype = _SCALAR_DTYPES[type(value)]
     return Node(SCALAR, (), None, (), (), dtype, intern_sig((SCALAR, dtype)), value)

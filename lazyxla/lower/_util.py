@@ -32,7 +32,7 @@ def _category(dt) -> int:
         return 0
     if jnp.issubdtype(dt, jnp.integer):
         return 1
-    return 2
+    return 3 if jnp.issubdtype(dt, jnp.complexfloating) else 2
 
 
 def common_dtype(*xs):
@@ -46,8 +46,10 @@ def common_dtype(*xs):
     high = [z for z in zero_d if _category(z) > _category(dt)]
     if high:
         top = max(_category(z) for z in high)
-        dt = jnp.float32 if top == 2 else jnp.int64
-        same = [z for z in high if _category(z) == top and z not in (jnp.float64, jnp.int64)]
+        # the default type of the scalars' kind; a complex scalar keeps a float64 tensor's precision
+        dt = {1: jnp.int64, 2: jnp.float32, 3: jnp.complex128 if dt == jnp.float64 else jnp.complex64}[top]
+        # lifted Python scalars arrive as float64 / int64 / complex128 and do not widen
+        same = [z for z in high if _category(z) == top and z not in (jnp.float64, jnp.int64, jnp.complex128)]
         if same:
             dt = jnp.result_type(*same)
     return dt

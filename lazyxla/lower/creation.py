@@ -42,6 +42,10 @@ def _fill(ctx, x, value):
 
 @register(aten._to_copy.default)
 def _to_copy(ctx, x, **kwargs):
+    if jnp.iscomplexobj(x) and not jnp.issubdtype(ctx.jdtype, jnp.complexfloating):
+        if ctx.dtype == torch.bool:
+            return x != 0     # true where either part is non-zero
+        x = jnp.real(x)       # eager drops the imaginary part (with a warning); JAX will refuse the cast
     return x.astype(ctx.jdtype)
 
 

@@ -287,16 +287,17 @@ def _threshold(ctx, x, threshold, value):
     return jnp.where(x <= threshold, value, x)
 
 
+# Complex: autograd's convention is grad * conj(derivative), as eager's kernels do.
 @register(aten.sigmoid_backward.default)
 def _sigmoid_backward(ctx, grad, y):
     grad, y = as_compute(ctx, grad, y)
-    return grad * y * (1 - y)
+    return grad * jnp.conj(y * (1 - y))
 
 
 @register(aten.tanh_backward.default)
 def _tanh_backward(ctx, grad, y):
     grad, y = as_compute(ctx, grad, y)
-    return grad * (1 - y * y)
+    return grad * jnp.conj(1 - y * y)
 
 
 @register(aten.silu_backward.default)

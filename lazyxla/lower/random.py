@@ -5,9 +5,12 @@ JAX's (threefry), not PyTorch's: values differ from eager CPU, distributions
 match."""
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import torch
+from jax import lax
 
 from .registry import register
 
@@ -22,19 +25,34 @@ def _float(ctx):
     return ctx.jdtype if jnp.issubdtype(ctx.jdtype, jnp.floating) else jnp.float32
 
 
+def _parts(draw, ctx, seed):
+    """`draw(key, shape, real dtype)` for a real output; for a complex one, as eager
+    does, independent draws for the real and the imaginary part (the same law)."""
+    if not jnp.issubdtype(ctx.jdtype, jnp.complexfloating):
+        return draw(_key(seed), ctx.shape, _float(ctx))
+    both = draw(_key(seed), (2,) + tuple(ctx.shape), jnp.finfo(ctx.jdtype).dtype)
+    return lax.complex(both[0], both[1])
+
+
+def _std_normal(ctx):
+    """Eager's complex normals have variance 1/2 per part (|z|^2 has mean 1)."""
+    return math.sqrt(0.5) if jnp.issubdtype(ctx.jdtype, jnp.complexfloating) else 1.0
+
+
 @register(aten.normal_.default)
 def _normal(ctx, x, mean=0.0, std=1.0, *, seed):
-    return jax.random.normal(_key(seed), ctx.shape, _float(ctx)) * std + mean
+    z = _parts(jax.random.normal, ctx, seed) * (std * _std_normal(ctx))
+    return z + lax.complex(mean, mean) if jnp.iscomplexobj(z) else z + mean  # eager: mean on both parts
 
 
 @register(aten.rand_like.default)
 def _rand_like(ctx, x, *, seed, **kwargs):
-    return jax.random.uniform(_key(seed), ctx.shape, _float(ctx))
+    return _parts(jax.random.uniform, ctx, seed)
 
 
 @register(aten.randn_like.default)
 def _randn_like(ctx, x, *, seed, **kwargs):
-    return jax.random.normal(_key(seed), ctx.shape, _float(ctx))
+    return _parts(jax.random.normal, ctx, seed) * _std_normal(ctx)
 
 
 @register(aten.randint_like.default)
@@ -49,8 +67,8 @@ def _randint_like_low(ctx, x, low, high, *, seed, **kwargs):
 
 @register(aten.uniform_.default)
 def _uniform(ctx, x, low=0.0, high=1.0, *, seed):
-    dt = _float(ctx)
-    return jax.random.uniform(_key(seed), ctx.shape, dt, jnp.asarray(low, dt), jnp.asarray(high, dt))
+    return _parts(lambda key, shape, dt: jax.random.uniform(key, shape, dt, jnp.asarray(low, dt), jnp.asarray(high, dt)),
+                  ctx, seed)
 
 
 @register(aten.bernoulli_.float, aten.bernoulli.p)

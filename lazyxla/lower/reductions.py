@@ -94,24 +94,33 @@ def _correction(correction, unbiased):
     return 1 if unbiased is None or unbiased else 0
 
 
+def _stat_input(real_out, x):
+    """x in the compute type of a statistic whose (variance) output is `real_out`: a
+    complex input stays complex (its variance is the mean of |x - mean|^2, real)."""
+    dt = opmath(real_out)
+    if jnp.iscomplexobj(x):
+        dt = jnp.complex128 if dt == jnp.float64 else jnp.complex64
+    return x.astype(dt)
+
+
 @register(aten.var.correction, aten.var.dim)
 def _var(ctx, x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(unbiased, bool) or unbiased is None:
         ddof = _correction(correction, unbiased)
     else:
         ddof = 1
-    return jnp.var(_acc(ctx, x), axis=norm_dims(dim, x.ndim), ddof=ddof, keepdims=keepdim)
+    return jnp.var(_stat_input(ctx.jdtype, x), axis=norm_dims(dim, x.ndim), ddof=ddof, keepdims=keepdim)
 
 
 @register(aten.std.correction, aten.std.dim)
 def _std(ctx, x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     ddof = _correction(correction, unbiased if isinstance(unbiased, bool) else None)
-    return jnp.std(_acc(ctx, x), axis=norm_dims(dim, x.ndim), ddof=ddof, keepdims=keepdim)
+    return jnp.std(_stat_input(ctx.jdtype, x), axis=norm_dims(dim, x.ndim), ddof=ddof, keepdims=keepdim)
 
 
 @register(aten.var_mean.correction)
 def _var_mean(ctx, x, dim=None, *, correction=None, keepdim=False):
-    xa = x.astype(opmath(ctx.jdtype[0]))
+    xa = _stat_input(ctx.jdtype[0], x)
     axes = norm_dims(dim, x.ndim)
     ddof = 1 if correction is None else correction
     return jnp.var(xa, axis=axes, ddof=ddof, keepdims=keepdim), jnp.mean(xa, axis=axes, keepdims=keepdim)
@@ -124,7 +133,7 @@ def _logsumexp(ctx, x, dim, keepdim=False):
 
 @register(aten.linalg_vector_norm.default)
 def _vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
-    xa = jnp.abs(_acc(ctx, x))
+    xa = _acc(ctx, jnp.abs(x))  # abs first: a complex input's output dtype is real
     axes = norm_dims(dim, x.ndim)
     if ord == float("inf"):
         return jnp.max(xa, axis=axes, keepdims=keepdim)

@@ -126,18 +126,20 @@ def _index_map(op, base_shape, vargs) -> np.ndarray:
     return op(ids, *vargs).contiguous().numpy()
 
 
-_DIRECT_SCATTER = {}
+_DIRECT_SCATTER = {}   # view op -> (inverse, whether the new values take the base's dtype first)
 
 
-def _direct(*ops):
+def register_scatter(*ops, cast: bool = True):
+    """Register `fn(base, src, *vargs)`: `base` with the view's elements replaced by `src`.
+    `cast=False` for views that change the dtype (view_as_real): their inverse converts."""
     def deco(fn):
         for op in ops:
-            _DIRECT_SCATTER[op] = fn
+            _DIRECT_SCATTER[op] = (fn, cast)
         return fn
     return deco
 
 
-@_direct(aten.slice.Tensor)
+@register_scatter(aten.slice.Tensor)
 def _slice_scatter(base, src, dim=0, start=None, end=None, step=1):
     dim = _dim(dim, base.ndim)
     s, e, st = _slice_bounds(base.shape[dim], start, end, step)
@@ -146,7 +148,7 @@ def _slice_scatter(base, src, dim=0, start=None, end=None, step=1):
     return base.at[tuple(index)].set(src)
 
 
-@_direct(aten.select.int)
+@register_scatter(aten.select.int)
 def _select_scatter(base, src, dim, index):
     dim = _dim(dim, base.ndim)
     idx = [slice(None)] * base.ndim
@@ -154,8 +156,8 @@ def _select_scatter(base, src, dim, index):
     return base.at[tuple(idx)].set(src)
 
 
-@_direct(aten.view.default, aten._reshape_alias.default, aten.unsqueeze.default, aten.squeeze.default,
-         aten.squeeze.dim, aten.squeeze.dims, aten.alias.default)
+@register_scatter(aten.view.default, aten._reshape_alias.default, aten.unsqueeze.default, aten.squeeze.default,
+                  aten.squeeze.dim, aten.squeeze.dims, aten.alias.default)
 def _reshape_back(base, src, *args):
     return jnp.reshape(src, base.shape)
 
@@ -165,11 +167,11 @@ def _self_inverse(forward):
     return lambda base, src, *args: forward(None, src, *args)
 
 
-_DIRECT_SCATTER[aten.t.default] = _self_inverse(_t)
-_DIRECT_SCATTER[aten.transpose.int] = _self_inverse(_transpose)
+register_scatter(aten.t.default)(_self_inverse(_t))
+register_scatter(aten.transpose.int)(_self_inverse(_transpose))
 
 
-@_direct(aten.permute.default)
+@register_scatter(aten.permute.default)
 def _permute_back(base, src, dims):
     dims = [_dim(d, base.ndim) for d in dims]
     return jnp.transpose(src, np.argsort(dims))
@@ -178,7 +180,8 @@ def _permute_back(base, src, dims):
 def view_scatter(ctx, base, src, op, vargs):
     direct = _DIRECT_SCATTER.get(op)
     if direct is not None:
-        return direct(base, src.astype(base.dtype), *vargs)
+        fn, cast = direct
+        return fn(base, src.astype(base.dtype) if cast else src, *vargs)
     idx = _index_map(op, base.shape, vargs)
     flat = jnp.reshape(base, (-1,)).at[jnp.asarray(idx.reshape(-1))].set(
         jnp.reshape(src.astype(base.dtype), (-1,)))

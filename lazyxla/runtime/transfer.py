@@ -16,7 +16,8 @@ from .device_data import DeviceData
 
 
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
-    t = t.detach().contiguous()
+    # numpy() refuses tensors with the lazy conjugate / negative bit (x.conj() on CPU)
+    t = t.detach().resolve_conj().resolve_neg().contiguous()
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(jax_dtype(torch.bfloat16))
     return t.numpy()
