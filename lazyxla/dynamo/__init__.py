@@ -13,6 +13,9 @@ Importing dynamo costs about 1.1 s, a third of `import lazyxla`, and most
 programs never compile anything; so the backend is registered the moment
 something imports `torch._dynamo` (torch.compile does, before it looks the
 backend up), through a one-shot import hook, or at once if it is imported already.
+
+`register_alias(name, **options)` registers the same backend under another name
+with fixed options, as lazily (lazyxla.compat's `"openxla"`).
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ import importlib.util
 import sys
 
 _DYNAMO = "torch._dynamo"
+# Backend names to register when dynamo is imported: name -> fixed options.
+_NAMES: dict = {"lazyxla": None}
 
 
 def register() -> None:
@@ -41,8 +46,11 @@ def _install() -> None:
     from torch._dynamo import trace_rules
     from torch._dynamo.backends.registry import _BACKENDS, register_backend
     from . import optimizer
-    if "lazyxla" not in _BACKENDS:
-        register_backend(name="lazyxla")(_lazyxla_backend)
+    for name, options in _NAMES.items():
+        if name not in _BACKENDS:
+            register_backend(name=name)(_lazyxla_backend if options is None else _with_options(options))
+    if not _installed:
+        _installed.append(True)
         # lazyxla's runtime (the tracer that eager code between graphs runs, syncs, JAX)
         # is not user code: dynamo must run it, never trace it. A call of it inside a
         # compiled function (lx.set_buffer_donation, a host read) becomes a graph break.
@@ -55,6 +63,9 @@ def _install() -> None:
 # compile, and the optimizer step hooks (frontend/optim.py: a flag set around each
 # step; traced, they keep a compiled step in one graph, skipped, they would break it).
 _USER_CODE = {"lazyxla.workloads", "lazyxla.bench", "lazyxla.__main__", "lazyxla.frontend.optim"}
+# Runtime packages skipped whole, by name: finding each of their modules' specs would
+# import them (lazyxla.compat's torch_xla mapping is imported only when a script asks).
+_RUNTIME_PACKAGES = {"lazyxla.compat"}
 
 
 def _runtime_modules() -> list[str]:
@@ -71,6 +82,9 @@ def _runtime_modules() -> list[str]:
             name = f"{prefix}.{m.name}"
             if name in _USER_CODE:
                 continue
+            if name in _RUNTIME_PACKAGES:
+                names.append(name)
+                continue
             if m.ispkg:
                 stack.append((os.path.join(path, m.name), name))
             else:
@@ -78,10 +92,31 @@ def _runtime_modules() -> list[str]:
     return names
 
 
-def _lazyxla_backend(gm, example_inputs):
+_installed: list = []   # dynamo told once to skip lazyxla's runtime
+
+
+def register_alias(name: str, **options) -> None:
+    """Register the lazyxla backend as `torch.compile(..., backend=name)` with fixed
+    `options` (those `backend="lazyxla", options={...}` takes, backend.py), now if
+    dynamo is imported, else when it is."""
+    if _NAMES.get(name, options) != options:
+        raise ValueError(f"lazyxla: dynamo backend name {name!r} is registered with options "
+                         f"{_NAMES[name]}, not {options}")
+    _NAMES[name] = options
+    if _DYNAMO in sys.modules:
+        _install()
+
+
+def _lazyxla_backend(gm, example_inputs, options=None):
     """torch.compile(..., backend="lazyxla") (backend.py)."""
     from .backend import lazyxla_backend
-    return lazyxla_backend(gm, example_inputs)
+    return lazyxla_backend(gm, example_inputs, options)
+
+
+def _with_options(fixed: dict):
+    def backend(gm, example_inputs, options=None):
+        return _lazyxla_backend(gm, example_inputs, {**fixed, **(options or {})})
+    return backend
 
 
 class _AfterDynamoImport(importlib.abc.MetaPathFinder):

@@ -1,0 +1,65 @@
+"""`torch_xla`: devices, the step barrier, seeding (torch_xla/torch_xla.py upstream)."""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator, List, Optional
+
+import torch
+
+import lazyxla as lx
+
+from ..unsupported import unsupported_names
+from . import _XLAC, runtime  # noqa: F401  (upstream's `torch_xla._XLAC`, `torch_xla.runtime`)
+from . import _closures as closures
+
+__version__ = f"2.9.0+lazyxla.{lx.__version__}"   # the PyTorch/XLA release whose API is mapped
+
+
+def device(index: Optional[int] = None) -> torch.device:
+    """The lazyxla device `index` (default 0); upstream's 'xla:N' is 'lazyxla:N' here."""
+    return lx.device(0 if index is None else index)
+
+
+def devices() -> List[torch.device]:
+    return lx.devices()
+
+
+def device_count() -> int:
+    return lx.device_count()
+
+
+def real_devices() -> List[str]:
+    """Upstream names the runtime devices ('CPU:0'); here: the JAX platform and index."""
+    return [f"{lx.platform().upper()}:{i}" for i in range(lx.device_count())]
+
+
+def sync(wait: bool = False, reset_scope: bool = True) -> None:
+    """Step barrier, `lx.sync`; `XLA_SYNC_WAIT` overrides `wait` when set, as upstream.
+    Then runs the step closures (xm.add_step_closure). `reset_scope` has no lazyxla
+    counterpart (IR scopes are a debugging aid of upstream's IR)."""
+    env = os.environ.get("XLA_SYNC_WAIT")
+    if env is not None:
+        wait = env.strip().lower() not in ("", "0", "false", "no", "off")
+    lx.sync(wait=wait)
+    closures.run()
+
+
+@contextlib.contextmanager
+def step() -> Iterator[None]:
+    """`with torch_xla.step():` syncs before and after the body (and after an error), as upstream."""
+    sync()
+    try:
+        yield
+    finally:
+        sync()
+
+
+def manual_seed(seed: int, device=None) -> None:
+    """lazyxla's random ops draw their seeds from torch's default generator, so this is
+    `torch.manual_seed(seed)`: it reseeds the CPU generator too (upstream seeds the
+    device only)."""
+    torch.manual_seed(seed)
+
+
+__getattr__ = unsupported_names(__name__)
