@@ -44,11 +44,21 @@ def _install() -> None:
     # optimizer support already; AOTAutograd (backend.py) is imported at first use:
     # importing it here would re-enter a torch package that is still initialising.
     from torch._dynamo import trace_rules
-    from torch._dynamo.backends.registry import _BACKENDS, register_backend
+    from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
     from . import optimizer
-    for name, options in _NAMES.items():
-        if name not in _BACKENDS:
-            register_backend(name=name)(_lazyxla_backend if options is None else _with_options(options))
+    if "lazyxla" not in _BACKENDS:
+        register_backend(name="lazyxla")(_lazyxla_backend)
+    aliases = {name: options for name, options in _NAMES.items() if name != "lazyxla"}
+    if aliases:
+        # torch ships backends of its own under some names ("openxla" calls a real
+        # torch_xla's bridge), registered when first listed: load them first, then
+        # take the alias names over.
+        from torch._dynamo import list_backends
+        list_backends(exclude_tags=())
+        for name, options in aliases.items():
+            if getattr(_COMPILER_FNS.get(name), "lazyxla_options", None) != options:
+                _COMPILER_FNS.pop(name, None)
+                register_backend(name=name)(_with_options(options))
     if not _installed:
         _installed.append(True)
         # lazyxla's runtime (the tracer that eager code between graphs runs, syncs, JAX)
@@ -116,6 +126,7 @@ def _lazyxla_backend(gm, example_inputs, options=None):
 def _with_options(fixed: dict):
     def backend(gm, example_inputs, options=None):
         return _lazyxla_backend(gm, example_inputs, {**fixed, **(options or {})})
+    backend.lazyxla_options = fixed
     return backend
 
 
