@@ -1,0 +1,283 @@
+"""lazyxla.compat: PyTorch/XLA names mapped onto lazyxla's public API, the
+unsupported-name errors, no shadowing of a real torch_xla, the CLI, and a
+PyTorch/XLA-style training script against eager."""
+import importlib
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazyxla as lx
+import lazyxla.compat as compat
+from helpers import assert_close
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def torch_xla():
+    compat.install()
+    import torch_xla
+    yield torch_xla
+    compat.uninstall()
+
+
+@pytest.fixture
+def fake_real_torch_xla(tmp_path, monkeypatch):
+    """A stand-in for an installed torch_xla: a package on sys.path."""
+    pkg = tmp_path / "torch_xla"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("REAL = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    yield str(pkg)
+    compat.uninstall()
+    sys.modules.pop("torch_xla", None)
+
+
+# -- mapped names ---------------------------------------------------------------------
+
+def test_modules_and_names_are_lazyxla_public_api(torch_xla):
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+    import torch_xla.runtime as xr
+    from torch_xla.experimental.gradient_accumulation import gradient_accumulation
+    from torch_xla._dynamo.dynamo_bridge import alias_with_buffer_donor_config
+    from torch_xla.utils.buffer_donor_context import alias_with_buffer_donor_config as ctx2
+
+    assert torch_xla.__name__ == "lazyxla.compat.torch_xla"
+    assert sys.modules["torch_xla.core.xla_model"] is importlib.import_module("lazyxla.compat.torch_xla.core.xla_model")
+    assert torch_xla.device() == xm.xla_device() == lx.device()
+    assert torch_xla.devices() == lx.devices() and torch_xla.device_count() == lx.device_count()
+    assert xr.device_type() == {"cpu": "CPU", "gpu": "CUDA", "tpu": "TPU"}[lx.platform()]
+    assert (xr.world_size(), xr.global_ordinal(), xm.get_ordinal(), xm.xrt_world_size()) == (1, 0, 0, 1)
+    assert xm.is_master_ordinal() and xr.process_index() == 0 and xr.process_count() == 1
+    assert xr.global_runtime_device_count() == lx.device_count()
+    assert gradient_accumulation is lx.experimental.gradient_accumulation
+    assert alias_with_buffer_donor_config is ctx2
+    assert met.metric_data is lx.metrics.metric_data and met.counter_value is lx.metrics.counter_value
+    assert torch_xla._XLAC._xla_get_default_device() == str(lx.device())
+    assert xm.is_xla_tensor(torch.zeros(1, device=lx.device())) and not xm.is_xla_tensor(torch.zeros(1))
+
+
+def test_sync_and_metrics_names(torch_xla):
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+    dev = torch_xla.device()
+    t = torch.randn(4, 3).to(dev)
+    expected = t.cpu() * 2
+    met.clear_all()
+    t *= 2
+    xm.mark_step()
+    torch_xla.sync()   # nothing pending: still a step barrier
+    assert met.counter_value("MarkStep") == 2
+    assert met.metric_data("InputOutputAliasCount")[1] == 1   # the in-place update donated
+    assert "Counter: MarkStep" in met.metrics_report() and "MarkStep" in met.counter_names()
+    assert "MarkStep" in met.short_metrics_report()
+    assert_close(t, expected)
+
+
+def test_optimizer_step_and_step_closures(torch_xla):
+    import torch_xla.core.xla_model as xm
+    dev = torch_xla.device()
+    w = torch.nn.Parameter(torch.ones(3).to(dev))
+    opt = torch.optim.SGD([w], lr=0.5)
+    (w * torch.arange(3.0).to(dev)).sum().backward()
+    seen = []
+    xm.add_step_closure(lambda v: seen.append(v.cpu()), args=(w,))
+    before = lx.metrics.counter_value("MarkStep") or 0
+    xm.optimizer_step(opt, barrier=True)
+    assert lx.metrics.counter_value("MarkStep") == before + 1
+    assert len(seen) == 1   # ran after the barrier, once
+    assert_close(seen[0], torch.tensor([1.0, 0.5, 0.0]))
+    xm.mark_step()
+    assert len(seen) == 1
+
+
+def test_donation_bindings(torch_xla):
+    X = torch_xla._XLAC
+    dev = torch_xla.device()
+    t0 = torch.randn(4).to(dev)
+    t1 = t0 + 1
+    assert X._set_buffer_donation(t0, True) and X._get_buffer_donation(t0)
+    assert not X._set_buffer_donation(t1, True)   # pending computation
+    assert not X._xla_get_enable_alias_with_buffer_donor_config()
+    X._xla_set_enable_alias_with_buffer_donor_config(True)
+    assert lx.explicit_donation_enabled() and X._xla_get_enable_alias_with_buffer_donor_config("lazyxla:0")
+    lx.metrics.clear_all()
+    X._xla_sync_multi([t1], [], True, False)   # explicit donation now applies at partial syncs
+    assert X._is_placecholder(t0) and lx.is_donated(t0)
+    assert "Data Handle: Deleted" in X._get_xla_tensor_debug_info(t0)
+    assert lx.metrics.metric_data("InputOutputAliasCount")[1] == 1
+
+
+def test_partial_sync_never_donates_a_needed_buffer(torch_xla):
+    """Upstream's _xla_sync_multi(..., sync_xla_data=True) of a partial set donates an
+    in-place-updated buffer that another pending tensor still reads (SPEC §3.6);
+    lazyxla keeps it."""
+    dev = torch_xla.device()
+    t0 = torch.tensor([1.0]).to(dev)
+    t1 = torch.tensor([2.0]).to(dev)
+    t2 = t0 + t1
+    t1.add_(1)
+    lx.metrics.clear_all()
+    torch_xla._XLAC._xla_sync_multi([t1], [], True, True)
+    assert lx.metrics.metric_data("InputOutputAliasCount")[1] == 0
+    torch_xla.sync()
+    assert t2.item() == 3.0 and t1.item() == 3.0
+
+
+def test_graph_hash_binding_includes_explicit_donors_only_when_enabled(torch_xla):
+    X = torch_xla._XLAC
+    x = torch.randn(5).to(torch_xla.device())
+    res = torch.cos(x)
+    plain = X._get_graph_hash([res])
+    assert isinstance(plain, bytes) and plain.hex() == lx.graph_hash([res])
+    assert X._set_buffer_donation(x, True)
+    assert X._get_graph_hash([res]) == plain
+    from torch_xla._dynamo.dynamo_bridge import alias_with_buffer_donor_config
+    with alias_with_buffer_donor_config() as previous:
+        assert previous is False
+        assert X._get_graph_hash([res]) != plain
+    assert not lx.explicit_donation_enabled()
+
+
+def test_openxla_backend_runs_each_call_and_maps_the_donor_op(torch_xla):
+    torch._dynamo.reset()
+    assert torch.ops.xla.dynamo_set_buffer_donor_ is torch.ops.lazyxla.set_buffer_donor_
+
+    def f(x):
+        torch.ops.xla.dynamo_set_buffer_donor_(x, True)
+        return x * 1.5
+
+    dev = torch_xla.device()
+    x = torch.randn(5).to(dev)
+    expected = x.cpu() * 1.5
+    res = torch.compile(f, backend="openxla")(x)
+    # executed at the call, as PyTorch/XLA's bridge does: no sync needed
+    assert lx.debug.tensor_info(res)["state"] == "device data"
+    assert lx.is_donated(x) and lx.get_buffer_donation(x)
+    assert_close(res, expected)
+    y = torch.randn(5).to(dev)
+    pending = torch.compile(lambda v: v * 1.5, backend="lazyxla")(y)
+    assert lx.debug.tensor_info(pending)["state"] == "pending"   # lazyxla fuses calls into the step
+    with pytest.raises(Exception, match="unknown torch.compile option"):
+        torch.compile(lambda v: v + 1, backend="lazyxla", options={"nope": 1})(y)
+    torch._dynamo.reset()
+
+
+# -- names the layer does not provide -------------------------------------------------
+
+def test_unsupported_names_say_so(torch_xla):
+    import torch_xla.core.xla_model as xm
+    with pytest.raises(compat.UnsupportedError, match=r"torch_xla\.core\.xla_model\.all_reduce is not supported yet"):
+        xm.all_reduce("sum", [])
+    with pytest.raises(compat.UnsupportedError, match=r"torch_xla\.core\.xla_model\.all_gather is not supported yet"):
+        from torch_xla.core.xla_model import all_gather  # noqa: F401
+    with pytest.raises(compat.UnsupportedError, match=r"torch_xla\._XLAC\._xla_tensors_from_aten"):
+        torch_xla._XLAC._xla_tensors_from_aten
+    with pytest.raises(ImportError, match=r"torch_xla\.distributed\.xla_multiprocessing is not supported yet"):
+        import torch_xla.distributed.xla_multiprocessing  # noqa: F401
+    assert not hasattr(xm, "__wrapped__")   # dunder probes stay AttributeErrors
+
+
+@pytest.mark.skipif(importlib.util.find_spec("lazyxla.spmd") is not None,
+                    reason="lazyxla.spmd exists: the mapping itself is tested")
+def test_spmd_names_say_lazyxla_spmd_is_missing(torch_xla):
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
+    for name in ("Mesh", "mark_sharding", "clear_sharding", "get_1d_mesh", "set_global_mesh", "get_global_mesh"):
+        with pytest.raises(compat.UnsupportedError, match=rf"torch_xla\.distributed\.spmd\.{name} .*lazyxla\.spmd"):
+            getattr(xs, name)
+    with pytest.raises(compat.UnsupportedError, match=r"torch_xla\.runtime\.use_spmd .*lazyxla\.spmd"):
+        xr.use_spmd()
+    assert xr.is_spmd() is False
+
+
+# -- never shadowing a real torch_xla -------------------------------------------------
+
+def test_real_torch_xla_is_not_shadowed_without_force(fake_real_torch_xla, capsys):
+    with pytest.raises(compat.TorchXlaInstalledError, match="--force"):
+        compat.install()
+    assert not compat.installed()
+    import torch_xla
+    assert torch_xla.REAL
+    sys.modules.pop("torch_xla")
+
+    from lazyxla.compat.__main__ import main
+    with pytest.raises(SystemExit) as exit_:
+        main([os.path.join(REPO, "examples", "torch_xla_train.py")])
+    assert exit_.value.code == 2
+    assert fake_real_torch_xla in capsys.readouterr().err
+
+    compat.install(force=True)
+    assert "shadowing the installed torch_xla" in capsys.readouterr().err
+    import torch_xla
+    assert torch_xla.device() == lx.device()
+
+
+def test_install_refuses_after_a_real_torch_xla_was_imported(fake_real_torch_xla):
+    import torch_xla  # noqa: F401  (the "real" one)
+    with pytest.raises(compat.TorchXlaInstalledError, match="imported already"):
+        compat.install(force=True)
+
+
+# -- the CLI --------------------------------------------------------------------------
+
+def test_cli_runs_a_script_as_main_with_argv(tmp_path, monkeypatch, capsys):
+    (tmp_path / "helper_mod.py").write_text("VALUE = 41\n")
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent("""\
+        import sys
+        import torch_xla
+        import helper_mod   # the script's folder is first on sys.path, as with `python script.py`
+        print("argv", sys.argv[1:], __name__, torch_xla.__name__, helper_mod.VALUE + 1)
+        """))
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    from lazyxla.compat.__main__ import main
+    try:
+        main([str(script), "--lr", "0.1", "x"])
+    finally:
+        compat.uninstall()
+        sys.modules.pop("helper_mod", None)
+    out = capsys.readouterr().out
+    assert "argv ['--lr', '0.1', 'x'] __main__ lazyxla.compat.torch_xla 42" in out
+
+
+def _eager_losses(steps: int, lr: float = 0.1, seed: int = 0) -> list:
+    """examples/torch_xla_train.py's problem, in eager PyTorch on the CPU."""
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    inputs, labels = torch.randn(64, 16), torch.randint(0, 4, (64,))
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(inputs), labels)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_torch_xla_training_script_runs_unchanged_and_matches_eager():
+    steps = 6
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    run = subprocess.run([sys.executable, "-m", "lazyxla.compat", "examples/torch_xla_train.py",
+                          "--steps", str(steps)], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    losses = [float(v) for v in re.findall(r"^step \d+ loss (\S+)$", run.stdout, re.M)]
+    assert len(losses) == steps
+    assert losses == pytest.approx(_eager_losses(steps), rel=1e-5, abs=1e-6)
+    report = run.stdout
+    assert re.search(r"Counter: MarkStep\n  Value: 6\n", report)
+    # steady state: step 0 (no momentum yet) and step 1 compile, later steps hit the cache
+    assert re.search(r"Counter: UncachedCompile\n  Value: 2\n", report)
+    assert re.search(r"Counter: CachedCompile\n  Value: 4\n", report)
