@@ -281,3 +281,15 @@ def test_torch_xla_training_script_runs_unchanged_and_matches_eager():
     # steady state: step 0 (no momentum yet) and step 1 compile, later steps hit the cache
     assert re.search(r"Counter: UncachedCompile\n  Value: 2\n", report)
     assert re.search(r"Counter: CachedCompile\n  Value: 4\n", report)
+
+
+def test_xla_enable_param_aliasing_env_sets_the_aliasing_switch(torch_xla, monkeypatch):
+    monkeypatch.setenv("XLA_ENABLE_PARAM_ALIASING", "0")
+    monkeypatch.delenv("LAZYXLA_ALIASING", raising=False)
+    importlib.reload(torch_xla)   # upstream reads it once per process, at first use
+    assert not lx.aliasing_enabled()
+    t = torch.randn(3).to(torch_xla.device())
+    lx.metrics.clear_all()
+    t += 1
+    torch_xla.sync()
+    assert lx.metrics.metric_data("InputOutputAliasCount")[1] == 0

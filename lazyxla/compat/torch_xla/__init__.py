@@ -15,6 +15,11 @@ from . import _closures as closures
 
 __version__ = f"2.9.0+lazyxla.{lx.__version__}"   # the PyTorch/XLA release whose API is mapped
 
+# Upstream's switch for all donation, read once per process (SPEC §1.3); lazyxla's
+# own LAZYXLA_ALIASING, when set too, wins.
+if "XLA_ENABLE_PARAM_ALIASING" in os.environ and "LAZYXLA_ALIASING" not in os.environ:
+    lx.set_aliasing(os.environ["XLA_ENABLE_PARAM_ALIASING"].strip().lower() not in ("0", "false"))
+
 
 def device(index: Optional[int] = None) -> torch.device:
     """The lazyxla device `index` (default 0); upstream's 'xla:N' is 'lazyxla:N' here."""
