@@ -53,14 +53,19 @@ class _AliasLoader(importlib.abc.Loader):
 
     def __init__(self, target: str) -> None:
         self.target = target
+        self.own_spec = None
 
     def create_module(self, spec):
-        # import_module runs the module's code once; importlib then keeps the module's
-        # own __name__/__spec__/__path__ (it overrides only missing attributes).
-        return importlib.import_module(self.target)
+        # import_module runs the module's code once; importlib keeps the module's own
+        # __name__ and __path__ but sets __spec__ to the alias spec: exec_module puts
+        # the module's own back, so importlib.reload() and relative imports see one name.
+        module = importlib.import_module(self.target)
+        self.own_spec = module.__spec__
+        return module
 
     def exec_module(self, module) -> None:
-        pass   # executed by create_module, under its lazyxla name
+        # Executed by create_module, under its lazyxla name.
+        module.__spec__ = self.own_spec
 
 
 class TorchXlaFinder(importlib.abc.MetaPathFinder):
