@@ -169,6 +169,38 @@ def test_openxla_backend_runs_each_call_and_maps_the_donor_op(torch_xla):
     assert lx.debug.tensor_info(pending)["state"] == "pending"   # lazyxla fuses calls into the step
     with pytest.raises(Exception, match="unknown torch.compile option"):
         torch.compile(lambda v: v + 1, backend="lazyxla", options={"nope": 1})(y)
+    from torch._dynamo import lookup_backend
+    for name in ("openxla", "openxla_eval"):   # torch's own entries of these names replaced
+        assert lookup_backend(name).keywords == {"options": {"execute_at_call": True}}
+    torch._dynamo.reset()
+
+
+def test_openxla_training_matches_eager_and_runs_backward_at_the_call(torch_xla):
+    import copy
+    import torch_xla.core.xla_model as xm
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    x, y = torch.randn(32, 8), torch.randint(0, 3, (32,))
+    dev = torch_xla.device()
+    model = copy.deepcopy(ref).to(dev)
+    compiled = torch.compile(model, backend="openxla")
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref))
+    xd, yd = x.to(dev), y.to(dev)
+    for _ in range(3):
+        opt.zero_grad()
+        loss = F.cross_entropy(compiled(xd), yd)
+        loss.backward()
+        assert lx.debug.tensor_info(model[0].weight.grad)["state"] == "device data"
+        xm.optimizer_step(opt)
+        xm.mark_step()
+        ref_opt.zero_grad()
+        ref_loss = F.cross_entropy(ref(x), y)
+        ref_loss.backward()
+        ref_opt.step()
+        assert_close(loss, ref_loss.detach())
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert_close(p, q.detach())
     torch._dynamo.reset()
 
 

@@ -22,6 +22,7 @@ import importlib.util
 import sys
 from typing import Optional
 
+from .registrations import STOCK_BACKENDS
 from .unsupported import UnsupportedError
 
 _ALIAS = "lazyxla.compat.torch_xla"
@@ -70,6 +71,8 @@ class _AliasLoader(importlib.abc.Loader):
 
 class TorchXlaFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path=None, target=None):
+        if fullname == STOCK_BACKENDS:
+            return importlib.util.spec_from_loader(fullname, _AliasLoader("lazyxla.compat.dynamo_backends"))
         if fullname != "torch_xla" and not fullname.startswith("torch_xla."):
             return None
         if fullname not in MODULES:

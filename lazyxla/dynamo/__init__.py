@@ -13,9 +13,6 @@ Importing dynamo costs about 1.1 s, a third of `import lazyxla`, and most
 programs never compile anything; so the backend is registered the moment
 something imports `torch._dynamo` (torch.compile does, before it looks the
 backend up), through a one-shot import hook, or at once if it is imported already.
-
-`register_alias(name, **options)` registers the same backend under another name
-with fixed options, as lazily (lazyxla.compat's `"openxla"`).
 """
 from __future__ import annotations
 
@@ -24,8 +21,6 @@ import importlib.util
 import sys
 
 _DYNAMO = "torch._dynamo"
-# Backend names to register when dynamo is imported: name -> fixed options.
-_NAMES: dict = {"lazyxla": None}
 
 
 def register() -> None:
@@ -44,23 +39,10 @@ def _install() -> None:
     # optimizer support already; AOTAutograd (backend.py) is imported at first use:
     # importing it here would re-enter a torch package that is still initialising.
     from torch._dynamo import trace_rules
-    from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
+    from torch._dynamo.backends.registry import _BACKENDS, register_backend
     from . import optimizer
     if "lazyxla" not in _BACKENDS:
         register_backend(name="lazyxla")(_lazyxla_backend)
-    aliases = {name: options for name, options in _NAMES.items() if name != "lazyxla"}
-    if aliases:
-        # torch ships backends of its own under some names ("openxla" calls a real
-        # torch_xla's bridge), registered when first listed: load them first, then
-        # take the alias names over.
-        from torch._dynamo import list_backends
-        list_backends(exclude_tags=())
-        for name, options in aliases.items():
-            if getattr(_COMPILER_FNS.get(name), "lazyxla_options", None) != options:
-                _COMPILER_FNS.pop(name, None)
-                register_backend(name=name)(_with_options(options))
-    if not _installed:
-        _installed.append(True)
         # lazyxla's runtime (the tracer that eager code between graphs runs, syncs, JAX)
         # is not user code: dynamo must run it, never trace it. A call of it inside a
         # compiled function (lx.set_buffer_donation, a host read) becomes a graph break.
@@ -102,32 +84,10 @@ def _runtime_modules() -> list[str]:
     return names
 
 
-_installed: list = []   # dynamo told once to skip lazyxla's runtime
-
-
-def register_alias(name: str, **options) -> None:
-    """Register the lazyxla backend as `torch.compile(..., backend=name)` with fixed
-    `options` (those `backend="lazyxla", options={...}` takes, backend.py), now if
-    dynamo is imported, else when it is."""
-    if _NAMES.get(name, options) != options:
-        raise ValueError(f"lazyxla: dynamo backend name {name!r} is registered with options "
-                         f"{_NAMES[name]}, not {options}")
-    _NAMES[name] = options
-    if _DYNAMO in sys.modules:
-        _install()
-
-
 def _lazyxla_backend(gm, example_inputs, options=None):
-    """torch.compile(..., backend="lazyxla") (backend.py)."""
+    """torch.compile(..., backend="lazyxla", options=None) (backend.py)."""
     from .backend import lazyxla_backend
     return lazyxla_backend(gm, example_inputs, options)
-
-
-def _with_options(fixed: dict):
-    def backend(gm, example_inputs, options=None):
-        return _lazyxla_backend(gm, example_inputs, {**fixed, **(options or {})})
-    backend.lazyxla_options = fixed
-    return backend
 
 
 class _AfterDynamoImport(importlib.abc.MetaPathFinder):
