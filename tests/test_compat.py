@@ -328,3 +328,17 @@ def test_xla_enable_param_aliasing_env_sets_the_aliasing_switch(torch_xla, monke
     t += 1
     torch_xla.sync()
     assert lx.metrics.metric_data("InputOutputAliasCount")[1] == 0
+
+
+def test_cli_runs_a_module_with_argv(tmp_path, monkeypatch, capsys):
+    (tmp_path / "xla_job.py").write_text(
+        "import sys, torch_xla\nprint('module argv', sys.argv[1:], __name__, torch_xla.device())\n")
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", [str(tmp_path)] + sys.path)
+    from lazyxla.compat.__main__ import main
+    try:
+        main(["-m", "xla_job", "--steps", "3"])
+    finally:
+        compat.uninstall()
+        sys.modules.pop("xla_job", None)
+    assert "module argv ['--steps', '3'] __main__ lazyxla:0" in capsys.readouterr().out

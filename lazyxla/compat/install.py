@@ -5,7 +5,8 @@ name: a module the layer provides is the module of `lazyxla.compat.torch_xla`
 with the same dotted tail, registered under both names (one object, so
 `torch_xla.core.xla_model is lazyxla.compat.torch_xla.core.xla_model`); any
 other `torch_xla.*` module raises `UnsupportedModuleError`, an ImportError that
-names it. Options weighed: filling `sys.modules` with every module up front
+names it. It also answers `torch._dynamo.backends.torchxla`, torch's own module of
+the "openxla" backends, with dynamo_backends.py. Options weighed: filling `sys.modules` with every module up front
 (imports the dynamo and SPMD mappings whether used or not, and gives no
 message for a module that is missing) or copying the modules under the new
 names (two objects per module, so state such as step closures would split).
@@ -23,9 +24,7 @@ import sys
 from typing import Optional
 
 from .registrations import STOCK_BACKENDS
-from .unsupported import UnsupportedError
-
-_ALIAS = "lazyxla.compat.torch_xla"
+from .unsupported import ALIAS as _ALIAS, UnsupportedError
 
 # The torch_xla modules the layer provides (docs/compat.md lists their names).
 PACKAGES = frozenset((

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Callable, NoReturn
 
-_ALIAS = "lazyxla.compat.torch_xla"
+ALIAS = "lazyxla.compat.torch_xla"   # the package that stands in for torch_xla
 
 
 class UnsupportedError(NotImplementedError):
@@ -25,8 +25,8 @@ class UnsupportedError(NotImplementedError):
 
 def upstream_name(module_name: str) -> str:
     """`lazyxla.compat.torch_xla.core.xla_model` -> `torch_xla.core.xla_model`."""
-    if module_name == _ALIAS or module_name.startswith(_ALIAS + "."):
-        return "torch_xla" + module_name[len(_ALIAS):]
+    if module_name == ALIAS or module_name.startswith(ALIAS + "."):
+        return "torch_xla" + module_name[len(ALIAS):]
     return module_name
 
 

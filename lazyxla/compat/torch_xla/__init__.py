@@ -11,7 +11,7 @@ import lazyxla as lx
 
 from ..unsupported import unsupported_names
 from . import _XLAC, runtime  # noqa: F401  (upstream's `torch_xla._XLAC`, `torch_xla.runtime`)
-from . import _closures as closures
+from . import _closures
 
 __version__ = f"2.9.0+lazyxla.{lx.__version__}"   # the PyTorch/XLA release whose API is mapped
 
@@ -47,7 +47,7 @@ def sync(wait: bool = False, reset_scope: bool = True) -> None:
     if env is not None:
         wait = env.strip().lower() not in ("", "0", "false", "no", "off")
     lx.sync(wait=wait)
-    closures.run()
+    _closures.run()
 
 
 @contextlib.contextmanager
