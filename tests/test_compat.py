@@ -342,3 +342,13 @@ def test_cli_runs_a_module_with_argv(tmp_path, monkeypatch, capsys):
         compat.uninstall()
         sys.modules.pop("xla_job", None)
     assert "module argv ['--steps', '3'] __main__ lazyxla:0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [([], "give a SCRIPT"), (["--bogus", "x.py"], "unknown option --bogus"),
+                                           (["-m"], "-m needs a MODULE"), (["/no/such.py"], "no such script")])
+def test_cli_usage_errors(argv, message, capsys):
+    from lazyxla.compat.__main__ import main
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert not compat.installed()
