@@ -285,6 +285,13 @@ def test_cli_runs_a_script_as_main_with_argv(tmp_path, monkeypatch, capsys):
     assert "argv ['--lr', '0.1', 'x'] __main__ lazyxla.compat.torch_xla 42" in out
 
 
+def _run_example(name: str, steps: int, **env_extra: str) -> subprocess.CompletedProcess:
+    """`python -m lazyxla.compat examples/NAME --steps STEPS` in a fresh process."""
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), **env_extra)
+    return subprocess.run([sys.executable, "-m", "lazyxla.compat", f"examples/{name}", "--steps", str(steps)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
 def _eager_losses(steps: int, lr: float = 0.1, seed: int = 0) -> list:
     """examples/torch_xla_train.py's problem, in eager PyTorch on the CPU."""
     torch.manual_seed(seed)
@@ -303,10 +310,7 @@ def _eager_losses(steps: int, lr: float = 0.1, seed: int = 0) -> list:
 
 def test_torch_xla_training_script_runs_unchanged_and_matches_eager():
     steps = 6
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    run = subprocess.run([sys.executable, "-m", "lazyxla.compat", "examples/torch_xla_train.py",
-                          "--steps", str(steps)], cwd=REPO, env=env, capture_output=True, text=True,
-                         timeout=300)
+    run = _run_example("torch_xla_train.py", steps)
     assert run.returncode == 0, run.stderr
     losses = [float(v) for v in re.findall(r"^step \d+ loss (\S+)$", run.stdout, re.M)]
     assert len(losses) == steps
@@ -352,3 +356,19 @@ def test_cli_usage_errors(argv, message, capsys):
         main(argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
     assert not compat.installed()
+
+
+@pytest.mark.slow
+def test_torch_xla_spmd_script_runs_unchanged_and_matches_eager():
+    """With lazyxla.spmd: the data-parallel script over 4 CPU devices matches eager.
+    Without it: the script stops at xr.use_spmd() saying lazyxla.spmd is missing."""
+    steps = 4
+    run = _run_example("torch_xla_spmd_train.py", steps, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    if importlib.util.find_spec("lazyxla.spmd") is None:
+        assert run.returncode != 0
+        assert "torch_xla.runtime.use_spmd is not supported yet by lazyxla" in run.stderr
+        assert "lazyxla.spmd" in run.stderr
+        return
+    assert run.returncode == 0, run.stderr
+    losses = [float(v) for v in re.findall(r"^step \d+ loss (\S+)$", run.stdout, re.M)]
+    assert losses == pytest.approx(_eager_losses(steps), rel=1e-5, abs=1e-6)
