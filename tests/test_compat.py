@@ -372,3 +372,22 @@ def test_torch_xla_spmd_script_runs_unchanged_and_matches_eager():
     assert run.returncode == 0, run.stderr
     losses = [float(v) for v in re.findall(r"^step \d+ loss (\S+)$", run.stdout, re.M)]
     assert losses == pytest.approx(_eager_losses(steps), rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("per_execution, barriers", [(1, 5), (2, 3)])
+def test_mp_device_loader_moves_batches_and_steps_like_upstream(torch_xla, per_execution, barriers):
+    """Upstream's PerDeviceLoader: a barrier check before each of the 3 + 1 fetches
+    (every `batches_per_execution`-th passes), plus one at the end."""
+    import torch_xla.distributed.parallel_loader as pl
+    data = [(torch.full((2,), float(i)), {"y": torch.tensor([i])}) for i in range(3)]
+    loader = pl.MpDeviceLoader(data, torch_xla.device(), batches_per_execution=per_execution)
+    assert len(loader) == 3
+    lx.metrics.clear_all()
+    seen = []
+    for x, extra in loader:
+        assert x.device == lx.device() and extra["y"].device == lx.device()
+        seen.append((x * 2).cpu())
+    assert lx.metrics.counter_value("MarkStep") == barriers
+    assert [s.tolist() for s in seen] == [[0.0, 0.0], [2.0, 2.0], [4.0, 4.0]]
+    with pytest.raises(compat.UnsupportedError, match="input_sharding"):
+        pl.MpDeviceLoader(data, torch_xla.device(), input_sharding=object())
