@@ -391,3 +391,25 @@ def test_mp_device_loader_moves_batches_and_steps_like_upstream(torch_xla, per_e
     assert [s.tolist() for s in seen] == [[0.0, 0.0], [2.0, 2.0], [4.0, 4.0]]
     with pytest.raises(compat.UnsupportedError, match="input_sharding"):
         pl.MpDeviceLoader(data, torch_xla.device(), input_sharding=object())
+
+
+def test_compile_and_step_regions_sync_before_and_after(torch_xla):
+    dev = torch_xla.device()
+    x = torch.ones(3).to(dev)
+    pending = x + 1
+
+    @torch_xla.compile
+    def double(t):
+        assert lx.debug.tensor_info(pending)["state"] == "device data"   # synced before
+        return t * 2
+
+    before = lx.metrics.counter_value("MarkStep") or 0
+    out = double(x)
+    assert lx.debug.tensor_info(out)["state"] == "device data"   # and after
+    with torch_xla.step():
+        y = x * 3
+    assert lx.debug.tensor_info(y)["state"] == "device data"
+    assert lx.metrics.counter_value("MarkStep") == before + 4
+    assert_close(out, torch.full((3,), 2.0))
+    with pytest.raises(compat.UnsupportedError, match="full_graph=True"):
+        torch_xla.compile(double, full_graph=True)

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional
 
 import torch
 
 import lazyxla as lx
 
-from ..unsupported import unsupported_names
+from ..unsupported import refuse, unsupported_names
 from . import _XLAC, runtime  # noqa: F401  (upstream's `torch_xla._XLAC`, `torch_xla.runtime`)
 from . import _closures
 
@@ -51,13 +51,31 @@ def sync(wait: bool = False, reset_scope: bool = True) -> None:
 
 
 @contextlib.contextmanager
-def step() -> Iterator[None]:
-    """`with torch_xla.step():` syncs before and after the body (and after an error), as upstream."""
+def _synced_region() -> Iterator[None]:
     sync()
     try:
         yield
     finally:
         sync()
+
+
+def compile(f: Optional[Callable] = None, full_graph: Optional[bool] = False, name: Optional[str] = None,
+            max_different_graphs: Optional[int] = None, custom_compile_options: Optional[dict] = None):
+    """A step barrier before and after `f` (or the `with` body), as upstream's lazy-tensor
+    `torch_xla.compile`; `name` only labels upstream's debug output. The graph-count
+    limits (`full_graph=True`, `max_different_graphs`) and XLA flag overrides are not mapped."""
+    if full_graph:
+        refuse("torch_xla.compile(full_graph=True)")
+    if max_different_graphs is not None:
+        refuse("torch_xla.compile(max_different_graphs=...)")
+    if custom_compile_options:
+        refuse("torch_xla.compile(custom_compile_options=...)")
+    return _synced_region() if f is None else _synced_region()(f)
+
+
+def step():
+    """`with torch_xla.step():` is upstream's `torch_xla.compile()`: barriers around the body."""
+    return compile()
 
 
 def manual_seed(seed: int, device=None) -> None:
