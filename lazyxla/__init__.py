@@ -39,6 +39,7 @@ from .donation import get_buffer_donation, is_donated, set_buffer_donation  # no
 from .utils import optimization_barrier_, save  # noqa: E402,F401
 from . import debug  # noqa: E402,F401
 from . import experimental  # noqa: E402,F401
+from . import distributed, spmd  # noqa: E402,F401
 from .devices import device, device_count, devices, platform  # noqa: E402,F401
 from . import dynamo as _dynamo  # noqa: E402
 
@@ -53,5 +54,6 @@ __all__ = [
     "set_explicit_donation", "explicit_donation_enabled", "explicit_donation",
     "set_aliasing", "aliasing_enabled",
     "graph_hash", "metrics", "debug", "experimental", "save", "optimization_barrier_",
+    "spmd", "distributed",
     "DonatedBufferError", "LoweringError", "LazyTensor",
 ]

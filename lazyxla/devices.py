@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ._jax import jax_devices
-from .frontend.device import DEVICES, device_index
+from .frontend.device import DEVICES, device_index, lazyxla_devices
 
 
 def device(index: int = 0) -> torch.device:
@@ -14,11 +14,11 @@ def device(index: int = 0) -> torch.device:
 
 
 def devices() -> list[torch.device]:
-    return list(DEVICES)
+    return list(lazyxla_devices())
 
 
 def device_count() -> int:
-    return len(DEVICES)
+    return len(lazyxla_devices())
 
 
 def platform() -> str:

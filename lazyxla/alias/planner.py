@@ -33,8 +33,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Optional
 
+from ..ir.graph import Graph, data_reachable
 from ..ir.node import DATA
-from ..sync.collect import Graph, data_reachable
 
 
 class Decision:

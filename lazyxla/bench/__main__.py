@@ -59,6 +59,9 @@ def parse_args(argv=None):
     ap.add_argument("--amp", choices=AMP_DTYPES,
                     help=f"also train mlp/gpt on {' and '.join(AMP_SYSTEMS)} under torch.autocast with this dtype "
                          "(own rows, variant amp-DTYPE)")
+    ap.add_argument("--spmd", action="store_true",
+                    help="also train W2 in SPMD mode on 8 forced host devices, data parallel and FSDP, on lazyxla "
+                         "and a hand-written JAX jit with the same shardings (variants spmd-dp, spmd-fsdp)")
     ap.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     return ap.parse_args(argv)
 
@@ -75,7 +78,7 @@ def main(argv=None) -> int:
     if "torch_xla" in systems and not args.torch_xla_python:
         systems = tuple(s for s in systems if s != "torch_xla")
         skipped.append("torch_xla (no --torch-xla-python)")
-    todo = cells(args.workloads, systems, amp=args.amp)
+    todo = cells(args.workloads, systems, amp=args.amp, spmd=args.spmd)
     if not todo:
         print("nothing to run", file=sys.stderr)
         return 2
@@ -89,7 +92,7 @@ def main(argv=None) -> int:
     meta = {"mode": settings.mode, "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "commit": _git_commit(), "host": platform.node(), "cpus": len(os.sched_getaffinity(0)),
             "python": sys.version.split()[0], "warmup": settings.warmup, "steps": settings.steps,
-            "jobs": jobs, "amp": args.amp, "skipped": ", ".join(skipped), "load before": _load()}
+            "jobs": jobs, "amp": args.amp, "spmd": args.spmd, "skipped": ", ".join(skipped), "load before": _load()}
     records = run_all(todo, settings, args.out, args.torch_xla_python, jobs=jobs, progress=not args.no_progress)
     meta["load after"] = _load()
     text = render(records, meta)

@@ -18,6 +18,14 @@ AMP_DTYPES = {"bf16": "bfloat16"}   # --amp value -> torch dtype name
 AMP_SYSTEMS = ("lazyxla", "eager")
 AMP_WORKLOADS = ("mlp", "gpt")
 AMP_PREFIX = "amp-"
+# --spmd: W2 on SPMD_DEVICES forced host devices, lazyxla's SPMD mode beside a hand-written
+# JAX jit with the same shardings: batch split over a 1-D mesh ("spmd-dp"), and also every
+# parameter whose first dimension the mesh divides ("spmd-fsdp").
+SPMD_PREFIX = "spmd-"
+SPMD_VARIANTS = ("spmd-dp", "spmd-fsdp")
+SPMD_SYSTEMS = ("lazyxla", "jax")
+SPMD_WORKLOADS = ("gpt",)
+SPMD_DEVICES = 8
 
 
 @dataclass(frozen=True)
@@ -50,7 +58,7 @@ class Settings:
 FULL = Settings()
 # Quick mode checks that the suite runs (CI); its numbers are not the benchmark.
 QUICK = Settings(mode="quick", warmup=2, steps=3, donate_mb=64, trace_ops=200, timeout_s=300,
-                 gpt_config={"vocab": 512, "d": 64, "heads": 4, "layers": 1, "seq": 32}, gpt_batch=4,
+                 gpt_config={"vocab": 512, "d": 64, "heads": 4, "layers": 1, "seq": 32}, gpt_batch=8,
                  accum_micro=2, accum_batch=2)
 
 
@@ -71,6 +79,11 @@ class Cell:
         return self.variant != "alias-off"
 
     @property
+    def spmd(self) -> str | None:
+        """The sharding of an --spmd cell ("dp" or "fsdp"), else None."""
+        return self.variant[len(SPMD_PREFIX):] if self.variant.startswith(SPMD_PREFIX) else None
+
+    @property
     def amp(self) -> str | None:
         """The autocast dtype of an --amp cell ("bf16"), else None."""
         return self.variant[len(AMP_PREFIX):] if self.variant.startswith(AMP_PREFIX) else None
@@ -79,13 +92,13 @@ class Cell:
         return {"workload": self.workload, "system": self.system, "variant": self.variant, **self.extra}
 
 
-def cells(workloads=WORKLOADS, systems=SYSTEMS, amp: str | None = None) -> list[Cell]:
+def cells(workloads=WORKLOADS, systems=SYSTEMS, amp: str | None = None, spmd: bool = False) -> list[Cell]:
     """Every cell of the selected workloads and systems, grouped by workload.
 
     Eager PyTorch updates in place and has no notion of donation, so it runs
     W3 only once ("alias-on": plain in-place ops). With `amp` ("bf16"), each
     training workload also runs on lazyxla and eager under autocast, after its
-    float32 cells."""
+    float32 cells; with `spmd`, W2 also runs in SPMD mode on lazyxla and the JAX limit."""
     if amp is not None and amp not in AMP_DTYPES:
         raise ValueError(f"unknown amp dtype {amp!r}; choose from {', '.join(AMP_DTYPES)}")
     out = []
@@ -105,4 +118,6 @@ def cells(workloads=WORKLOADS, systems=SYSTEMS, amp: str | None = None) -> list[
                 out.append(Cell(w, s))
         if amp and w in AMP_WORKLOADS:
             out += [Cell(w, s, AMP_PREFIX + amp) for s in AMP_SYSTEMS if s in systems]
+        if spmd and w in SPMD_WORKLOADS:
+            out += [Cell(w, s, v) for v in SPMD_VARIANTS for s in SPMD_SYSTEMS if s in systems]
     return out

@@ -22,6 +22,23 @@ def _memory(compiled) -> dict:
     return m
 
 
+def _spmd_shardings(kind: str, params, state, x, y) -> tuple:
+    """--spmd: the shardings lazyxla's SPMD mode gives the same step on a 1-D mesh over
+    all devices: the batch split on dim 0; "fsdp" also splits every parameter (and its
+    optimizer state) whose first dimension the mesh divides (lx.spmd.shard_parameters)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    import numpy as np
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    n = mesh.devices.size
+
+    def of(a):
+        split = kind == "fsdp" and a.ndim and a.shape[0] % n == 0
+        return NamedSharding(mesh, P("data") if split else P())
+
+    batch = NamedSharding(mesh, P("data"))
+    return jax.tree.map(of, params), jax.tree.map(of, state), batch, batch
+
+
 def train(cell, settings) -> dict:
     arrays, meta = load_workload(cell.extra["npz"])
     params = {k: jnp.asarray(v) for k, v in arrays.items()}
@@ -32,7 +49,11 @@ def train(cell, settings) -> dict:
     del arrays, meta
     init, _ = OPTIMIZERS[cell.workload]
     state = init(params)
-    step = make_train_step(cell.workload, **hyper)
+    shardings = None
+    if cell.spmd:
+        shardings = _spmd_shardings(cell.spmd, params, state, x, y)
+        params, state, x, y = jax.device_put((params, state, x, y), shardings)
+    step = make_train_step(cell.workload, shardings=shardings, **hyper)
     jax.block_until_ready((params, state, x, y))
     rec = {"rss_base_mb": round(M.rss_mb(), 1), "n_params": sum(int(p.size) for p in params.values())}
     losses, step_s, trace_s, compiles, warmup_peak = [], [], [], [], 0.0

@@ -144,6 +144,12 @@ def _accum_step_fn(**hyper):
     return step
 
 
-def make_train_step(name, donate=True, **hyper):
-    """One jitted training step with the parameters and optimizer state donated."""
-    return jax.jit(train_step_fn(name, **hyper), donate_argnums=(0, 1) if donate else ())
+def make_train_step(name, donate=True, shardings=None, **hyper):
+    """One jitted training step with the parameters and optimizer state donated;
+    `shardings` = (params, optimizer state, x, y) shardings for an SPMD step (the new
+    parameters and state keep theirs, the loss is replicated)."""
+    kw = {}
+    if shardings is not None:
+        p, s, x, y = shardings
+        kw = {"in_shardings": (p, s, x, y), "out_shardings": (p, s, None)}
+    return jax.jit(train_step_fn(name, **hyper), donate_argnums=(0, 1) if donate else (), **kw)

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tqdm import tqdm
 
-from .config import TRAINING, Cell, Settings
+from .config import SPMD_DEVICES, TRAINING, Cell, Settings
 from .export import export_trace_input, export_workload
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
@@ -47,6 +47,8 @@ def run_cell(cell: Cell, settings: Settings, out_dir: str, torch_xla_python: str
     env = dict(os.environ)
     if cell.system == "torch_xla":
         env.setdefault("PJRT_DEVICE", "CPU")
+    if cell.spmd:   # the device count is fixed when JAX starts
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={SPMD_DEVICES}"
     safe = cell.label.replace("/", "__").replace("[", "_").replace("]", "")
     out = os.path.join(out_dir, "cells", safe + ".json")
     log = os.path.join(out_dir, "logs", safe + ".log")

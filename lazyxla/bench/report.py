@@ -99,7 +99,7 @@ def _training_cells(records):
     """(row label, record, the JAX limit's record of that workload) for W1/W2, in table
     order; the JAX limit is float32 only, so --amp rows are timed against it too."""
     for w, label, cells, _ in _training_groups(records):
-        jax = _by(records, w).get("jax", {})
+        jax = cells.get("jax") or _by(records, w).get("jax", {})   # --spmd rows: the same mesh's
         for r in _ordered(cells):
             yield label, r, jax
 

@@ -14,6 +14,10 @@ class LazyxlaBackend(TorchBackend):
         super().__init__(cell)
         import lazyxla as lx
         self.lx = lx
+        self.mesh = None
+        if cell.spmd:   # one virtual device over the forced host devices, a 1-D mesh
+            lx.spmd.use_spmd()
+            self.mesh = lx.spmd.get_1d_mesh("data")
         self.device = lx.device()
         lx.set_aliasing(cell.aliasing)   # explicit: ignores a LAZYXLA_ALIASING=0 in the environment
         self.alias_counts: list[float] = []   # InputOutputAliasCount samples, whole run
@@ -22,6 +26,16 @@ class LazyxlaBackend(TorchBackend):
     def workloads(self):
         from lazyxla import workloads
         return workloads
+
+    def place_model(self, model):
+        if self.cell.spmd == "fsdp":
+            self.lx.spmd.shard_parameters(model, self.mesh, "data")
+        return model
+
+    def place_batch(self, t):
+        if self.mesh is None:
+            return t
+        return self.lx.spmd.mark_sharding(t, self.mesh, ("data",) + (None,) * (t.dim() - 1))
 
     def set_aliasing(self, enabled: bool) -> None:
         self.lx.set_aliasing(enabled)

@@ -52,6 +52,14 @@ class TorchBackend:
 
     gradient_accumulation = None   # the system's one-loop API (W5), where it has one
 
+    def place_model(self, model):
+        """The model on the device as the cell runs it (--spmd: its parameters sharded)."""
+        return model
+
+    def place_batch(self, t):
+        """A batch tensor on the device as the cell runs it (--spmd: split over the mesh)."""
+        return t
+
     def versions(self) -> dict:
         return {"torch": self.torch.__version__}
 

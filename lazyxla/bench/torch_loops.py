@@ -59,11 +59,11 @@ def train(backend, cell, settings) -> dict:
     batch is split into `accum_micro` micro-batches along a new leading dimension."""
     wl = make_workload(backend.workloads(), cell.workload, settings)
     dev = backend.device
-    model = wl.model.to(dev)
+    model = backend.place_model(wl.model.to(dev))
     x, y = wl.inputs, wl.targets
     if cell.workload == "accum":
         x, y = (t.view(settings.accum_micro, -1, *t.shape[1:]) for t in (x, y))
-    x, y = x.to(dev), y.to(dev)
+    x, y = backend.place_batch(x.to(dev)), backend.place_batch(y.to(dev))
     opt = wl.optimizer(model.parameters(), foreach=backend.foreach)
     model_fn, loss_fn, step_fn = backend.compile(model), backend.compile(wl.loss), backend.compile(opt.step)
     forward_backward = _forward_backward(backend, cell, model, lambda x, y: loss_fn(model_fn, x, y))

@@ -18,8 +18,9 @@ from jax.sharding import SingleDeviceSharding
 from .. import metrics
 from .._jax import jax_devices, jax_dtype
 from ..errors import LoweringError
+from ..runtime import placement
 from ..runtime.host_heap import release_free_heap
-from ..sync.collect import Graph
+from ..ir.graph import Graph
 from .explain import explain
 from .program import build, scalar_avals
 
@@ -98,13 +99,42 @@ def get_or_compile(graph: Graph, donors: tuple) -> Executable:
     return exe
 
 
+def _placements(graph: Graph) -> tuple[list, list, object]:
+    """Input shardings of the parameters, of the scalar operands, and the out_shardings
+    argument of jax.jit: one local device, or (SPMD) what collect() requested per output
+    with GSPMD choosing the rest (None)."""
+    if not placement.spmd_enabled():
+        sharding = SingleDeviceSharding(jax_devices()[graph.device])
+        return [sharding] * len(graph.params), sharding, sharding
+    ins = [placement.sharding_of(d) for d in graph.params]
+    _check_one_device_order(graph, ins)
+    return ins, placement.replicated(), graph.out_shardings
+
+
+def _check_one_device_order(graph: Graph, shardings: list) -> None:
+    """One program runs on one ordering of the devices: tensors marked with meshes that
+    order them differently cannot meet in a graph (JAX would refuse, less clearly)."""
+    orders = {}
+    for d, s in zip(graph.params, shardings):
+        orders.setdefault(placement.device_order(s), d)
+    if len(orders) > 1:
+        (o1, d1), (o2, d2) = list(orders.items())[:2]
+        raise ValueError(
+            f"lazyxla: one computation uses tensors on different meshes: a tensor of shape "
+            f"{list(d1.shape)} on devices {list(o1)} and one of shape {list(d2.shape)} on devices "
+            f"{list(o2)}. Mark every tensor of a computation with the same mesh (or meshes listing "
+            "the same devices in the same order), e.g. lx.spmd.mark_sharding(t, mesh, spec) or "
+            "lx.spmd.clear_sharding(t); lx.spmd.set_global_mesh(mesh) before creating tensors makes "
+            "unmarked tensors use that mesh's order. Nothing was run; the tensors keep their values.")
+
+
 def compile_graph(graph: Graph, donors: tuple) -> Executable:
     program, n_params = build(graph)
-    device = jax_devices()[graph.device]
-    sharding = SingleDeviceSharding(device)
-    avals = [jax.ShapeDtypeStruct(d.shape, jax_dtype(d.dtype), sharding=sharding) for d in graph.params]
-    avals += [jax.ShapeDtypeStruct(shape, dt, sharding=sharding) for shape, dt in scalar_avals(graph)]
-    jitted = jax.jit(program, donate_argnums=donors, keep_unused=True, out_shardings=sharding)
+    in_shardings, scalar_sharding, out_shardings = _placements(graph)
+    avals = [jax.ShapeDtypeStruct(d.shape, jax_dtype(d.dtype), sharding=s)
+             for d, s in zip(graph.params, in_shardings)]
+    avals += [jax.ShapeDtypeStruct(shape, dt, sharding=scalar_sharding) for shape, dt in scalar_avals(graph)]
+    jitted = jax.jit(program, donate_argnums=donors, keep_unused=True, out_shardings=out_shardings)
     start = time.perf_counter_ns()
     try:
         with warnings.catch_warnings():

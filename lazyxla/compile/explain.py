@@ -30,7 +30,8 @@ def _describe(entry) -> str:
     sig = sig_of(entry[0])
     head = sig[0]
     if head is DATA or head == DATA:
-        return f"parameter {entry[2]} of shape {list(sig[1])} {sig[2]}"
+        where = f" sharded {entry[3]}" if len(entry) == 4 else ""   # SPMD: its sharding is in the key
+        return f"parameter {entry[2]} of shape {list(sig[1])} {sig[2]}{where}"
     if head is SCALAR or head == SCALAR:
         return f"runtime scalar ({sig[1]})"
     parts = []
@@ -44,7 +45,7 @@ def _describe(entry) -> str:
 
 def explain(key: tuple, donors: tuple) -> str:
     """Explanation of a cache miss for (graph key, donors); records the key."""
-    device, entries, outputs = key
+    device, entries, outputs = key[:3]
     history = _recent[device]
     try:
         if not history:
@@ -62,6 +63,8 @@ def explain(key: tuple, donors: tuple) -> str:
         if n == len(old_entries) == len(entries):
             if best_key[2] != outputs:
                 return f"same {n} nodes as an earlier graph, but it returns different outputs"
+            if best_key[3:] != key[3:]:
+                return f"same {n} nodes as an earlier graph, but other output shardings were requested"
             return (f"same graph as an earlier one ({n} nodes); only the donor set changed: "
                     f"{list(best_donors)} -> {list(donors)}")
         if n >= len(entries):

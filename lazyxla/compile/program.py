@@ -31,7 +31,7 @@ from ..ir.call import Subprogram
 from ..ir.node import DATA, GETITEM, SCALAR, Node
 from ..lower.registry import LOWERINGS
 from ..lower.views import view_scatter
-from ..sync.collect import Graph
+from ..ir.graph import Graph
 
 SCALAR_DTYPES = (np.float64, np.int64, np.bool_)
 _SCALAR_TYPES = (float, int, bool)

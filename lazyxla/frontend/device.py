@@ -12,9 +12,12 @@ import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 from .._jax import jax_devices
+from ..runtime import placement
 
 DEVICE_TYPE = "lazyxla"
 _registered = False
+# Filled on first use, not at import: asking JAX for its devices starts its backend,
+# after which jax.distributed.initialize (lx.distributed.initialize) can no longer run.
 DEVICES: list[torch.device] = []
 
 
@@ -24,12 +27,26 @@ def register() -> None:
         return
     from . import device_module
     _setup_privateuseone_for_python_backend(DEVICE_TYPE, backend_module=device_module)
-    DEVICES.extend(torch.device(DEVICE_TYPE, i) for i in range(len(jax_devices())))
     _registered = True
+
+
+def lazyxla_devices() -> list[torch.device]:
+    """The lazyxla devices: one per local JAX device, or one virtual device in SPMD mode."""
+    if not DEVICES:
+        count = 1 if placement.spmd_enabled() else len(jax_devices())
+        DEVICES.extend(torch.device(DEVICE_TYPE, i) for i in range(count))
+    return DEVICES
+
+
+def reset_devices() -> None:
+    """Recount the devices (SPMD switched on before any lazy tensor existed)."""
+    DEVICES.clear()
+    lazyxla_devices()
 
 
 def device_index(device) -> int:
     """Index of a lazyxla device given as torch.device / str / None (default 0)."""
+    lazyxla_devices()
     if device is None:
         return 0
     if not isinstance(device, torch.device):

@@ -33,8 +33,8 @@ def _is_in_bad_fork() -> bool:
 
 
 def device_count() -> int:
-    from .device import DEVICES
-    return len(DEVICES)
+    from .device import lazyxla_devices
+    return len(lazyxla_devices())
 
 
 def current_device() -> int:

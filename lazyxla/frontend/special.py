@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ..ir.node import Node, data_node, scalar_node
+from ..ir.node import DATA, Node, data_node, scalar_node
 from ..runtime.transfer import upload
 from .device import DEVICE_TYPE
 from .optim import in_optimizer_step
@@ -18,14 +18,28 @@ from .tracing import contiguous_strides, convert_call, lookup, wrap_outputs
 aten = torch.ops.aten
 
 
-def copy_from_host(src: torch.Tensor, dst: LazyTensor) -> None:
-    """dst.copy_(cpu_tensor): the data is on the device when this returns."""
+def _sharding_of(t) -> object:
+    """SPMD: the sharding of `t`'s buffer when `t` is a whole tensor holding device data
+    (None otherwise, and always outside SPMD mode)."""
+    if not isinstance(t, LazyTensor) or t._view is not None:
+        return None
+    value = t._st.value
+    return value.data.sharding if value.op is DATA else None
+
+
+def copy_from_host(src: torch.Tensor, dst: LazyTensor, like=None) -> None:
+    """dst.copy_(cpu_tensor): the data is on the device when this returns. In SPMD mode
+    it keeps dst's sharding (an in-place update), or takes that of `like` (a fill made
+    from it, e.g. optimizer state from its parameter)."""
     host = src.detach().to(dst.dtype)
     if tuple(host.shape) != tuple(dst.shape):
         host = host.expand(dst.shape)
     st = dst._st
     if dst._view is None:
-        st.write(data_node(upload(host, st.device, owner=st)))
+        sharding = _sharding_of(dst)
+        if like is not None and tuple(like.shape) == tuple(dst.shape):
+            sharding = _sharding_of(like) or sharding
+        st.write(data_node(upload(host, st.device, owner=st, sharding=sharding)))
     else:
         dst.write(data_node(upload(host, st.device)))
 
@@ -82,7 +96,7 @@ def _fill_factory(func, info, args, kwargs):
     out = _functional(func, info, args, kwargs)
     shape, stride, offset, dtype = out._mkey
     if in_optimizer_step() and offset == 0 and stride == contiguous_strides(shape):
-        copy_from_host(torch.full(shape, _FILL_VALUES[func](args), dtype=dtype), out)
+        copy_from_host(torch.full(shape, _FILL_VALUES[func](args), dtype=dtype), out, like=args[0])
     return out
 
 

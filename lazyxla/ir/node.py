@@ -27,6 +27,8 @@ DATA = "data"
 SCALAR = "scalar"
 GETITEM = "getitem"
 OPT_BARRIER = "optimization_barrier"
+# args (value, sharding): the value, constrained to a jax.sharding.Sharding (SPMD mode)
+SHARDING_CONSTRAINT = "sharding_constraint"
 
 
 class Node:

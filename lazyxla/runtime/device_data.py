@@ -16,6 +16,12 @@ may refer to the same handle; the handle, not the tensor, carries
 * `call_donor`: the buffer was marked when a compiled function (torch.compile)
   was called on it: its `donate` flag then applies at any sync, also without
   explicit donation enabled (API.md "Compiled functions").
+* `sharding`: SPMD mode only (runtime/placement.py): the `jax.sharding.Sharding`
+  of the buffer over all devices; None outside SPMD (one local device).
+* `host`: SPMD mode only: an upload not placed yet. A host tensor copied to the
+  device is kept as a host array until a graph (or a read) first needs it, so
+  that marking it right after `.to(dev)` places only each device's slice
+  instead of a full copy on every device first. `array` places it on demand.
 """
 from __future__ import annotations
 
@@ -28,12 +34,14 @@ from ..errors import DonatedBufferError
 
 
 class DeviceData:
-    __slots__ = ("array", "shape", "dtype", "device", "read_only", "donate",
-                 "donated_in", "owner", "call_donor", "__weakref__")
+    __slots__ = ("_array", "shape", "dtype", "device", "read_only", "donate",
+                 "donated_in", "owner", "call_donor", "sharding", "host", "__weakref__")
 
     def __init__(self, array, shape: tuple, dtype: torch.dtype, device: int,
-                 owner=None, read_only: bool = False) -> None:
-        self.array = array
+                 owner=None, read_only: bool = False, sharding=None, host=None) -> None:
+        self._array = array
+        self.sharding = sharding
+        self.host = host
         self.shape = shape
         self.dtype = dtype
         self.device = device
@@ -42,6 +50,15 @@ class DeviceData:
         self.call_donor = False
         self.donated_in: Optional[str] = None
         self.owner = weakref.ref(owner) if owner is not None else None
+
+    @property
+    def array(self):
+        """The device buffer (placing a staged upload first); None once donated."""
+        if self._array is None and self.host is not None:
+            from .transfer import place
+            self._array = place(self.host, self.sharding)
+            self.host = None
+        return self._array
 
     @property
     def nbytes(self) -> int:
@@ -65,7 +82,7 @@ class DeviceData:
 
     def mark_donated(self, graph_key: str) -> None:
         self.donated_in = graph_key
-        array, self.array = self.array, None
+        array, self._array, self.host = self._array, None, None
         # JAX deletes donated inputs itself where the backend supports donation;
         # deleting here makes the semantics identical on every backend.
         if array is not None and not array.is_deleted():
@@ -73,7 +90,8 @@ class DeviceData:
 
     def __repr__(self) -> str:
         state = f"donated in graph {self.donated_in}" if self.donated_in else "live"
-        return (f"DeviceData(shape={list(self.shape)}, dtype={self.dtype}, device={self.device}, "
+        where = "" if self.sharding is None else f", sharding={self.sharding}"
+        return (f"DeviceData(shape={list(self.shape)}, dtype={self.dtype}, device={self.device}{where}, "
                 f"{state}, donate={self.donate}, read_only={self.read_only})")
 
 

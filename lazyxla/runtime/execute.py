@@ -17,8 +17,8 @@ from ..compile.cache import Executable
 from ..compile.program import scalar_args
 from ..ir.node import data_node
 from ..lock import LOCK
-from ..sync.collect import Graph
-from . import shutdown
+from ..ir.graph import Graph
+from . import placement, shutdown
 from .device_data import DeviceData
 
 _in_flight: list = []
@@ -55,11 +55,14 @@ def execute(graph: Graph, exe: Executable) -> tuple:
         metrics.metric_add("DonatedBytes", donated)
     installed: list = [None] * len(outs)
     order, outputs, device = graph.order, graph.outputs, graph.device
+    spmd = placement.spmd_enabled()
     for st, slot in graph.storages:
         data = installed[slot]
         if data is None:
             node = order[outputs[slot]]
-            data = installed[slot] = DeviceData(outs[slot], node.shape, node.dtype, device, owner=st)
+            out = outs[slot]
+            data = installed[slot] = DeviceData(out, node.shape, node.dtype, device, owner=st,
+                                                sharding=out.sharding if spmd else None)
         st.write(data_node(data))
     _in_flight.extend(weakref.ref(o) for o in outs)
     if len(_in_flight) > 4096:  # a loop that never waits: forget outputs already freed

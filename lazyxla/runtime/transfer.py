@@ -1,13 +1,17 @@
 """Host <-> device copies (the only places that move tensor data across)."""
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+from jax.experimental import multihost_utils
 
 from .. import metrics
 from .._jax import jax_devices, jax_dtype
+from . import placement
 from .device_data import DeviceData
 
 
@@ -23,7 +27,24 @@ def _owned_copy(x):
     return jnp.copy(x)
 
 
-def upload(t: torch.Tensor, device: int, owner=None) -> DeviceData:
+@functools.lru_cache(maxsize=None)
+def _owned_copy_to(sharding):
+    return jax.jit(jnp.copy, out_shardings=sharding)
+
+
+def place(host: np.ndarray, sharding) -> jax.Array:
+    """A global array of `host`'s value with `sharding`: each device receives only its
+    own slice (this process supplies those of its addressable devices), copied into an
+    XLA-owned buffer for the same reasons as in `upload`."""
+    with metrics.timed("TransferToDeviceTime"):
+        staged = jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+        array = _owned_copy_to(sharding)(staged)
+        array.block_until_ready()
+        del staged
+    return array
+
+
+def upload(t: torch.Tensor, device: int, owner=None, sharding=None) -> DeviceData:
     """Copy a CPU tensor to `device`; the returned handle is owned by `owner`.
 
     On the CPU backend `jax.device_put` adopts the host memory without copying
@@ -35,6 +56,13 @@ def upload(t: torch.Tensor, device: int, owner=None) -> DeviceData:
     before we return (a host-to-device copy is synchronous in PyTorch too).
     """
     jax_dtype(t.dtype)  # clear error for unsupported dtypes
+    if placement.spmd_enabled():
+        # SPMD: staged on the host until first use (DeviceData.host says why); the
+        # copy detaches it from the source tensor as the device copy would.
+        host = np.array(_to_numpy(t.cpu()), copy=True)
+        metrics.metric_add("OutboundData", t.numel() * t.element_size())
+        return DeviceData(None, tuple(t.shape), t.dtype, device, owner,
+                          sharding=sharding or placement.replicated(), host=host)
     with metrics.timed("TransferToDeviceTime"):
         staged = jax.device_put(_to_numpy(t.cpu()), jax_devices()[device])
         array = _owned_copy(staged)
@@ -47,10 +75,24 @@ def upload(t: torch.Tensor, device: int, owner=None) -> DeviceData:
 def download(array, dtype: torch.dtype) -> torch.Tensor:
     """Blocking copy of a device array to a new CPU tensor of `dtype`."""
     with metrics.timed("TransferFromDeviceTime"):
-        host = np.asarray(array)
+        if array.is_fully_addressable:
+            host = np.asarray(array)
+        elif array.is_fully_replicated:
+            host = np.asarray(array.addressable_data(0))
+        else:
+            # Shards of other processes: every process reads the same tensors at the same
+            # point of an SPMD program, so this collective is reached by all of them.
+            host = np.asarray(multihost_utils.process_allgather(array, tiled=True))
     if dtype == torch.bfloat16:
         out = torch.from_numpy(host.view(np.int16).copy()).view(torch.bfloat16)
     else:
         out = torch.from_numpy(host.copy() if not host.flags.writeable else host)
     metrics.metric_add("InboundData", out.numel() * out.element_size())
     return out if out.dtype == dtype else out.to(dtype)
+
+
+def reshard(array: jax.Array, sharding) -> jax.Array:
+    """`array` moved to `sharding` (also onto another device order), into buffers XLA
+    owns so that they can be donated later."""
+    with metrics.timed("TransferToDeviceTime"):
+        return _owned_copy_to(sharding)(jax.device_put(array, sharding))

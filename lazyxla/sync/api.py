@@ -32,11 +32,12 @@ from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import forget_lifted_scalars
 from ..frontend.views import view_of_host
 from ..frontend import sync_hooks
+from ..ir.graph import reads_donated
 from ..ir.node import DATA
 from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
 from .capture import Placeholder, placeholder_refusal
-from .collect import collect, reads_donated
+from .collect import collect
 
 # One lock for the whole runtime, also held by every op trace (lazyxla/lock.py,
 # docs/reliability.md): syncs never interleave with each other or with tracing.

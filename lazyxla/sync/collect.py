@@ -7,26 +7,22 @@ key. The key is the sequence of `(signature id, operand positions)` per node:
 structure, operand shapes/dtypes and exact wiring, never data values, buffer
 identities, tensor ids or scalar values. Each lifted scalar is its own operand
 (never merged by value), so equal hyper-parameters cannot change the key.
+
+In SPMD mode (runtime/placement.py) the key also holds each parameter's
+sharding and the sharding requested for each output (`Graph.out_shardings`):
+an in-place update keeps the sharding of the buffer it replaces (so a donated
+parameter's new value lands where the old one was, and the next step compiles
+nothing), a root that is a sharding constraint gets that sharding, and every
+other output is left to GSPMD's propagation (None).
 """
 from __future__ import annotations
 
-from ..ir.node import DATA, SCALAR, Node
+from typing import Optional
+
+from ..ir.graph import Graph
+from ..ir.node import DATA, SCALAR, SHARDING_CONSTRAINT, Node
+from ..runtime import placement
 from ..runtime.device_data import DeviceData, donated_error
-
-
-class Graph:
-    __slots__ = ("device", "order", "outputs", "params", "scalars", "key", "storages", "root_slots")
-
-    def __init__(self, device: int, order: list, outputs: tuple, params: list,
-                 scalars: list, key: tuple, storages: list, root_slots: tuple) -> None:
-        self.device = device
-        self.order = order            # nodes in topological order
-        self.outputs = outputs        # positions in `order` of the distinct root nodes, ascending
-        self.params: list[DeviceData] = params
-        self.scalars: list[Node] = scalars
-        self.key = key
-        self.storages = storages      # (storage, output slot) pairs to install results into
-        self.root_slots = root_slots  # output slot of each distinct root, in the order given
 
 
 def collect(device: int, items: list) -> Graph:
@@ -53,18 +49,33 @@ def collect(device: int, items: list) -> Graph:
             outputs.append(index[rid])
         if st is not None:
             targets.append((st, slot))
-    by_position = sorted(range(len(outputs)), key=_canonical_order(outputs, params, targets))
+    updates = _updates(params, targets)
+    by_position = sorted(range(len(outputs)),
+                         key=lambda slot: (0, updates[slot]) if slot in updates else (1, outputs[slot]))
     rank = [0] * len(outputs)
     for new, old in enumerate(by_position):
         rank[old] = new
+    out_shardings = None
+    if placement.spmd_enabled():
+        out_shardings = tuple(_requested_sharding(order[outputs[i]], updates.get(i), params)
+                              for i in by_position)
     outputs = tuple(outputs[i] for i in by_position)
     targets = [(st, rank[slot]) for st, slot in targets]
-    key = (device, tuple(entries), outputs)
-    return Graph(device, order, outputs, params, scalars, key, targets, tuple(rank))
+    key = (device, tuple(entries), outputs) if out_shardings is None else \
+        (device, tuple(entries), outputs, out_shardings)
+    return Graph(device, order, outputs, params, scalars, key, targets, tuple(rank), out_shardings)
 
 
-def _canonical_order(outputs: list, params: list, targets: list):
-    """Sort key of output slots, independent of the order the storages come in.
+def _requested_sharding(root: Node, updated: Optional[int], params: list):
+    if root.op is SHARDING_CONSTRAINT:
+        return root.args[1]
+    if updated is not None and params[updated].shape == root.shape:
+        return params[updated].sharding
+    return None
+
+
+def _updates(params: list, targets: list) -> dict:
+    """The canonical order of output slots, independent of the order the storages come in.
 
     A storage made later in one step than in the next (optimizer state created
     during step 0, after that step's gradients) must not change the key. First
@@ -73,7 +84,9 @@ def _canonical_order(outputs: list, params: list, targets: list):
     output of its shape and dtype, so this keeps every buffer paired with its
     own update (a topological order paired Adam's state with gradients and
     compiled W2 in 1.55 s instead of 1.05 s). Then the other outputs, in
-    topological order."""
+    topological order.
+
+    Returns {output slot: index of the parameter whose storage it updates}."""
     param_of_storage: dict = {}
     for i, data in enumerate(params):
         st = data.owner_storage()
@@ -84,7 +97,7 @@ def _canonical_order(outputs: list, params: list, targets: list):
         i = param_of_storage.get(id(st))
         if i is not None and i < updates.get(slot, len(params)):
             updates[slot] = i
-    return lambda slot: (0, updates[slot]) if slot in updates else (1, outputs[slot])
+    return updates
 
 
 def _visit(root: Node, index: dict, order: list, entries: list, params: list,
@@ -112,7 +125,7 @@ def _visit(root: Node, index: dict, order: list, entries: list, params: list,
                     raise donated_error(data)
                 pi = param_index[id(data)] = len(params)
                 params.append(data)
-            entry = (node.sig, -1, pi)
+            entry = (node.sig, -1, pi) if data.sharding is None else (node.sig, -1, pi, data.sharding)
         elif op is SCALAR:
             entry = (node.sig, -2, len(scalars))
             scalars.append(node)
@@ -121,38 +134,3 @@ def _visit(root: Node, index: dict, order: list, entries: list, params: list,
         index[nid] = len(order)
         order.append(node)
         entries.append(entry)
-
-
-def data_reachable(roots) -> set:
-    """ids of every DeviceData reachable from `roots` (pending values)."""
-    seen: set = set()
-    found: set = set()
-    stack = list(roots)
-    while stack:
-        node = stack.pop()
-        nid = id(node)
-        if nid in seen:
-            continue
-        seen.add(nid)
-        if node.op is DATA:
-            found.add(id(node.data))
-        else:
-            stack.extend(node.inputs)
-    return found
-
-
-def reads_donated(root: Node) -> bool:
-    """True if computing `root` needs a buffer that was donated (slow path only)."""
-    seen: set = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.op is DATA:
-            if node.data.donated_in is not None:
-                return True
-        else:
-            stack.extend(node.inputs)
-    return False

@@ -1,0 +1,134 @@
+"""Data-parallel training over several processes on localhost (SPMD, docs/spmd.md).
+
+    python -m lazyxla.examples.spmd_data_parallel --processes 2 --devices-per-process 4
+
+starts one coordinator-connected process per `--processes` (CPU: each gets
+`--devices-per-process` forced host devices), trains W1 (the MLP) with the
+batch split over all devices of all processes, and prints each process's
+losses. `--check` compares them with one eager CPU run (rtol 1e-4). Everything
+binds to 127.0.0.1; every wait is bounded by `--timeout`.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import socket
+import subprocess
+import sys
+
+_TAG = "LOSSES "
+
+
+def _train(w, model, steps: int, place=lambda t: t, barrier=lambda: None) -> list:
+    opt = w.optimizer(model.parameters())
+    losses = []
+    for _ in range(steps):
+        loss = w.loss(model, place(w.inputs), place(w.targets))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        barrier()
+        losses.append(loss.item())
+    return losses
+
+
+def _workload(batch: int):
+    from lazyxla.workloads import make
+    return make("mlp", batch=batch)
+
+
+def worker(args) -> None:
+    import torch
+    import lazyxla as lx
+    lx.distributed.initialize(args.coordinator, args.processes, args.process_id,
+                              initialization_timeout=args.timeout)
+    lx.spmd.use_spmd()
+    mesh = lx.spmd.get_1d_mesh("data")
+    dev = lx.device()
+    w = _workload(args.batch)
+    model = copy.deepcopy(w.model).to(dev)
+
+    def place(t):
+        # every process holds the whole host batch; only its own devices' slices are placed
+        return lx.spmd.mark_sharding(t.to(dev), mesh, ("data",) + (None,) * (t.dim() - 1))
+
+    losses = _train(w, model, args.steps, place, lx.sync)
+    # a host read of a tensor sharded over both processes returns the global value
+    n = 2 * len(mesh.device_ids)
+    spread = place(torch.arange(float(n))) * 3
+    global_read = spread.cpu().equal(torch.arange(float(n)) * 3)
+    print(_TAG + json.dumps({"process": lx.distributed.process_index(), "of": lx.distributed.process_count(),
+                             "devices": len(mesh.device_ids), "local_shards": len(lx.spmd.local_shards(spread)),
+                             "global_read": global_read, "losses": losses}), flush=True)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(args) -> int:
+    coordinator = f"127.0.0.1:{_free_port()}"
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={args.devices_per_process}",
+               JAX_PLATFORMS="cpu")
+    base = [sys.executable, "-m", __spec__.name, "--coordinator", coordinator, "--processes",
+            str(args.processes), "--steps", str(args.steps), "--batch", str(args.batch),
+            "--timeout", str(args.timeout)]
+    procs = [subprocess.Popen(base + ["--process-id", str(i)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(args.processes)]
+    results, failed = [], False
+    for i, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            out, err = p.communicate()
+            print(f"process {i} timed out after {args.timeout} s", file=sys.stderr)
+        if p.returncode != 0:
+            failed = True
+            print(f"process {i} failed (exit {p.returncode}):\n{err[-3000:]}", file=sys.stderr)
+            continue
+        line = next(ln for ln in out.splitlines() if ln.startswith(_TAG))
+        results.append(json.loads(line[len(_TAG):]))
+        print(f"process {i}: {results[-1]}")
+    if failed:
+        return 1
+    if args.check:
+        import torch
+        w = _workload(args.batch)
+        eager = _train(w, copy.deepcopy(w.model), args.steps)
+        print(f"eager: {eager}")
+        for r in results:
+            if not r["global_read"] or r["local_shards"] != args.devices_per_process:
+                print(f"process {r['process']}: wrong global read or shard count", file=sys.stderr)
+                return 1
+            if not torch.allclose(torch.tensor(r["losses"]), torch.tensor(eager), rtol=1e-4):
+                print(f"process {r['process']} losses differ from eager", file=sys.stderr)
+                return 1
+        print(f"losses equal eager in all {len(results)} processes")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--devices-per-process", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=16, help="global batch (split over all devices)")
+    ap.add_argument("--timeout", type=int, default=300, help="seconds any wait may take")
+    ap.add_argument("--check", action="store_true", help="compare with one eager CPU run")
+    ap.add_argument("--coordinator", help=argparse.SUPPRESS)
+    ap.add_argument("--process-id", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.process_id is not None:
+        worker(args)
+        return 0
+    return launch(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

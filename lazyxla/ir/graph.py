@@ -1,0 +1,68 @@
+"""The collected graph: what a sync hands to the compiler and the runtime.
+
+It is data, built by `sync/collect.py` and consumed by `compile/` (program and
+cache key), `alias/` (donor planning) and `runtime/execute.py` (operands and
+where results go), so it sits below all of them; so do the two walks over
+pending values that donation planning and sync both need.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from .node import DATA, Node
+
+if TYPE_CHECKING:  # the runtime layer sits above ir/; only the annotation needs it
+    from ..runtime.device_data import DeviceData
+
+
+class Graph:
+    __slots__ = ("device", "order", "outputs", "params", "scalars", "key", "storages", "root_slots",
+                 "out_shardings")
+
+    def __init__(self, device: int, order: list, outputs: tuple, params: list,
+                 scalars: list, key: tuple, storages: list, root_slots: tuple,
+                 out_shardings: Optional[tuple] = None) -> None:
+        self.device = device
+        self.order = order            # nodes in topological order
+        self.outputs = outputs        # positions in `order` of the distinct root nodes, ascending
+        self.params: list["DeviceData"] = params
+        self.scalars: list[Node] = scalars
+        self.key = key
+        self.storages = storages      # (storage, output slot) pairs to install results into
+        self.root_slots = root_slots  # output slot of each distinct root, in the order given
+        self.out_shardings = out_shardings  # SPMD: requested sharding per output slot, else None
+
+
+def data_reachable(roots) -> set:
+    """ids of every DeviceData reachable from `roots` (pending values)."""
+    seen: set = set()
+    found: set = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        nid = id(node)
+        if nid in seen:
+            continue
+        seen.add(nid)
+        if node.op is DATA:
+            found.add(id(node.data))
+        else:
+            stack.extend(node.inputs)
+    return found
+
+
+def reads_donated(root: Node) -> bool:
+    """True if computing `root` needs a buffer that was donated (slow path only)."""
+    seen: set = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.op is DATA:
+            if node.data.donated_in is not None:
+                return True
+        else:
+            stack.extend(node.inputs)
+    return False

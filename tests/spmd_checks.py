@@ -1,0 +1,258 @@
+"""SPMD checks, run by tests/test_spmd.py in subprocesses with 8 forced host devices
+(the device count is fixed when JAX starts): `python tests/spmd_checks.py GROUP`.
+
+Each group prints "OK <group>" when every check passed; a failed check raises.
+"""
+from __future__ import annotations
+
+import copy
+import sys
+
+import torch
+
+import lazyxla as lx
+from lazyxla.workloads import GPT, GPTConfig, Workload, make
+
+alias = lambda: lx.metrics.metric_data("InputOutputAliasCount")  # noqa: E731
+
+
+def expect_error(kind, fn, *fragments):
+    try:
+        fn()
+    except kind as e:
+        for f in fragments:
+            assert f in str(e), (f, str(e))
+        return e
+    raise AssertionError(f"expected {kind.__name__}")
+
+
+def data_of(t):
+    return t._st.value.data
+
+
+def use_spmd_after_tensors():
+    t = torch.ones(2, device=lx.device())
+    expect_error(RuntimeError, lx.spmd.use_spmd, "before any lazyxla tensor exists")
+    assert not lx.spmd.is_spmd() and t.tolist() == [1.0, 1.0]
+    del t
+    lx.spmd.use_spmd()
+    assert lx.spmd.is_spmd() and lx.device_count() == 1
+
+
+def check_basics():
+    """SPEC G.51/G.52, marking, reading, flows through views and in-place updates."""
+    use_spmd_after_tensors()
+    mesh = lx.spmd.Mesh(range(8), (8,), ("x",))
+    dev = lx.device()
+
+    # G.51: xs = mark_sharding(1x8); xs += 1; sync -> one graph, one alias
+    host = torch.arange(8.0).reshape(1, 8)
+    xs = lx.spmd.mark_sharding(host.to(dev), mesh, (None, "x"))
+    assert data_of(xs)._array is None   # staged: placed by slices at first use, never replicated
+    lx.metrics.clear_all()
+    xs += 1
+    lx.sync()
+    assert alias()[0] == 1 and alias()[1] == 1.0, alias()
+    assert lx.spmd.sharding_spec(xs) == (None, "x")
+    assert xs.cpu().tolist() == (host + 1).tolist()
+    shards = lx.spmd.local_shards(xs)
+    assert [s.tolist() for s in shards] == [[[i + 1.0]] for i in range(8)]
+    before = lx.metrics.counter_value("UncachedCompile")
+    xs += 1
+    lx.sync()
+    assert lx.metrics.counter_value("UncachedCompile") == before   # same sharding, no recompile
+
+    # G.52 (our gate is the runtime aliasing switch; lazyxla has no auto-sharding): scenario 1
+    # on sharded tensors donates 2; with aliasing off, 0, and a marked donor stays alive.
+    for aliasing, expected in ((True, 2.0), (False, 0.0)):
+        lx.set_aliasing(aliasing)
+        t1 = lx.spmd.mark_sharding(torch.randn(4, 2, 2).to(dev), mesh, (None, None, None))
+        t2 = lx.spmd.mark_sharding(torch.randn(8, 2, 2).to(dev), mesh, ("x", None, None))
+        t1c, t2c = t1.cpu(), t2.cpu()
+        lx.sync()
+        buffers = [data_of(t).array for t in (t1, t2)]   # placed by now (t2: 8 shards)
+        lx.metrics.clear_all()
+        t3 = t1 + t2[:4]
+        t1 *= 2.0
+        t2 += 2.0
+        marked = torch.ones(8).to(dev)
+        lx.spmd.mark_sharding(marked, mesh, ("x",))
+        assert lx.set_buffer_donation(marked, True)
+        y = marked + 1
+        buffers.append(data_of(marked).array)
+        lx.sync()
+        assert all(b.is_deleted() == aliasing for b in buffers)  # a donated tensor frees all its shards
+        assert alias()[1] == expected + (1.0 if aliasing else 0.0), (aliasing, alias())
+        assert torch.allclose(t3.cpu(), t1c + t2c[:4]) and torch.allclose(t1.cpu(), t1c * 2)
+        assert torch.allclose(t2.cpu(), t2c + 2) and y.tolist() == [2.0] * 8
+        assert lx.is_donated(marked) == aliasing
+        if not aliasing:
+            assert marked.tolist() == [1.0] * 8
+    lx.set_aliasing(True)
+
+    # pending IR gets a constraint; the result keeps it; clear_sharding replicates
+    z = xs * 2
+    lx.spmd.mark_sharding(z, mesh, (None, 0))
+    assert lx.spmd.sharding_spec(z) == (None, "x")
+    lx.sync()
+    assert lx.spmd.sharding_spec(z) == (None, "x") and z.cpu().tolist() == ((host + 2) * 2).tolist()
+    lx.spmd.clear_sharding(z)
+    assert lx.spmd.sharding_spec(z) is None and len(lx.spmd.local_shards(z)[0].flatten()) == 8
+
+    # views and writes through views keep the base's sharding
+    w = lx.spmd.mark_sharding(torch.arange(32.0).reshape(8, 4).to(dev), mesh, ("x", None))
+    ref = torch.arange(32.0).reshape(8, 4)
+    w[2:5, 1] += 10
+    ref[2:5, 1] += 10
+    assert w[3].tolist() == ref[3].tolist() and w.t().cpu().tolist() == ref.t().tolist()
+    lx.sync()
+    assert lx.spmd.sharding_spec(w) == ("x", None) and w.cpu().tolist() == ref.tolist()
+    assert [tuple(s.shape) for s in lx.spmd.local_shards(w)] == [(1, 4)] * 8
+    w.copy_(torch.ones(8, 4))                 # an upload into a sharded tensor keeps its sharding
+    assert lx.spmd.sharding_spec(w) == ("x", None) and w.sum().item() == 32.0
+
+    # 2-D mesh, tuple entries, unnamed axes (indices)
+    m2 = lx.spmd.Mesh(range(8), (2, 4))
+    assert m2.shape() == {0: 2, 1: 4} and m2.get_logical_mesh().shape == (2, 4)
+    v = lx.spmd.mark_sharding(torch.arange(64.0).reshape(8, 8).to(dev), m2, (0, 1))
+    assert lx.spmd.sharding_spec(v) == (0, 1) and (v @ v).cpu().equal(torch.arange(64.0).reshape(8, 8) @
+                                                                   torch.arange(64.0).reshape(8, 8))
+    lx.spmd.mark_sharding(v, m2, ((0, 1), None))
+    assert lx.spmd.sharding_spec(v) == ((0, 1), None) and len(lx.spmd.local_shards(v)) == 8
+    assert lx.spmd.get_1d_mesh("d").shape() == {"d": 8}
+    lx.spmd.set_global_mesh(m2)
+    assert lx.spmd.get_global_mesh() is m2
+
+    # torch.compile and gradient accumulation run on sharded inputs too
+    host = torch.randn(8, 2)
+    sx = lx.spmd.mark_sharding(host.to(dev), mesh, ("x", None))
+    compiled = torch.compile(lambda a: (a * 2).sum(0), backend="lazyxla")
+    assert torch.allclose(compiled(sx).cpu(), (host * 2).sum(0)) and torch.allclose(compiled(sx).cpu(), (host * 2).sum(0))
+    cpu_model = torch.nn.Linear(2, 1)
+    model = copy.deepcopy(cpu_model).to(dev)
+    hx, hy = torch.randn(4, 8, 2), torch.randn(4, 8, 1)
+    step = lambda m: lambda a, b: ((m(a) - b) ** 2).mean()  # noqa: E731
+    loss = lx.experimental.gradient_accumulation(
+        step(model), [lx.spmd.mark_sharding(hx.to(dev), mesh, (None, "x", None)), hy.to(dev)], model)
+    ref = sum(step(cpu_model)(a, b) for a, b in zip(hx, hy)) / 4
+    ref.backward()
+    assert torch.allclose(loss.cpu(), ref.detach(), rtol=1e-5)
+    assert torch.allclose(model.weight.grad.cpu(), cpu_model.weight.grad, rtol=1e-5)
+    print("OK basics")
+
+
+def check_errors():
+    lx.spmd.use_spmd()
+    dev = lx.device()
+    mesh = lx.spmd.Mesh(range(8), (2, 4), ("a", "b"))
+    t = torch.arange(16.0).reshape(4, 4).to(dev)
+    expect_error(TypeError, lambda: lx.spmd.mark_sharding(torch.ones(4), mesh, ("a",)), "t.to(lx.device())")
+    expect_error(ValueError, lambda: lx.spmd.mark_sharding(t, mesh, ("a", None, None)),
+                 "3 entries", "2 dimensions", "one entry per dimension")
+    expect_error(ValueError, lambda: lx.spmd.mark_sharding(t, mesh, ("a", "c")), "unknown mesh axis name 'c'")
+    expect_error(ValueError, lambda: lx.spmd.mark_sharding(t, mesh, (5, None)), "not a mesh axis")
+    expect_error(ValueError, lambda: lx.spmd.mark_sharding(t, mesh, ("a", "a")), "appears twice")
+    expect_error(ValueError, lambda: lx.spmd.mark_sharding(t, mesh, (("a", "b"), None)), "cannot be split 8 ways")
+    expect_error(ValueError, lambda: lx.spmd.mark_sharding(t[0], mesh, ("a",)), "mark the base tensor")
+    expect_error(ValueError, lambda: lx.spmd.Mesh(range(16), (16,)), "only 8 devices", "smaller mesh")
+    expect_error(ValueError, lambda: lx.spmd.Mesh(range(8), (2, 2)), "needs 4 device ids")
+    expect_error(ValueError, lambda: lx.spmd.Mesh(range(8), (8,), ("a", "b")), "axis_names")
+    assert lx.spmd.sharding_spec(t) is None and t.sum().item() == 120.0   # nothing changed
+    expect_error(RuntimeError, lambda: lx.distributed.initialize("127.0.0.1:1", 2, 0),
+                 "before any lazyxla tensor", "right after `import lazyxla`")
+    assert lx.distributed.process_index() == 0 and lx.distributed.process_count() == 1
+
+    # two meshes ordering the devices differently in one computation
+    a = lx.spmd.mark_sharding(torch.ones(8).to(dev), lx.spmd.Mesh(range(8), (8,)), (0,))
+    b = lx.spmd.mark_sharding(torch.ones(8).to(dev), lx.spmd.Mesh(list(reversed(range(8))), (8,)), (0,))
+    c = a + b
+    expect_error(ValueError, lx.sync, "different meshes", "same mesh")
+    assert a.tolist() == [1.0] * 8 and b.tolist() == [1.0] * 8      # nothing lost
+    lx.spmd.mark_sharding(b, lx.spmd.Mesh(range(8), (8,)), (0,))
+    del c   # it still reads b's buffer on the other mesh
+    lx.sync()
+    assert (a + b).tolist() == [2.0] * 8
+    print("OK errors")
+
+
+def small_gpt(batch: int = 8) -> Workload:
+    cfg = GPTConfig(vocab=256, d=64, heads=4, layers=2, seq=32)
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, cfg.vocab, (batch, cfg.seq + 1), generator=gen)
+    return Workload("gpt", GPT(cfg), tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+
+
+def workload(name: str) -> Workload:
+    return small_gpt() if name == "gpt" else make("mlp", batch=16)
+
+
+def eager_losses(w: Workload, steps: int) -> list:
+    model = copy.deepcopy(w.model)
+    opt = w.optimizer(model.parameters())
+    losses = []
+    for _ in range(steps):
+        loss = w.loss(model, w.inputs, w.targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def spmd_losses(w: Workload, steps: int, mesh, batch_axis, param_axis, ways: int) -> list:
+    """Train `w` on the SPMD device: batch split over `batch_axis`, parameters (FSDP) over
+    `param_axis` (None: data parallel, parameters replicated). Checks every step after
+    warm-up compiles nothing, donates every parameter, and keeps shards at 1/ways."""
+    dev = lx.device()
+    model = copy.deepcopy(w.model).to(dev)
+    sharded = lx.spmd.shard_parameters(model, mesh, param_axis) if param_axis is not None else []
+    assert bool(sharded) == (param_axis is not None)
+    params = dict(model.named_parameters())
+    specs = {n: lx.spmd.sharding_spec(p) for n, p in params.items()}
+    opt = w.optimizer(model.parameters())
+    losses = []
+    for step in range(steps):
+        x = lx.spmd.mark_sharding(w.inputs.to(dev), mesh, (batch_axis,) + (None,) * (w.inputs.dim() - 1))
+        y = lx.spmd.mark_sharding(w.targets.to(dev), mesh, (batch_axis,) + (None,) * (w.targets.dim() - 1))
+        before = {n: data_of(p) for n, p in params.items()}
+        compiles = lx.metrics.counter_value("UncachedCompile") or 0
+        loss = w.loss(model, x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        lx.sync()
+        losses.append(loss.item())
+        if step >= 2:   # warm-up: SGD with momentum compiles two step graphs, AdamW one
+            assert (lx.metrics.counter_value("UncachedCompile") or 0) == compiles, f"recompiled at step {step}"
+        kept = [n for n, d in before.items() if not d.is_donated]
+        assert not kept, f"step {step}: parameters not donated: {kept}"
+        assert {n: lx.spmd.sharding_spec(p) for n, p in params.items()} == specs, "a parameter was resharded"
+    for n in sharded:
+        p = params[n]
+        shards = lx.spmd.local_shards(p)
+        assert all(s.numel() * ways == p.numel() for s in shards), (n, [s.shape for s in shards])
+    return losses
+
+
+def check_training(name: str):
+    lx.spmd.use_spmd()
+    w = workload(name)
+    steps = 4
+    ref = eager_losses(w, steps)
+    m1 = lx.spmd.Mesh(range(8), (8,), ("data",))
+    m2 = lx.spmd.Mesh(range(8), (2, 4), ("data", "fsdp"))
+    runs = {
+        "data parallel": spmd_losses(w, steps, m1, "data", None, 1),
+        "fsdp 1-D": spmd_losses(w, steps, m1, "data", "data", 8),
+        "fsdp 2-D": spmd_losses(w, steps, m2, ("data", "fsdp"), "fsdp", 4),
+    }
+    for what, losses in runs.items():
+        assert torch.allclose(torch.tensor(losses), torch.tensor(ref), rtol=1e-4), (what, losses, ref)
+    print(f"OK {name}")
+
+
+if __name__ == "__main__":
+    group = sys.argv[1]
+    {"basics": check_basics, "errors": check_errors,
+     "mlp": lambda: check_training("mlp"), "gpt": lambda: check_training("gpt")}[group]()
