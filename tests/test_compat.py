@@ -220,18 +220,21 @@ def test_unsupported_names_say_so(torch_xla):
     assert not hasattr(xm, "__wrapped__")   # dunder probes stay AttributeErrors
 
 
-@pytest.mark.skipif(importlib.util.find_spec("lazyxla.spmd") is not None,
-                    reason="lazyxla.spmd exists: the mapping itself is tested")
-def test_spmd_names_say_lazyxla_spmd_is_missing(torch_xla):
+def test_spmd_names_are_lx_spmd(torch_xla):
     import torch_xla.distributed.spmd as xs
     import torch_xla.runtime as xr
     for name in ("Mesh", "mark_sharding", "clear_sharding", "get_1d_mesh", "set_global_mesh", "get_global_mesh"):
-        message = rf"torch_xla\.distributed\.spmd\.{name} .*lazyxla\.spmd"
-        with pytest.raises(compat.UnsupportedError, match=message):
-            getattr(xs, name)
-    with pytest.raises(compat.UnsupportedError, match=r"torch_xla\.runtime\.use_spmd .*lazyxla\.spmd"):
-        xr.use_spmd()
-    assert xr.is_spmd() is False
+        assert getattr(xs, name) is getattr(lx.spmd, name)
+    assert xr.is_spmd() is lx.spmd.is_spmd() is False   # this test process is not in SPMD mode
+    assert xr.global_runtime_device_count() == lx.spmd.get_1d_mesh().size()
+    alive = torch.zeros(1, device=lx.device())
+    with pytest.raises(RuntimeError, match="before any lazyxla tensor exists"):
+        xr.use_spmd()   # lx.spmd.use_spmd's own error: a tensor exists already
+    assert not xr.is_spmd() and alive.device == lx.device()
+    with pytest.raises(compat.UnsupportedError, match=r"use_spmd\(auto=True\)"):
+        xr.use_spmd(auto=True)
+    with pytest.raises(compat.UnsupportedError, match=r"torch_xla\.distributed\.spmd\.XLAShardedTensor"):
+        xs.XLAShardedTensor
 
 
 # -- never shadowing a real torch_xla -------------------------------------------------
@@ -360,15 +363,9 @@ def test_cli_usage_errors(argv, message, capsys):
 
 @pytest.mark.slow
 def test_torch_xla_spmd_script_runs_unchanged_and_matches_eager():
-    """With lazyxla.spmd: the data-parallel script over 4 CPU devices matches eager.
-    Without it: the script stops at xr.use_spmd() saying lazyxla.spmd is missing."""
+    """The data-parallel script over 4 forced CPU devices matches eager."""
     steps = 4
     run = _run_example("torch_xla_spmd_train.py", steps, XLA_FLAGS="--xla_force_host_platform_device_count=4")
-    if importlib.util.find_spec("lazyxla.spmd") is None:
-        assert run.returncode != 0
-        assert "torch_xla.runtime.use_spmd is not supported yet by lazyxla" in run.stderr
-        assert "lazyxla.spmd" in run.stderr
-        return
     assert run.returncode == 0, run.stderr
     losses = [float(v) for v in re.findall(r"^step \d+ loss (\S+)$", run.stdout, re.M)]
     assert losses == pytest.approx(_eager_losses(steps), rel=1e-5, abs=1e-6)

@@ -6,7 +6,7 @@ runs SCRIPT as `__main__` with lazyxla standing in for `torch_xla`;
 `lazyxla.compat.install()` does the same in-process. The modules under
 `lazyxla/compat/torch_xla/` map PyTorch/XLA's names onto lazyxla's public API
 (`lazyxla`, `lx.metrics`, `lx.debug`, `lx.experimental`, the dynamo backend,
-`lazyxla.spmd` once it exists) and implement nothing of their own; a name they
+`lx.spmd`, `lx.distributed`) and implement nothing of their own; a name they
 do not map raises `UnsupportedError` naming it. docs/compat.md lists every
 mapped name and where lazyxla behaves differently from upstream.
 """

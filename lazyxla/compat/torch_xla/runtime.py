@@ -11,7 +11,6 @@ from typing import Optional
 import lazyxla as lx
 
 from ..unsupported import refuse, unsupported_names
-from . import _spmd
 
 _HW = {"cpu": "CPU", "gpu": "CUDA", "tpu": "TPU"}
 
@@ -30,31 +29,34 @@ def is_bf16_supported() -> bool:
 
 
 def local_device_count() -> int:
+    """lazyxla devices of this process: 1 in SPMD mode (the virtual device, as upstream)."""
     return lx.device_count()
 
 
-def addressable_device_count() -> int:
-    return lx.device_count()
-
-
-def addressable_runtime_device_count() -> int:
-    return lx.device_count()
+addressable_device_count = local_device_count
 
 
 def global_device_count() -> int:
-    """Devices of all processes, assuming each has as many as this one."""
-    return lx.device_count() * _spmd.process_count()
+    """lazyxla devices of all processes: 1 in SPMD mode (one virtual device, as upstream)."""
+    return lx.device_count() if is_spmd() else lx.device_count() * lx.distributed.process_count()
 
 
-global_runtime_device_count = global_device_count
+def global_runtime_device_count() -> int:
+    """Physical devices of all processes (what an SPMD mesh spans)."""
+    return lx.spmd.get_1d_mesh().size()
+
+
+def addressable_runtime_device_count() -> int:
+    """Physical devices of this process (all processes have as many)."""
+    return global_runtime_device_count() // lx.distributed.process_count()
 
 
 def process_index() -> int:
-    return _spmd.process_index()
+    return lx.distributed.process_index()
 
 
 def process_count() -> int:
-    return _spmd.process_count()
+    return lx.distributed.process_count()
 
 
 host_index = process_index
@@ -66,11 +68,11 @@ def local_process_count() -> int:
 
 def world_size() -> int:
     """Replicas: 1 in SPMD mode (as upstream), else one per process."""
-    return 1 if is_spmd() else _spmd.process_count()
+    return 1 if is_spmd() else lx.distributed.process_count()
 
 
 def global_ordinal() -> int:
-    return 0 if is_spmd() else _spmd.process_index()
+    return 0 if is_spmd() else lx.distributed.process_index()
 
 
 def local_ordinal() -> int:
@@ -81,11 +83,11 @@ def use_spmd(auto: Optional[bool] = False) -> None:
     """lx.spmd.use_spmd(); `auto=True` (XLA's auto-sharding) has no lazyxla counterpart."""
     if auto:
         refuse("torch_xla.runtime.use_spmd(auto=True)", "Mark shardings with xs.mark_sharding instead")
-    _spmd.required("spmd", "torch_xla.runtime.use_spmd").use_spmd()
+    lx.spmd.use_spmd()
 
 
 def is_spmd() -> bool:
-    return _spmd.is_spmd()
+    return lx.spmd.is_spmd()
 
 
 __getattr__ = unsupported_names(__name__)
