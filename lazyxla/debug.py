@@ -3,7 +3,11 @@ from __future__ import annotations
 
 from typing import Optional
 
+import torch
+
 from .compile.cache import LastCompile
+from .frontend.tensor import LazyTensor
+from .ir.node import DATA
 from .sync.api import LastGraph, pending_graphs
 
 
@@ -67,3 +71,28 @@ def ir_text(tensors=None) -> str:
     from .ir.printer import graph_text
     texts = [graph_text(graph, donors) for graph, donors in pending_graphs(tensors)]
     return "\n".join(texts) if texts else "(nothing pending)"
+
+
+def tensor_info(t: torch.Tensor) -> dict:
+    """What is behind lazy tensor `t`, without syncing or reading anything:
+
+    `state`: "device data" (a buffer), "pending" (computation not run yet), "donated"
+    (its buffer was donated and is gone) or "view" (a view of a base tensor; the base's
+    state is `base_state`); `donate`: the donation flag of the buffer (None when there is
+    no buffer); `buffer_id`: an id of the buffer, equal for tensors sharing it;
+    `tensor_id`: an id of `t`'s storage, equal for a tensor and its views."""
+    if not isinstance(t, LazyTensor):
+        raise TypeError(f"lazyxla: tensor_info expects a lazyxla tensor, got "
+                        f"{t.device if isinstance(t, torch.Tensor) else type(t).__name__}")
+    base = t._st.value
+    if base.op is not DATA:
+        base_state = "pending"
+    elif base.data.donated_in is not None:
+        base_state = "donated"
+    else:
+        base_state = "device data"
+    data = base.data if base.op is DATA else None
+    return {"state": base_state if t._view is None else "view", "base_state": base_state,
+            "shape": tuple(t.shape), "dtype": t.dtype, "tensor_id": id(t._st),
+            "donate": None if data is None else bool(data.donate),
+            "buffer_id": None if data is None else id(data)}

@@ -1,4 +1,5 @@
 """lx.debug: readable IR, explained recompiles, donation report."""
+import pytest
 import torch
 
 import lazyxla as lx
@@ -53,3 +54,23 @@ def test_donation_report_explains(dev):
     text = str(report)
     assert "reused by an output" in text and "held by its tensor" in text
     assert out.shape == (1024,)
+
+
+def test_tensor_info_tells_the_state_without_syncing(dev):
+    x = torch.randn(4).to(dev)
+    y = x * 2
+    info = lx.debug.tensor_info(x)
+    assert (info["state"], info["donate"]) == ("device data", False)
+    assert (info["shape"], info["dtype"]) == ((4,), torch.float32)
+    assert lx.debug.tensor_info(y)["state"] == "pending" and lx.debug.tensor_info(y)["donate"] is None
+    view = lx.debug.tensor_info(x[1:])
+    assert (view["state"], view["base_state"], view["buffer_id"]) == ("view", "device data", info["buffer_id"])
+    assert lx.metrics.counter_value("UncachedCompile") is None   # nothing ran
+    assert lx.set_buffer_donation(x)
+    w = x + 1
+    lx.sync()
+    after = lx.debug.tensor_info(x)
+    assert (after["state"], after["donate"]) == ("donated", True)   # the flag stays on the dead buffer
+    assert lx.debug.tensor_info(w)["state"] == "device data"
+    with pytest.raises(TypeError, match="lazyxla tensor"):
+        lx.debug.tensor_info(torch.zeros(1))

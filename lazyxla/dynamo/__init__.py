@@ -55,6 +55,9 @@ def _install() -> None:
 # compile, and the optimizer step hooks (frontend/optim.py: a flag set around each
 # step; traced, they keep a compiled step in one graph, skipped, they would break it).
 _USER_CODE = {"lazyxla.workloads", "lazyxla.bench", "lazyxla.__main__", "lazyxla.frontend.optim"}
+# Runtime packages skipped whole, by name: finding each of their modules' specs would
+# import them (lazyxla.compat's torch_xla mapping is imported only when a script asks).
+_RUNTIME_PACKAGES = {"lazyxla.compat"}
 
 
 def _runtime_modules() -> list[str]:
@@ -71,6 +74,9 @@ def _runtime_modules() -> list[str]:
             name = f"{prefix}.{m.name}"
             if name in _USER_CODE:
                 continue
+            if name in _RUNTIME_PACKAGES:
+                names.append(name)
+                continue
             if m.ispkg:
                 stack.append((os.path.join(path, m.name), name))
             else:
@@ -78,10 +84,10 @@ def _runtime_modules() -> list[str]:
     return names
 
 
-def _lazyxla_backend(gm, example_inputs):
-    """torch.compile(..., backend="lazyxla") (backend.py)."""
+def _lazyxla_backend(gm, example_inputs, options=None):
+    """torch.compile(..., backend="lazyxla", options=None) (backend.py)."""
     from .backend import lazyxla_backend
-    return lazyxla_backend(gm, example_inputs)
+    return lazyxla_backend(gm, example_inputs, options)
 
 
 class _AfterDynamoImport(importlib.abc.MetaPathFinder):

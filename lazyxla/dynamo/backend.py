@@ -13,16 +13,29 @@ The backend
 
 Graph breaks need nothing here: dynamo runs the code between graphs as
 ordinary Python, i.e. lazy tracing.
+
+Option `execute_at_call` (`torch.compile(f, backend="lazyxla",
+options={"execute_at_call": True})`, the `"openxla"` backend of lazyxla.compat):
+each graph is run when it is called, as PyTorch/XLA's dynamo bridge does,
+instead of joining the pending step graph: right after the CALL node is
+inserted, a partial sync (`lx.sync_tensors`) materialises its results and the
+inputs it updated. The forward's saved activations are results too, so the
+backward never recomputes the forward. Automatic donation stays on for that
+sync: the planner donates an updated input's old buffer only when nothing
+else still needs it.
 """
 from __future__ import annotations
 
 import itertools
 import os
+from typing import Optional
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
 
 from .. import metrics
+from ..sync.api import sync_tensors
+from ..frontend.tensor import LazyTensor
 from .donor import MARK_DONOR, is_donor_call
 from .plain import AOT_MODULES, treat_as_plain
 from .replay import CompiledGraph
@@ -30,12 +43,18 @@ from .replay import CompiledGraph
 _serial = itertools.count()
 
 
-def _compiler(kind: str):
+_OPTIONS = ("execute_at_call",)
+
+
+def _compiler(kind: str, execute_at_call: bool = False):
     def compile_graph(gm: torch.fx.GraphModule, example_inputs) -> object:
         graph = CompiledGraph(gm, f"compiled_{kind}_{next(_serial)}")
 
         def run(args):   # boxed: AOTAutograd passes the argument list itself
-            return graph(args)
+            results = graph(args)
+            if execute_at_call:
+                _materialise(results, args)
+            return results
         run._boxed_call = True
         run.compiled_graph = graph
         return run
@@ -47,16 +66,35 @@ treat_as_plain(AOT_MODULES)
 if os.environ.get("LAZYXLA_EXPLAIN_RECOMPILES") == "1":
     torch._logging.set_logs(recompiles=True)   # dynamo then says which guard failed
 
-_aot = aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
-                    inference_compiler=_compiler("inference"), keep_inference_input_mutations=True)
+def _materialise(results: list, args: list) -> None:
+    """execute_at_call: run the call now. Inputs that hold device data cost nothing to
+    include; inputs the call updated are pending and get their new buffers."""
+    lazies = [t for t in (*results, *args) if isinstance(t, LazyTensor)]
+    if lazies:
+        sync_tensors(lazies, wait=False)
 
 
-def lazyxla_backend(gm: torch.fx.GraphModule, example_inputs):
-    """torch.compile(..., backend="lazyxla"): one call per graph dynamo traces, so a
-    guard failure that retraces counts once more in `DynamoCompile`."""
+def _aot_for(execute_at_call: bool):
+    return aot_autograd(fw_compiler=_compiler("forward", execute_at_call),
+                        bw_compiler=_compiler("backward", execute_at_call),
+                        inference_compiler=_compiler("inference", execute_at_call),
+                        keep_inference_input_mutations=True)
+
+
+_aot = {False: _aot_for(False), True: _aot_for(True)}
+
+
+def lazyxla_backend(gm: torch.fx.GraphModule, example_inputs, options: Optional[dict] = None):
+    """torch.compile(..., backend="lazyxla", options=None): one call per graph dynamo
+    traces, so a guard failure that retraces counts once more in `DynamoCompile`."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise ValueError(f"lazyxla: unknown torch.compile option(s) {unknown} for backend='lazyxla'; "
+                         f"supported: {list(_OPTIONS)}")
     metrics.counter_add("DynamoCompile")
     _rewrite_donor_calls(gm)
-    return _aot(gm, example_inputs)
+    return _aot[bool(options.get("execute_at_call", False))](gm, example_inputs)
 
 
 def _rewrite_donor_calls(gm: torch.fx.GraphModule) -> None:

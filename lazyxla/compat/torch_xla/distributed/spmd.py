@@ -1,0 +1,13 @@
+"""`torch_xla.distributed.spmd` (xs): lx.spmd under upstream's names (API.md "SPMD and
+many processes").
+
+Upstream's `mark_sharding` returns an `XLAShardedTensor` wrapper; lazyxla's returns
+the tensor itself, now sharded."""
+from __future__ import annotations
+
+from lazyxla.spmd import (Mesh, clear_sharding, get_1d_mesh, get_global_mesh, mark_sharding,  # noqa: F401
+                          set_global_mesh)
+
+from ...unsupported import unsupported_names
+
+__getattr__ = unsupported_names(__name__)

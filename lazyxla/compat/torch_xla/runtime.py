@@ -1,0 +1,93 @@
+"""`torch_xla.runtime` (xr): device type and counts, ordinals, SPMD switch.
+
+lazyxla runs one process per host driving all its local devices (SPMD or one
+device); PyTorch/XLA's one-replica-per-device multiprocessing is not mapped. So
+the replica world is: one replica per process, or one in SPMD mode (as upstream).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import lazyxla as lx
+
+from ..unsupported import refuse, unsupported_names
+
+_HW = {"cpu": "CPU", "gpu": "CUDA", "tpu": "TPU"}
+
+
+def device_type() -> Optional[str]:
+    """'CPU', 'CUDA' or 'TPU': the JAX platform behind lazyxla (lx.platform)."""
+    return _HW.get(lx.platform(), lx.platform().upper())
+
+
+def using_pjrt() -> bool:
+    return True   # JAX's runtime is PJRT
+
+
+def is_bf16_supported() -> bool:
+    return True
+
+
+def local_device_count() -> int:
+    """lazyxla devices of this process: 1 in SPMD mode (the virtual device, as upstream)."""
+    return lx.device_count()
+
+
+addressable_device_count = local_device_count
+
+
+def global_device_count() -> int:
+    """lazyxla devices of all processes: 1 in SPMD mode (one virtual device, as upstream)."""
+    return lx.device_count() if is_spmd() else lx.device_count() * lx.distributed.process_count()
+
+
+def global_runtime_device_count() -> int:
+    """Physical devices of all processes (what an SPMD mesh spans)."""
+    return lx.spmd.get_1d_mesh().size()
+
+
+def addressable_runtime_device_count() -> int:
+    """Physical devices of this process (all processes have as many)."""
+    return global_runtime_device_count() // lx.distributed.process_count()
+
+
+def process_index() -> int:
+    return lx.distributed.process_index()
+
+
+def process_count() -> int:
+    return lx.distributed.process_count()
+
+
+host_index = process_index
+
+
+def local_process_count() -> int:
+    return 1
+
+
+def world_size() -> int:
+    """Replicas: 1 in SPMD mode (as upstream), else one per process."""
+    return 1 if is_spmd() else lx.distributed.process_count()
+
+
+def global_ordinal() -> int:
+    return 0 if is_spmd() else lx.distributed.process_index()
+
+
+def local_ordinal() -> int:
+    return 0
+
+
+def use_spmd(auto: Optional[bool] = False) -> None:
+    """lx.spmd.use_spmd(); `auto=True` (XLA's auto-sharding) has no lazyxla counterpart."""
+    if auto:
+        refuse("torch_xla.runtime.use_spmd(auto=True)", "Mark shardings with xs.mark_sharding instead")
+    lx.spmd.use_spmd()
+
+
+def is_spmd() -> bool:
+    return lx.spmd.is_spmd()
+
+
+__getattr__ = unsupported_names(__name__)

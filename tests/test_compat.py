@@ -1,0 +1,412 @@
+"""lazyxla.compat: PyTorch/XLA names mapped onto lazyxla's public API, the
+unsupported-name errors, no shadowing of a real torch_xla, the CLI, and a
+PyTorch/XLA-style training script against eager."""
+import importlib
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazyxla as lx
+import lazyxla.compat as compat
+from helpers import assert_close
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def torch_xla():
+    compat.install()
+    import torch_xla
+    yield torch_xla
+    compat.uninstall()
+
+
+@pytest.fixture
+def fake_real_torch_xla(tmp_path, monkeypatch):
+    """A stand-in for an installed torch_xla: a package on sys.path."""
+    pkg = tmp_path / "torch_xla"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("REAL = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    yield str(pkg)
+    compat.uninstall()
+    sys.modules.pop("torch_xla", None)
+
+
+# -- mapped names ---------------------------------------------------------------------
+
+def test_modules_and_names_are_lazyxla_public_api(torch_xla):
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+    import torch_xla.runtime as xr
+    from torch_xla.experimental.gradient_accumulation import gradient_accumulation
+    from torch_xla._dynamo.dynamo_bridge import alias_with_buffer_donor_config
+    from torch_xla.utils.buffer_donor_context import alias_with_buffer_donor_config as ctx2
+
+    assert torch_xla.__name__ == "lazyxla.compat.torch_xla"
+    assert xm is sys.modules["torch_xla.core.xla_model"]
+    assert xm is importlib.import_module("lazyxla.compat.torch_xla.core.xla_model")
+    assert torch_xla.device() == xm.xla_device() == lx.device()
+    assert torch_xla.devices() == lx.devices() and torch_xla.device_count() == lx.device_count()
+    assert xr.device_type() == {"cpu": "CPU", "gpu": "CUDA", "tpu": "TPU"}[lx.platform()]
+    assert (xr.world_size(), xr.global_ordinal(), xm.get_ordinal(), xm.xrt_world_size()) == (1, 0, 0, 1)
+    assert xm.is_master_ordinal() and xr.process_index() == 0 and xr.process_count() == 1
+    assert xr.global_runtime_device_count() == lx.device_count()
+    assert gradient_accumulation is lx.experimental.gradient_accumulation
+    assert alias_with_buffer_donor_config is ctx2
+    assert met.metric_data is lx.metrics.metric_data and met.counter_value is lx.metrics.counter_value
+    assert torch_xla._XLAC._xla_get_default_device() == str(lx.device())
+    assert xm.is_xla_tensor(torch.zeros(1, device=lx.device())) and not xm.is_xla_tensor(torch.zeros(1))
+
+
+def test_sync_and_metrics_names(torch_xla):
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+    dev = torch_xla.device()
+    t = torch.randn(4, 3).to(dev)
+    expected = t.cpu() * 2
+    met.clear_all()
+    t *= 2
+    xm.mark_step()
+    torch_xla.sync()   # nothing pending: still a step barrier
+    assert met.counter_value("MarkStep") == 2
+    assert met.metric_data("InputOutputAliasCount")[1] == 1   # the in-place update donated
+    assert "Counter: MarkStep" in met.metrics_report() and "MarkStep" in met.counter_names()
+    assert "MarkStep" in met.short_metrics_report()
+    assert_close(t, expected)
+
+
+def test_optimizer_step_and_step_closures(torch_xla):
+    import torch_xla.core.xla_model as xm
+    dev = torch_xla.device()
+    w = torch.nn.Parameter(torch.ones(3).to(dev))
+    opt = torch.optim.SGD([w], lr=0.5)
+    (w * torch.arange(3.0).to(dev)).sum().backward()
+    seen = []
+    xm.add_step_closure(lambda v: seen.append(v.cpu()), args=(w,))
+    before = lx.metrics.counter_value("MarkStep") or 0
+    xm.optimizer_step(opt, barrier=True)
+    assert lx.metrics.counter_value("MarkStep") == before + 1
+    assert len(seen) == 1   # ran after the barrier, once
+    assert_close(seen[0], torch.tensor([1.0, 0.5, 0.0]))
+    xm.mark_step()
+    assert len(seen) == 1
+
+
+def test_donation_bindings(torch_xla):
+    X = torch_xla._XLAC
+    dev = torch_xla.device()
+    t0 = torch.randn(4).to(dev)
+    t1 = t0 + 1
+    assert X._set_buffer_donation(t0, True) and X._get_buffer_donation(t0)
+    assert not X._set_buffer_donation(t1, True)   # pending computation
+    assert not X._xla_get_enable_alias_with_buffer_donor_config()
+    X._xla_set_enable_alias_with_buffer_donor_config(True)
+    assert lx.explicit_donation_enabled() and X._xla_get_enable_alias_with_buffer_donor_config("lazyxla:0")
+    lx.metrics.clear_all()
+    X._xla_sync_multi([t1], [], True, False)   # explicit donation now applies at partial syncs
+    assert X._is_placecholder(t0) and lx.is_donated(t0)
+    assert "Data Handle: Deleted" in X._get_xla_tensor_debug_info(t0)
+    assert lx.metrics.metric_data("InputOutputAliasCount")[1] == 1
+
+
+def test_partial_sync_never_donates_a_needed_buffer(torch_xla):
+    """Upstream's _xla_sync_multi(..., sync_xla_data=True) of a partial set donates an
+    in-place-updated buffer that another pending tensor still reads (SPEC §3.6);
+    lazyxla keeps it."""
+    dev = torch_xla.device()
+    t0 = torch.tensor([1.0]).to(dev)
+    t1 = torch.tensor([2.0]).to(dev)
+    t2 = t0 + t1
+    t1.add_(1)
+    lx.metrics.clear_all()
+    torch_xla._XLAC._xla_sync_multi([t1], [], True, True)
+    assert lx.metrics.metric_data("InputOutputAliasCount")[1] == 0
+    torch_xla.sync()
+    assert t2.item() == 3.0 and t1.item() == 3.0
+
+
+def test_graph_hash_binding_includes_explicit_donors_only_when_enabled(torch_xla):
+    X = torch_xla._XLAC
+    x = torch.randn(5).to(torch_xla.device())
+    res = torch.cos(x)
+    plain = X._get_graph_hash([res])
+    assert isinstance(plain, bytes) and plain.hex() == lx.graph_hash([res])
+    assert X._set_buffer_donation(x, True)
+    assert X._get_graph_hash([res]) == plain
+    from torch_xla._dynamo.dynamo_bridge import alias_with_buffer_donor_config
+    with alias_with_buffer_donor_config() as previous:
+        assert previous is False
+        assert X._get_graph_hash([res]) != plain
+    assert not lx.explicit_donation_enabled()
+
+
+def test_openxla_backend_runs_each_call_and_maps_the_donor_op(torch_xla):
+    torch._dynamo.reset()
+    assert torch.ops.xla.dynamo_set_buffer_donor_ is torch.ops.lazyxla.set_buffer_donor_
+
+    def f(x):
+        torch.ops.xla.dynamo_set_buffer_donor_(x, True)
+        return x * 1.5
+
+    dev = torch_xla.device()
+    x = torch.randn(5).to(dev)
+    expected = x.cpu() * 1.5
+    res = torch.compile(f, backend="openxla")(x)
+    # executed at the call, as PyTorch/XLA's bridge does: no sync needed
+    assert lx.debug.tensor_info(res)["state"] == "device data"
+    assert lx.is_donated(x) and lx.get_buffer_donation(x)
+    assert_close(res, expected)
+    y = torch.randn(5).to(dev)
+    pending = torch.compile(lambda v: v * 1.5, backend="lazyxla")(y)
+    assert lx.debug.tensor_info(pending)["state"] == "pending"   # lazyxla fuses calls into the step
+    with pytest.raises(Exception, match="unknown torch.compile option"):
+        torch.compile(lambda v: v + 1, backend="lazyxla", options={"nope": 1})(y)
+    from torch._dynamo import lookup_backend
+    for name in ("openxla", "openxla_eval"):   # torch's own entries of these names replaced
+        assert lookup_backend(name).keywords == {"options": {"execute_at_call": True}}
+    torch._dynamo.reset()
+
+
+def test_openxla_training_matches_eager_and_runs_backward_at_the_call(torch_xla):
+    import copy
+    import torch_xla.core.xla_model as xm
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    x, y = torch.randn(32, 8), torch.randint(0, 3, (32,))
+    dev = torch_xla.device()
+    model = copy.deepcopy(ref).to(dev)
+    compiled = torch.compile(model, backend="openxla")
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref))
+    xd, yd = x.to(dev), y.to(dev)
+    for _ in range(3):
+        opt.zero_grad()
+        loss = F.cross_entropy(compiled(xd), yd)
+        loss.backward()
+        assert lx.debug.tensor_info(model[0].weight.grad)["state"] == "device data"
+        xm.optimizer_step(opt)
+        xm.mark_step()
+        ref_opt.zero_grad()
+        ref_loss = F.cross_entropy(ref(x), y)
+        ref_loss.backward()
+        ref_opt.step()
+        assert_close(loss, ref_loss.detach())
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert_close(p, q.detach())
+    torch._dynamo.reset()
+
+
+# -- names the layer does not provide -------------------------------------------------
+
+def test_unsupported_names_say_so(torch_xla):
+    import torch_xla.core.xla_model as xm
+    unsupported = r"torch_xla\.core\.xla_model\.{} is not supported yet by lazyxla"
+    with pytest.raises(compat.UnsupportedError, match=unsupported.format("all_reduce")):
+        xm.all_reduce("sum", [])
+    with pytest.raises(compat.UnsupportedError, match=unsupported.format("all_gather")):
+        from torch_xla.core.xla_model import all_gather  # noqa: F401
+    with pytest.raises(compat.UnsupportedError, match=r"torch_xla\._XLAC\._xla_tensors_from_aten"):
+        torch_xla._XLAC._xla_tensors_from_aten
+    with pytest.raises(ImportError, match=r"torch_xla\.distributed\.xla_multiprocessing is not supported yet"):
+        import torch_xla.distributed.xla_multiprocessing  # noqa: F401
+    assert not hasattr(xm, "__wrapped__")   # dunder probes stay AttributeErrors
+
+
+def test_spmd_names_are_lx_spmd(torch_xla):
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
+    for name in ("Mesh", "mark_sharding", "clear_sharding", "get_1d_mesh", "set_global_mesh", "get_global_mesh"):
+        assert getattr(xs, name) is getattr(lx.spmd, name)
+    assert xr.is_spmd() is lx.spmd.is_spmd() is False   # this test process is not in SPMD mode
+    assert xr.global_runtime_device_count() == lx.spmd.get_1d_mesh().size()
+    alive = torch.zeros(1, device=lx.device())
+    with pytest.raises(RuntimeError, match="before any lazyxla tensor exists"):
+        xr.use_spmd()   # lx.spmd.use_spmd's own error: a tensor exists already
+    assert not xr.is_spmd() and alive.device == lx.device()
+    with pytest.raises(compat.UnsupportedError, match=r"use_spmd\(auto=True\)"):
+        xr.use_spmd(auto=True)
+    with pytest.raises(compat.UnsupportedError, match=r"torch_xla\.distributed\.spmd\.XLAShardedTensor"):
+        xs.XLAShardedTensor
+
+
+# -- never shadowing a real torch_xla -------------------------------------------------
+
+def test_real_torch_xla_is_not_shadowed_without_force(fake_real_torch_xla, capsys):
+    with pytest.raises(compat.TorchXlaInstalledError, match="--force"):
+        compat.install()
+    assert not compat.installed()
+    import torch_xla
+    assert torch_xla.REAL
+    sys.modules.pop("torch_xla")
+
+    from lazyxla.compat.__main__ import main
+    with pytest.raises(SystemExit) as exit_:
+        main([os.path.join(REPO, "examples", "torch_xla_train.py")])
+    assert exit_.value.code == 2
+    assert fake_real_torch_xla in capsys.readouterr().err
+
+    compat.install(force=True)
+    assert "shadowing the installed torch_xla" in capsys.readouterr().err
+    import torch_xla
+    assert torch_xla.device() == lx.device()
+
+
+def test_install_refuses_after_a_real_torch_xla_was_imported(fake_real_torch_xla):
+    import torch_xla  # noqa: F401  (the "real" one)
+    with pytest.raises(compat.TorchXlaInstalledError, match="imported already"):
+        compat.install(force=True)
+
+
+# -- the CLI --------------------------------------------------------------------------
+
+def test_cli_runs_a_script_as_main_with_argv(tmp_path, monkeypatch, capsys):
+    (tmp_path / "helper_mod.py").write_text("VALUE = 41\n")
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent("""\
+        import sys
+        import torch_xla
+        import helper_mod   # the script's folder is first on sys.path, as with `python script.py`
+        print("argv", sys.argv[1:], __name__, torch_xla.__name__, helper_mod.VALUE + 1)
+        """))
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    from lazyxla.compat.__main__ import main
+    try:
+        main([str(script), "--lr", "0.1", "x"])
+    finally:
+        compat.uninstall()
+        sys.modules.pop("helper_mod", None)
+    out = capsys.readouterr().out
+    assert "argv ['--lr', '0.1', 'x'] __main__ lazyxla.compat.torch_xla 42" in out
+
+
+def _run_example(name: str, steps: int, **env_extra: str) -> subprocess.CompletedProcess:
+    """`python -m lazyxla.compat examples/NAME --steps STEPS` in a fresh process."""
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), **env_extra)
+    return subprocess.run([sys.executable, "-m", "lazyxla.compat", f"examples/{name}", "--steps", str(steps)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _eager_losses(steps: int, lr: float = 0.1, seed: int = 0) -> list:
+    """examples/torch_xla_train.py's problem, in eager PyTorch on the CPU."""
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    inputs, labels = torch.randn(64, 16), torch.randint(0, 4, (64,))
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(inputs), labels)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_torch_xla_training_script_runs_unchanged_and_matches_eager():
+    steps = 6
+    run = _run_example("torch_xla_train.py", steps)
+    assert run.returncode == 0, run.stderr
+    losses = [float(v) for v in re.findall(r"^step \d+ loss (\S+)$", run.stdout, re.M)]
+    assert len(losses) == steps
+    assert losses == pytest.approx(_eager_losses(steps), rel=1e-5, abs=1e-6)
+    report = run.stdout
+    assert re.search(r"Counter: MarkStep\n  Value: 6\n", report)
+    # steady state: step 0 (no momentum yet) and step 1 compile, later steps hit the cache
+    assert re.search(r"Counter: UncachedCompile\n  Value: 2\n", report)
+    assert re.search(r"Counter: CachedCompile\n  Value: 4\n", report)
+
+
+def test_xla_enable_param_aliasing_env_sets_the_aliasing_switch(torch_xla, monkeypatch):
+    monkeypatch.setenv("XLA_ENABLE_PARAM_ALIASING", "0")
+    monkeypatch.delenv("LAZYXLA_ALIASING", raising=False)
+    importlib.reload(torch_xla)   # upstream reads it once per process, at first use
+    assert not lx.aliasing_enabled()
+    t = torch.randn(3).to(torch_xla.device())
+    lx.metrics.clear_all()
+    t += 1
+    torch_xla.sync()
+    assert lx.metrics.metric_data("InputOutputAliasCount")[1] == 0
+
+
+def test_cli_runs_a_module_with_argv(tmp_path, monkeypatch, capsys):
+    (tmp_path / "xla_job.py").write_text(
+        "import sys, torch_xla\nprint('module argv', sys.argv[1:], __name__, torch_xla.device())\n")
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", [str(tmp_path)] + sys.path)
+    from lazyxla.compat.__main__ import main
+    try:
+        main(["-m", "xla_job", "--steps", "3"])
+    finally:
+        compat.uninstall()
+        sys.modules.pop("xla_job", None)
+    assert "module argv ['--steps', '3'] __main__ lazyxla:0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [([], "give a SCRIPT"), (["--bogus", "x.py"], "unknown option --bogus"),
+                                           (["-m"], "-m needs a MODULE"), (["/no/such.py"], "no such script")])
+def test_cli_usage_errors(argv, message, capsys):
+    from lazyxla.compat.__main__ import main
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert not compat.installed()
+
+
+@pytest.mark.slow
+def test_torch_xla_spmd_script_runs_unchanged_and_matches_eager():
+    """The data-parallel script over 4 forced CPU devices matches eager."""
+    steps = 4
+    run = _run_example("torch_xla_spmd_train.py", steps, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    assert run.returncode == 0, run.stderr
+    losses = [float(v) for v in re.findall(r"^step \d+ loss (\S+)$", run.stdout, re.M)]
+    assert losses == pytest.approx(_eager_losses(steps), rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("per_execution, barriers", [(1, 5), (2, 3)])
+def test_mp_device_loader_moves_batches_and_steps_like_upstream(torch_xla, per_execution, barriers):
+    """Upstream's PerDeviceLoader: a barrier check before each of the 3 + 1 fetches
+    (every `batches_per_execution`-th passes), plus one at the end."""
+    import torch_xla.distributed.parallel_loader as pl
+    data = [(torch.full((2,), float(i)), {"y": torch.tensor([i])}) for i in range(3)]
+    loader = pl.MpDeviceLoader(data, torch_xla.device(), batches_per_execution=per_execution)
+    assert len(loader) == 3
+    lx.metrics.clear_all()
+    seen = []
+    for x, extra in loader:
+        assert x.device == lx.device() and extra["y"].device == lx.device()
+        seen.append((x * 2).cpu())
+    assert lx.metrics.counter_value("MarkStep") == barriers
+    assert [s.tolist() for s in seen] == [[0.0, 0.0], [2.0, 2.0], [4.0, 4.0]]
+    with pytest.raises(compat.UnsupportedError, match="input_sharding"):
+        pl.MpDeviceLoader(data, torch_xla.device(), input_sharding=object())
+
+
+def test_compile_and_step_regions_sync_before_and_after(torch_xla):
+    dev = torch_xla.device()
+    x = torch.ones(3).to(dev)
+    pending = x + 1
+
+    @torch_xla.compile
+    def double(t):
+        assert lx.debug.tensor_info(pending)["state"] == "device data"   # synced before
+        return t * 2
+
+    before = lx.metrics.counter_value("MarkStep") or 0
+    out = double(x)
+    assert lx.debug.tensor_info(out)["state"] == "device data"   # and after
+    with torch_xla.step():
+        y = x * 3
+    assert lx.debug.tensor_info(y)["state"] == "device data"
+    assert lx.metrics.counter_value("MarkStep") == before + 4
+    assert_close(out, torch.full((3,), 2.0))
+    with pytest.raises(compat.UnsupportedError, match="full_graph=True"):
+        torch_xla.compile(double, full_graph=True)
