@@ -3,12 +3,14 @@ explainable buffer donation. Public API: see API.md (shared/) and README.md."""
 from __future__ import annotations
 
 from . import _jax  # noqa: F401  (enables JAX's 64-bit mode first)
-from .runtime import host_heap as _host_heap
-
-_host_heap.tune()   # freed buffers stay in the heap for the next step (see host_heap)
 from .frontend import device as _device
 
 _device.register()
+
+from .devices import platform as _platform  # noqa: E402
+from .runtime import host_heap as _host_heap  # noqa: E402
+
+_host_heap.tune(_platform())   # on CPU, freed buffers stay in the heap for the next step (see host_heap)
 
 from .lower.registry import load_all as _load_lowerings  # noqa: E402
 
