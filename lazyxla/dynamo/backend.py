@@ -23,8 +23,9 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 
 from .. import metrics
+from ..frontend.torch_compat import AOT_MODULES
 from .donor import MARK_DONOR, is_donor_call
-from .plain import AOT_MODULES, treat_as_plain
+from .plain import treat_as_plain
 from .replay import CompiledGraph
 
 _serial = itertools.count()

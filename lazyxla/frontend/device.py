@@ -1,6 +1,6 @@
 """Registration of the `lazyxla` device with PyTorch.
 
-Route (verified on torch 2.13, see docs/design.md): PrivateUse1 renamed to
+Route (verified on torch 2.11 to 2.15, see docs/design.md and torch_compat.py): PrivateUse1 renamed to
 "lazyxla" with a Python device guard so autograd works without C++; Python
 kernels on the PrivateUse1 key for allocation and for the factory ops whose
 composite kernels would resize an `out=` tensor (a wrapper subclass cannot be
@@ -9,9 +9,8 @@ resized); every other op on a lazy tensor reaches `LazyTensor.__torch_dispatch__
 from __future__ import annotations
 
 import torch
-from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
-
 from .._jax import jax_devices
+from .torch_compat import setup_python_backend
 
 DEVICE_TYPE = "lazyxla"
 _registered = False
@@ -23,7 +22,7 @@ def register() -> None:
     if _registered:
         return
     from . import device_module
-    _setup_privateuseone_for_python_backend(DEVICE_TYPE, backend_module=device_module)
+    setup_python_backend(DEVICE_TYPE, device_module)
     DEVICES.extend(torch.device(DEVICE_TYPE, i) for i in range(len(jax_devices())))
     _registered = True
 
