@@ -36,9 +36,11 @@ if [[ -n "${LAZYXLA_MATRIX_WHEELS:-}" ]]; then
     find_links=(--find-links "$LAZYXLA_MATRIX_WHEELS")
 fi
 
-if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" - "$torch_version" "$jax_version" <<'EOF'
+# The test and bench extras, as CI installs them (tests/test_bench.py draws charts).
+extras="test,bench"
+if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" - "$torch_version" "$jax_version" 2>/dev/null <<'EOF'
 import sys
-import jax, torch
+import jax, matplotlib, pytest, torch  # noqa: F401  (a venv without the extras is rebuilt)
 sys.exit(torch.__version__.split("+")[0] != sys.argv[1] or jax.__version__ != sys.argv[2])
 EOF
 then
@@ -49,7 +51,7 @@ then
     # One resolve for the whole set: a torch or JAX outside pyproject's pins fails here,
     # naming the conflict, instead of pip quietly installing another release.
     "$venv/bin/python" -m pip install -q "${find_links[@]}" \
-        "torch==$torch_version" "jax==$jax_version" "jaxlib==$jax_version" -e "$repo[test]"
+        "torch==$torch_version" "jax==$jax_version" "jaxlib==$jax_version" -e "$repo[$extras]"
 fi
 
 "$venv/bin/python" -c 'import torch, jax, lazyxla

@@ -21,6 +21,13 @@ docs/compat-matrix.md). What differs inside it, and how it is handled:
   with AOTAutograd's cache, which torch enables for inductor only.
 * Everything else lazyxla binds below has the same name and signature in 2.11
   through 2.15.
+* Behaviour that differs without code of ours (the tests accept both):
+  torch.compile'd code that mixes devices fails in fake-tensor propagation with
+  torch's message, worded "found two different devices A, B" in 2.11 and "at
+  least two devices, A and B" from 2.13 on; and `torch.tensor(data,
+  device=x.device)` inside a compiled function works on 2.11 (dynamo builds the
+  constant on the host and moves it) where 2.13 on hand lazyxla a fake device
+  tensor, which it refuses with a message saying what to write instead.
 
 Outside the range `check_version` warns once (it does not refuse: a newer
 torch often works, and the matrix script says in minutes whether it does).
