@@ -11,10 +11,10 @@ strides and dtype on the `lazyxla` device, and at run time the real tensor.
 
 So the subclass test `is_traceable_wrapper_subclass` answers False for lazy
 tensors in exactly the modules that fakeify tensors or handle real tensors of
-a compiled graph (the list below); dynamo's own variable builder keeps seeing
+a compiled graph; dynamo's own variable builder keeps seeing
 a traceable subclass, which is what makes it trace a lazy tensor as a tensor.
-Each module is patched once, where it binds the name; which modules those are
-is release-dependent and listed in frontend/torch_compat.py. A torch release that
+Each module is patched once, where it binds the name; the modules are listed,
+for the torch releases lazyxla supports, in frontend/torch_compat.py. A torch release that
 moves the check makes the tests of lazyxla/dynamo fail, not silently differ.
 """
 from __future__ import annotations
