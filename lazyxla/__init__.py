@@ -2,11 +2,12 @@
 explainable buffer donation. Public API: see API.md (shared/) and README.md."""
 from __future__ import annotations
 
-from . import _jax  # noqa: F401  (enables JAX's 64-bit mode first)
-from .runtime import host_heap as _host_heap
+from . import _jax  # (enables JAX's 64-bit mode first)
+from .frontend import torch_compat as _torch_compat
 
-_host_heap.tune()   # freed buffers stay in the heap for the next step (see host_heap)
-from .frontend import device as _device
+_jax.check_version()            # warn outside the verified JAX and torch ranges
+_torch_compat.check_version()
+from .frontend import device as _device  # noqa: E402
 
 _device.register()
 

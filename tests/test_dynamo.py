@@ -2,6 +2,7 @@
 counters for traced ops, compiles and donors; SPEC-donation §4 E (scenarios 39-44)."""
 import copy
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -185,8 +186,15 @@ def test_constants_and_cpu_scalars(dev):
     assert_close(fn(x, s), x0 * 3)
     assert s.item() == 3.0
     on_device = _compile(lambda x: x + torch.tensor([1.0, 2.0, 3.0], device=x.device))
-    with pytest.raises(RuntimeError, match="from data .* is not supported yet"):
-        on_device(x)
+    try:
+        got = on_device(x)
+    except RuntimeError as e:
+        # torch 2.13 to 2.15: dynamo's graph hands the data to lazyxla as a fake device
+        # tensor, which lazyxla refuses with what to do instead
+        assert re.search("from data .* is not supported yet", str(e)), str(e)
+    else:
+        # torch 2.11 builds the constant on the host and moves it: it must be right
+        assert_close(got, x0 + offset)
 
 
 def test_random_ops_draw_fresh_values_per_call(dev):
@@ -504,9 +512,15 @@ def test_donor_op_outside_compiled_code(dev):
 
 # -- bad input -------------------------------------------------------------------
 
+def _two_devices(a: str, b: str) -> str:
+    """torch's fake-tensor device check names both devices; 2.11 words it "two different
+    devices A, B", 2.13 on "at least two devices, A and B"."""
+    return rf"{a}(,| and) {b}"
+
+
 def test_cpu_and_lazy_tensors_mixed_raise(dev):
     fn = _compile(lambda a, b: a + b)
-    with pytest.raises(RuntimeError, match="lazyxla:0 and cpu"):
+    with pytest.raises(RuntimeError, match=_two_devices("lazyxla:0", "cpu")):
         fn(rand(3).to(dev), rand(3))
 
 
@@ -517,15 +531,15 @@ def test_only_cpu_tensors_raise_clearly(dev):
 
 
 _TWO_DEVICES = textwrap.dedent("""
-    import torch, lazyxla as lx
+    import re, sys, torch, lazyxla as lx
     d0, d1 = lx.device(0), lx.device(1)
     mixed = torch.compile(lambda a, b: a + b, backend="lazyxla")
     apart = torch.compile(lambda a, b: (a * 2, b * 2), backend="lazyxla")
-    for fn, words in ((mixed, "lazyxla:0 and lazyxla:1"), (apart, "lazyxla:0 and lazyxla:1")):
+    for fn in (mixed, apart):
         try:
             fn(torch.ones(3).to(d0), torch.ones(3).to(d1))
         except RuntimeError as e:
-            assert words in str(e), str(e)
+            assert re.search(sys.argv[1], str(e)), str(e)
         else:
             raise AssertionError("two devices must fail")
     one = torch.compile(lambda a: a * 2, backend="lazyxla")
@@ -537,7 +551,7 @@ _TWO_DEVICES = textwrap.dedent("""
 
 def test_tensors_on_two_devices_raise():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    out = subprocess.run([sys.executable, "-c", _TWO_DEVICES], env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", _TWO_DEVICES, _two_devices("lazyxla:0", "lazyxla:1")], env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
 

@@ -34,15 +34,16 @@ import ctypes, importlib.util, json, os, sys, threading
 case, mode = sys.argv[1], sys.argv[2]
 if mode == "import":
     import lazyxla
+    lazyxla.device_count()   # the first use of the device applies the tuning (its platform is known then)
     from lazyxla.runtime import host_heap
 else:   # host_heap.py alone, without torch and JAX: a heap that only the interpreter has used
     spec = importlib.util.spec_from_file_location("host_heap", sys.argv[3])
     host_heap = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(host_heap)
     if mode == "tuned":
-        assert host_heap.tune()
+        assert host_heap.tune("cpu")
     elif mode == "tuned_small_pad":   # ours but glibc's default top pad (128 KiB)
-        assert host_heap.tune() and host_heap._LIBC.mallopt(host_heap._M_TOP_PAD, 128 * 2**10) == 1
+        assert host_heap.tune("cpu") and host_heap._LIBC.mallopt(host_heap._M_TOP_PAD, 128 * 2**10) == 1
 
 class Mallinfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in
@@ -119,7 +120,7 @@ print(json.dumps(CASES[case]()))
 
 
 def _probe(case: str, mode: str) -> dict:
-    """`mode`: "import" (`import lazyxla`, tuning on), "import_off" (the same with
+    """`mode`: "import" (`import lazyxla` and a device query, tuning on), "import_off" (the same with
     LAZYXLA_HEAP_TUNING=0), "tuned" / "default" (host_heap.py alone, `tune()` called
     or not), "tuned_small_pad"."""
     env = {**os.environ, "LAZYXLA_HEAP_TUNING": "0" if mode == "import_off" else "1"}
@@ -132,12 +133,41 @@ def _probe(case: str, mode: str) -> dict:
 
 @glibc_only
 def test_tune_takes_effect_on_glibc():
-    assert host_heap.tune() is True
+    assert host_heap.tune("cpu") is True
 
 
 def test_tuning_can_be_switched_off(monkeypatch):
     monkeypatch.setenv("LAZYXLA_HEAP_TUNING", "0")
-    assert host_heap.tune() is False
+    assert host_heap.tune("cpu") is False
+
+
+class _RecordingLibc:
+    """Stands in for glibc: records the mallopt calls that tune() makes."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+
+    def mallopt(self, param: int, value: int) -> int:
+        self.calls.append((param, value))
+        return 1
+
+
+@pytest.mark.parametrize("platform", ["gpu", "tpu"])
+def test_tuning_is_off_on_accelerators(monkeypatch, platform):
+    # device buffers are not heap blocks there: glibc keeps its defaults
+    libc = _RecordingLibc()
+    monkeypatch.setattr(host_heap, "_LIBC", libc)
+    assert host_heap.tune(platform) is False
+    assert libc.calls == []
+
+
+def test_tuning_on_cpu_sets_the_three_settings(monkeypatch):
+    libc = _RecordingLibc()
+    monkeypatch.setattr(host_heap, "_LIBC", libc)
+    assert host_heap.tune("cpu") is True
+    assert sorted(libc.calls) == sorted([(host_heap._M_MMAP_THRESHOLD, host_heap.MMAP_THRESHOLD),
+                                         (host_heap._M_TRIM_THRESHOLD, host_heap.TRIM_THRESHOLD),
+                                         (host_heap._M_TOP_PAD, host_heap.TOP_PAD)])
 
 
 @glibc_only
@@ -176,7 +206,8 @@ def test_release_free_heap_gives_freed_pages_back():
 
 
 @glibc_only
-def test_import_lazyxla_applies_the_tuning():
-    # after `import lazyxla` a 20 MiB block is mmapped only with LAZYXLA_HEAP_TUNING=0
+def test_first_device_use_applies_the_tuning():
+    # after `import lazyxla` and a first device query a 20 MiB block is mmapped only with
+    # LAZYXLA_HEAP_TUNING=0
     assert _probe("main", "import")["mmapped"] is False
     assert _probe("main", "import_off")["mmapped"] is True

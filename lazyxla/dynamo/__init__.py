@@ -25,9 +25,10 @@ _DYNAMO = "torch._dynamo"
 
 def register() -> None:
     """Called once by `import lazyxla`."""
+    from ..frontend.torch_compat import FAKE_TENSOR_MODULES
     from . import donor, plain
     donor.register()
-    plain.treat_as_plain(plain.CONVERTER_MODULES)
+    plain.treat_as_plain(FAKE_TENSOR_MODULES)
     if _DYNAMO in sys.modules:
         _install()
     elif not any(isinstance(f, _AfterDynamoImport) for f in sys.meta_path):

@@ -34,10 +34,11 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 
 from .. import metrics
-from ..sync.api import sync_tensors
 from ..frontend.tensor import LazyTensor
+from ..frontend.torch_compat import AOT_MODULES
+from ..sync.api import sync_tensors
 from .donor import MARK_DONOR, is_donor_call
-from .plain import AOT_MODULES, treat_as_plain
+from .plain import treat_as_plain
 from .replay import CompiledGraph
 
 _serial = itertools.count()

@@ -19,12 +19,13 @@ partial sync without donation: a small graph once, then one step graph.
 from __future__ import annotations
 
 from ..frontend.tensor import LazyTensor
+from ..frontend.torch_compat import dynamo_optimizer_variable
 from ..ir.node import DATA
 from ..sync.api import sync_tensors
 
 
 def keep_steps_on_device() -> None:
-    from torch._dynamo.variables.optimizer import OptimizerVariable
+    OptimizerVariable = dynamo_optimizer_variable()
     original = OptimizerVariable._set_capturable
     if getattr(original, "lazyxla", False):
         return

@@ -11,9 +11,10 @@ strides and dtype on the `lazyxla` device, and at run time the real tensor.
 
 So the subclass test `is_traceable_wrapper_subclass` answers False for lazy
 tensors in exactly the modules that fakeify tensors or handle real tensors of
-a compiled graph (the list below); dynamo's own variable builder keeps seeing
+a compiled graph; dynamo's own variable builder keeps seeing
 a traceable subclass, which is what makes it trace a lazy tensor as a tensor.
-Each module is patched once, where it binds the name; a torch release that
+Each module is patched once, where it binds the name; the modules are listed,
+for the torch releases lazyxla supports, in frontend/torch_compat.py. A torch release that
 moves the check makes the tests of lazyxla/dynamo fail, not silently differ.
 """
 from __future__ import annotations
@@ -22,13 +23,6 @@ import importlib
 from typing import Sequence
 
 from ..frontend.tensor import LazyTensor
-
-# Loaded with torch itself: patched at `import lazyxla`.
-CONVERTER_MODULES = ("torch._subclasses.meta_utils", "torch._subclasses.fake_tensor")
-# AOTAutograd's input fakeification and its runtime (backward tangents): patched when
-# the backend is first used (importing them earlier re-enters torch's own imports).
-AOT_MODULES = ("torch._functorch._aot_autograd.frontend_utils",
-               "torch._functorch._aot_autograd.runtime_wrappers")
 
 
 def treat_as_plain(module_names: Sequence[str]) -> None:

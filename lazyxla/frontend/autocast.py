@@ -28,9 +28,9 @@ import torch
 from .autocast_lists import read_lists
 from .device import DEVICE_TYPE
 from .tensor import LazyTensor
+from .torch_compat import AUTOCAST_KEY as KEY
+from .torch_compat import below_autocast
 
-KEY = "AutocastPrivateUse1"
-_EXCLUDE = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
 _LIBS: list = []
 
 
@@ -88,7 +88,7 @@ def _first_arg(args: tuple, kwargs: dict) -> Any:
 
 
 def _redispatch(op, args: tuple, kwargs: dict):
-    with torch._C._ExcludeDispatchKeyGuard(_EXCLUDE):
+    with below_autocast():
         return op(*args, **kwargs)
 
 

@@ -18,9 +18,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import torch
-
-HEADER = Path(torch.__file__).parent / "include" / "ATen" / "autocast_mode.h"
+from .torch_compat import AUTOCAST_HEADER as HEADER
 
 # macro -> cast policy (the names of at::autocast::CastPolicy). The
 # DIFFERENT_REDISPATCH entries carry their own policy as their last field.

@@ -1,6 +1,6 @@
 """Registration of the `lazyxla` device with PyTorch.
 
-Route (verified on torch 2.13, see docs/design.md): PrivateUse1 renamed to
+Route (verified on torch 2.11 to 2.15, see docs/design.md and torch_compat.py): PrivateUse1 renamed to
 "lazyxla" with a Python device guard so autograd works without C++; Python
 kernels on the PrivateUse1 key for allocation and for the factory ops whose
 composite kernels would resize an `out=` tensor (a wrapper subclass cannot be
@@ -9,10 +9,10 @@ resized); every other op on a lazy tensor reaches `LazyTensor.__torch_dispatch__
 from __future__ import annotations
 
 import torch
-from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 from .._jax import jax_devices
-from ..runtime import placement
+from ..runtime import host_heap, placement
+from .torch_compat import setup_python_backend
 
 DEVICE_TYPE = "lazyxla"
 _registered = False
@@ -26,7 +26,7 @@ def register() -> None:
     if _registered:
         return
     from . import device_module
-    _setup_privateuseone_for_python_backend(DEVICE_TYPE, backend_module=device_module)
+    setup_python_backend(DEVICE_TYPE, device_module)
     _registered = True
 
 
@@ -35,6 +35,9 @@ def lazyxla_devices() -> list[torch.device]:
     if not DEVICES:
         count = 1 if placement.spmd_enabled() else len(jax_devices())
         DEVICES.extend(torch.device(DEVICE_TYPE, i) for i in range(count))
+        # Here rather than at import: the platform is known only once JAX's backend
+        # runs. On CPU, freed buffers then stay in the heap for the next step.
+        host_heap.tune(jax_devices()[0].platform)
     return DEVICES
 
 

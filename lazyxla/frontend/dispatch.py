@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 
 import torch
-from torch._decomp import decomposition_table
 
 from .. import metrics
 from ..ir.node import Node, intern_sig
@@ -23,6 +22,7 @@ from .device import DEVICE_TYPE
 from .opinfo import OpInfo, functional_variant, is_inplace, is_out
 from .sync_hooks import cut_graphs
 from .tensor import LazyTensor, copy_bits
+from .torch_compat import decomposition_table, has_composite_implicit_kernel
 from .tracing import DeviceMismatchError, convert_call, lookup, make_node, trace, wrap_outputs
 
 aten = torch.ops.aten
@@ -270,7 +270,7 @@ def decomposition_for(func):
     if func in _DECOMPS:
         return _DECOMPS[func]
     fn = DECOMPOSITIONS.get(func) or decomposition_table.get(func)
-    if fn is None and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+    if fn is None and has_composite_implicit_kernel(func):
         fn = func.decompose
     _DECOMPS[func] = fn
     return fn

@@ -24,10 +24,11 @@ from __future__ import annotations
 import torch.optim.optimizer as _optimizer
 
 from .tensor import LazyTensor
+from .torch_compat import foreach_supported_types
 
 
 def enable_foreach_default() -> None:
-    supported = _optimizer._foreach_supported_types
+    supported = foreach_supported_types()
     if LazyTensor not in supported:
         supported.append(LazyTensor)
 

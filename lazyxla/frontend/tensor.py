@@ -18,8 +18,8 @@ from ..lock import LOCK
 from .device import DEVICES
 from .storage import Storage
 from .sync_hooks import host_value
+from .torch_compat import make_wrapper_subclass as _make_wrapper
 
-_make_wrapper = torch.Tensor._make_wrapper_subclass
 _DATA = torch.Tensor.data
 
 

@@ -47,7 +47,8 @@ settings' effect on single blocks.
 The heap may thus stay well above what is live (up to 256 MiB at the main
 heap's top, and emptied thread-arena heaps are kept); `release_free_heap`
 gives it back after each compile (XLA's compiler scratch is the big one).
-LAZYXLA_HEAP_TUNING=0 keeps glibc's defaults. Where glibc is not the C
+LAZYXLA_HEAP_TUNING=0 keeps glibc's defaults, and so does any platform but
+CPU (on a GPU the device buffers are not heap blocks). Where glibc is not the C
 library (musl, macOS) both functions do nothing.
 """
 from __future__ import annotations
@@ -81,9 +82,14 @@ def tuning_enabled() -> bool:
     return os.environ.get("LAZYXLA_HEAP_TUNING", "1") not in ("0", "")
 
 
-def tune() -> bool:
-    """Keep freed buffers in the heap for reuse; True when the settings took."""
-    if _LIBC is None or not tuning_enabled():
+def tune(platform: str) -> bool:
+    """Keep freed buffers in the heap for reuse; True when the settings took.
+
+    `platform` is lazyxla's JAX platform (`lx.platform()`). Only on "cpu" are device
+    buffers heap blocks; on a GPU or TPU they live in the device allocator, and the
+    settings would only make the host heap keep more memory for nothing, so they are
+    not applied there (`release_free_heap` still applies: compiles run on the host)."""
+    if _LIBC is None or not tuning_enabled() or platform != "cpu":
         return False
     settings = ((_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD),
                 (_M_TOP_PAD, TOP_PAD))

@@ -1,0 +1,116 @@
+"""torch's private surface that lazyxla builds on, and its differences across releases.
+
+lazyxla runs on the Python backend route (docs/design.md): PrivateUse1 renamed
+from Python, a wrapper subclass with `__torch_dispatch__`, and a dynamo backend
+whose fake-tensor and AOTAutograd internals are told that a lazy tensor is a
+plain tensor. None of that is public API, so every private name lazyxla uses is
+bound here and nowhere else: a torch release that moves one breaks this module
+(at import, naming the name), and its fix is made here, once.
+
+Verified range: torch 2.11 to 2.15 (`scripts/test_matrix.sh`, results in
+docs/compat-matrix.md). What differs inside it, and how it is handled:
+
+* `ATen/autocast_mode.h`'s shared op lists change from release to release
+  (2.11 lists the Dimname overloads of softmax, sum, cumsum, ... and no
+  rms_norm; 2.13 the reverse). lazyxla reads the lists from the installed
+  header (autocast_lists.py), so it follows whatever the release says.
+* AOTAutograd's modules that test `is_traceable_wrapper_subclass` on real
+  inputs: the same two modules (frontend_utils, runtime_wrappers) in every
+  release of the range. 2.15 adds autograd_cache.py, which imports the test
+  inside its functions from torch.utils._python_dispatch; that path only runs
+  with AOTAutograd's cache, which torch enables for inductor only.
+* Everything else lazyxla binds below has the same name and signature in 2.11
+  through 2.15.
+* Behaviour that differs without code of ours (the tests accept both):
+  torch.compile'd code that mixes devices fails in fake-tensor propagation with
+  torch's message, worded "found two different devices A, B" in 2.11 and "at
+  least two devices, A and B" from 2.13 on; and `torch.tensor(data,
+  device=x.device)` inside a compiled function works on 2.11 (dynamo builds the
+  constant on the host and moves it) where 2.13 on hand lazyxla a fake device
+  tensor, which it refuses with a message saying what to write instead.
+
+Outside the range `check_version` warns once (it does not refuse: a newer
+torch often works, and the matrix script says in minutes whether it does).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch._decomp import decomposition_table  # noqa: F401  (re-exported: dispatch.py)
+from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+from .._versions import minor, warn_if_unverified
+
+# First and last torch minor release the test matrix verified (pyproject's pin says the same).
+VERIFIED = ((2, 11), (2, 15))
+
+
+def torch_version() -> tuple[int, int]:
+    """(major, minor) of the running torch, e.g. (2, 15) for "2.15.0+cu132"."""
+    return minor(torch.__version__)
+
+
+def check_version() -> bool:
+    """Warn (True) when the running torch is outside the verified range."""
+    return warn_if_unverified("torch", torch.__version__, VERIFIED,
+                              "lazyxla uses private torch APIs (lazyxla/frontend/torch_compat.py) "
+                              "that may have changed.")
+
+
+# --- device registration (frontend/device.py) -----------------------------------------
+
+def setup_python_backend(name: str, backend_module: object) -> None:
+    """Rename PrivateUse1 to `name` with a Python device guard, allocator stubs and
+    `backend_module` as `torch.<name>`."""
+    _setup_privateuseone_for_python_backend(name, backend_module=backend_module)
+
+
+make_wrapper_subclass: Callable = torch.Tensor._make_wrapper_subclass
+
+
+# --- dispatch (frontend/dispatch.py) ---------------------------------------------------
+
+def has_composite_implicit_kernel(op: torch._ops.OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+
+
+# --- autocast (frontend/autocast.py, frontend/autocast_lists.py) -------------------------
+
+AUTOCAST_KEY = "AutocastPrivateUse1"
+_AUTOCAST_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
+# The shared op lists, as C++ macros, in the header the wheel ships.
+AUTOCAST_HEADER = Path(torch.__file__).parent / "include" / "ATen" / "autocast_mode.h"
+
+
+def below_autocast():
+    """Context manager: redispatch below our autocast key (what a C++ autocast kernel's
+    `ExcludeDispatchKeyGuard` does)."""
+    return torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_KEYS)
+
+
+# --- optimizers (frontend/optim.py, dynamo/optimizer.py) -----------------------------------
+
+def foreach_supported_types() -> list:
+    """torch.optim's list of tensor types that default to the foreach path (mutable)."""
+    import torch.optim.optimizer as optimizer
+    return optimizer._foreach_supported_types
+
+
+def dynamo_optimizer_variable() -> type:
+    """dynamo's OptimizerVariable (its `_set_capturable` and `call_method` are wrapped)."""
+    from torch._dynamo.variables.optimizer import OptimizerVariable
+    return OptimizerVariable
+
+
+# --- the compile stack's subclass test (dynamo/plain.py) -----------------------------------
+# Modules that bind `is_traceable_wrapper_subclass` at their top level and apply it to
+# tensors that must be fakeified or passed as real tensors; the same in 2.11 to 2.15.
+
+# Loaded with torch itself: patched at `import lazyxla`.
+FAKE_TENSOR_MODULES = ("torch._subclasses.meta_utils", "torch._subclasses.fake_tensor")
+# AOTAutograd's input fakeification and its runtime (backward tangents): patched when
+# the backend is first used (importing them earlier re-enters torch's own imports).
+AOT_MODULES = ("torch._functorch._aot_autograd.frontend_utils",
+               "torch._functorch._aot_autograd.runtime_wrappers")
