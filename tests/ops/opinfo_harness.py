@@ -21,7 +21,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 import lazyxla as lx
-from opinfo_skips import SHAPE_ONLY, TOLERANCES
+from opinfo_skips import INDEX_TIES, SHAPE_ONLY, TOLERANCES
 
 TRACED, HOST, FAIL, NO_SAMPLES = "pass traced", "pass via host", "fail", "no samples"
 ATOL, RTOL = 1e-3, 1e-5
@@ -92,8 +92,29 @@ def run_sample(op, sample, dtype, shape_only: bool) -> bool:
     atol, rtol = TOLERANCES.get(entry_name(op), (ATOL, RTOL))
     if dtype == torch.bfloat16:
         atol, rtol = max(atol, BF16_ATOL), max(rtol, BF16_RTOL)
+    ties = INDEX_TIES.get(entry_name(op))
+    if ties is not None:
+        _check_tied_indices(sample, ties, actual)
+        actual, expected = actual[0], expected[0]
     _compare(actual, expected, atol, rtol, shape_only)
     return True
+
+
+def _check_tied_indices(sample, ties: tuple, actual) -> None:
+    """Each returned index must point at an element equal to the returned value."""
+    pos, default = ties
+    dim = sample.args[pos] if len(sample.args) > pos else sample.kwargs.get("dim", default)
+    values, indices = (t.detach().cpu() for t in actual)
+    x = sample.input
+    if x.dim() == 0:
+        picked = x
+    else:
+        keepdim = values.dim() == x.dim()
+        idx = indices if keepdim else indices.unsqueeze(dim)
+        picked = x.gather(dim, idx)
+        picked = picked if keepdim else picked.squeeze(dim)
+    torch.testing.assert_close(picked, values, atol=0, rtol=0, equal_nan=True,
+                               msg=lambda m: f"indices do not point at the values: {m}")
 
 
 def samples(op, dtype, limit: Optional[int]) -> Iterable:
