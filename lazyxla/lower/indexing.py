@@ -336,3 +336,16 @@ def _embedding_dense_backward(ctx, grad, indices, num_weights, padding_idx, scal
 def _one_hot(ctx, x, num_classes=-1):
     return (x[..., None] == jnp.arange(ctx.shape[-1], dtype=x.dtype)).astype(ctx.jdtype)
 
+
+
+@register(aten.index_reduce.default)
+def _index_reduce(ctx, x, dim, index, source, reduce, *, include_self=True):
+    # a scatter_reduce whose index is `index` along `dim`, repeated across the other dims
+    if x.ndim == 0:
+        return _scatter(x, 0, index, source, reduce, include_self)
+    dim = _dim(dim, x.ndim)
+    source = jnp.asarray(source)
+    shape = [1] * source.ndim
+    shape[dim] = -1
+    full = jnp.broadcast_to(index.reshape(shape), source.shape)
+    return _scatter(x, dim, full, source, reduce, include_self)
