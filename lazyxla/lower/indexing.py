@@ -46,6 +46,8 @@ def _prefix(x, shape):
 
 @register(aten.gather.default)
 def _gather(ctx, x, dim, index, *, sparse_grad=False):
+    if index.size == 0:  # eager allows an empty index of any rank
+        return jnp.zeros(ctx.shape, x.dtype)
     if x.ndim == 0:
         return jnp.broadcast_to(x, ctx.shape)
     dim = _dim(dim, x.ndim)

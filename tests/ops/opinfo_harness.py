@@ -21,7 +21,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 import lazyxla as lx
-from opinfo_skips import INDEX_TIES, SHAPE_ONLY, TOLERANCES
+from opinfo_skips import CPU_ARGS, INDEX_TIES, SHAPE_ONLY, TOLERANCES
 
 TRACED, HOST, FAIL, NO_SAMPLES = "pass traced", "pass via host", "fail", "no samples"
 ATOL, RTOL = 1e-3, 1e-5
@@ -82,7 +82,12 @@ def run_sample(op, sample, dtype, shape_only: bool) -> bool:
     """One sample on lazyxla vs eager; raises AssertionError (or the op's error) on a
     mismatch. False when eager itself refuses the sample (nothing to compare with)."""
     dev = lx.device()
-    on_dev = _to((sample.input, sample.args, sample.kwargs), dev)
+    if entry_name(op) in CPU_ARGS:  # the op wants its other tensor arguments on the CPU
+        on_dev = (_to(sample.input, dev), sample.args, sample.kwargs)
+    else:
+        on_dev = _to((sample.input, sample.args, sample.kwargs), dev)
+    if "device" in on_dev[2]:  # factories: samples name the CPU as the device to create on
+        on_dev = (on_dev[0], on_dev[1], {**on_dev[2], "device": dev})
     inp, args, kwargs = _clone((sample.input, sample.args, sample.kwargs))
     try:
         expected = sample.output_process_fn_grad(op(inp, *args, **kwargs))
