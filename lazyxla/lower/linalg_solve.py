@@ -37,17 +37,18 @@ def triangular(a, b, *, left: bool, lower: bool, trans: bool = False, conj: bool
                                        conjugate_a=conj, unit_diagonal=unit)
 
 
-def lu_solve(lu, perm, b, adjoint: bool = False):
-    """Solve A x = b (or A^H x = b) for b of shape (*, n, k), A[perm] = L @ U."""
+def lu_solve(lu, perm, b, trans: bool = False, conj: bool = False):
+    """Solve A x = b, A^T x = b (trans) or A^H x = b (trans, conj) for b of shape
+    (*, n, k), A[perm] = L @ U."""
     lu, b = _broadcast_batch(lu, b)
     perm = jnp.broadcast_to(perm, lu.shape[:-1])
-    if not adjoint:
+    if not trans:
         x = jnp.take_along_axis(b, perm[..., None], axis=-2)
         x = triangular(lu, x, left=True, lower=True, unit=True)
         return triangular(lu, x, left=True, lower=False)
-    # A^H = U^H L^H P: solve U^H w = b, L^H z = w, then x[perm] = z
-    w = triangular(lu, b, left=True, lower=False, trans=True, conj=True)
-    z = triangular(lu, w, left=True, lower=True, trans=True, conj=True, unit=True)
+    # A^T = U^T L^T P: solve U^T w = b, L^T z = w, then x[perm] = z
+    w = triangular(lu, b, left=True, lower=False, trans=True, conj=conj)
+    z = triangular(lu, w, left=True, lower=True, trans=True, conj=conj, unit=True)
     inverse = jnp.argsort(perm, axis=-1)
     return jnp.take_along_axis(z, inverse[..., None], axis=-2)
 
@@ -62,12 +63,11 @@ def _is_vector_rhs(a, b) -> bool:
 def _solve_ex(ctx, a, b, *, left=True, check_errors=False):
     vector = _is_vector_rhs(a, b)
     rhs = b[..., None] if vector else b
-    if not left:  # X A = B  <=>  A^T X^T = B^T
-        rhs = mT(rhs)
-    lu, piv, perm, info = lu_with_info(a if left else mT(a))
-    x = lu_solve(lu, perm, rhs)
-    x = x if left else mT(x)
-    # for left=False LU and pivots are those of A^T, as eager's (it solves the transpose)
+    lu, piv, perm, info = lu_with_info(a)  # of A for left=False too, as eager's
+    if left:
+        x = lu_solve(lu, perm, rhs)
+    else:  # X A = B  <=>  A^T X^T = B^T
+        x = mT(lu_solve(lu, perm, mT(rhs), trans=True))
     return (x[..., 0] if vector else x), lu, piv, info
 
 
@@ -82,9 +82,9 @@ def _inv_ex(ctx, a, *, check_errors=False):
 def _lu_solve(ctx, lu, piv, b, *, left=True, adjoint=False):
     perm = pivots_to_permutation(piv, lu.shape[-1])
     if left:
-        return lu_solve(lu, perm, b, adjoint)
+        return lu_solve(lu, perm, b, trans=adjoint, conj=adjoint)
     # X A = B  <=>  A^H X^H = B^H (adjoint=False); X A^H = B  <=>  A X^H = B^H
-    return mH(lu_solve(lu, perm, mH(b), not adjoint))
+    return mH(lu_solve(lu, perm, mH(b), trans=not adjoint, conj=not adjoint))
 
 
 def _det_parts(lu, piv):
@@ -94,16 +94,18 @@ def _det_parts(lu, piv):
     return diag, parity
 
 
+# eager's det / slogdet factor A^T (A's memory read column-major): their LU and pivots
+# outputs, which the backward formulas reuse, are those of A^T, and so are these
 @register(aten._linalg_det.default)
 def _det(ctx, a):
-    lu, piv, _, _ = lu_with_info(a)
+    lu, piv, _, _ = lu_with_info(mT(a))
     diag, parity = _det_parts(lu, piv)
     return parity * jnp.prod(diag, axis=-1), lu, piv
 
 
 @register(aten._linalg_slogdet.default)
 def _slogdet(ctx, a):
-    lu, piv, _, _ = lu_with_info(a)
+    lu, piv, _, _ = lu_with_info(mT(a))
     diag, parity = _det_parts(lu, piv)
     sign = parity * jnp.prod(jnp.sign(diag), axis=-1)
     return sign, jnp.sum(jnp.log(jnp.abs(diag)), axis=-1), lu, piv
