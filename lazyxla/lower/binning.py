@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from .registry import register
+from .registry import register, register_decomposition
 
 aten = torch.ops.aten
 
@@ -42,63 +42,62 @@ def _bucketize(ctx, values, boundaries, *, out_int32=False, right=False):
     return search(boundaries, jnp.asarray(values), right)
 
 
-def _bin_of(x, edges):
-    """Bin index of each element and whether it is counted."""
-    nbins = edges.shape[0] - 1
-    pos = jnp.searchsorted(edges, x, side="right") - 1
-    pos = jnp.where(x == edges[-1], nbins - 1, pos)
-    counted = (pos >= 0) & (pos < nbins) & ~jnp.isnan(x)
-    return jnp.clip(pos, 0, max(nbins - 1, 0)), counted
+# Histograms are decompositions over lazy tensors, not rules: eager has no meta kernel
+# for histogram (the output spec a rule needs), and the counting is a scatter-add that
+# lowers as it is.
+
+def _linspace(lo, hi, steps: int, like):
+    """eager's CPU linspace, element for element: from the start below half-way, from
+    the end above (its rounding decides the bin of an element on an edge)."""
+    i = torch.arange(steps, device=like.device, dtype=like.dtype)
+    step = (hi - lo) / max(steps - 1, 1)
+    return torch.where(i < steps // 2, lo + i * step, hi - (steps - 1 - i) * step)
 
 
-def _count(x, edges, weight, dtype):
-    pos, counted = _bin_of(x.reshape(-1), edges)
-    w = jnp.ones(pos.shape, dtype) if weight is None else weight.reshape(-1).astype(dtype)
-    return jnp.zeros(edges.shape[0] - 1, dtype).at[pos].add(jnp.where(counted, w, 0))
-
-
-def _edges(x, bins: int, lo, hi, dtype, widen: float):
-    """bins + 1 evenly spaced edges over [lo, hi]; lo == hi widens by `widen` each side."""
+def _range(x, lo, hi, widen: float, empty_range: tuple):
+    """Bin range: the given one, or the data's; an empty one is widened by `widen`."""
+    if lo is None:
+        if x.numel() == 0:
+            lo, hi = empty_range
+        else:
+            lo, hi = x.min(), x.max()
+    lo = torch.as_tensor(lo, dtype=x.dtype, device=x.device)
+    hi = torch.as_tensor(hi, dtype=x.dtype, device=x.device)
     same = lo == hi
-    lo, hi = jnp.where(same, lo - widen, lo), jnp.where(same, hi + widen, hi)
-    return jnp.linspace(lo, hi, bins + 1, dtype=dtype)
+    return torch.where(same, lo - widen, lo), torch.where(same, hi + widen, hi)
 
 
-def _data_range(x, dtype):
-    if x.size == 0:
-        return jnp.zeros((), dtype), jnp.zeros((), dtype)
-    return jnp.min(x).astype(dtype), jnp.max(x).astype(dtype)
+def _count(x, edges, weight):
+    nbins = edges.shape[0] - 1
+    flat = x.reshape(-1)
+    pos = torch.searchsorted(edges, flat, right=True) - 1
+    pos = torch.where(flat == edges[-1], nbins - 1, pos)
+    counted = (pos >= 0) & (pos < nbins) & ~torch.isnan(flat)
+    w = torch.ones_like(flat) if weight is None else weight.reshape(-1).to(x.dtype)
+    w = torch.where(counted, w, torch.zeros_like(w))
+    return torch.zeros(nbins, dtype=x.dtype, device=x.device).index_add(0, pos.clamp(0, max(nbins - 1, 0)), w)
 
 
-@register(aten.histc.default)
-def _histc(ctx, x, bins=100, min=0, max=0):
-    dt = ctx.jdtype
-    lo, hi = jnp.asarray(min, dt), jnp.asarray(max, dt)
-    data_lo, data_hi = _data_range(x, dt)
-    use_data = (lo == 0) & (hi == 0)
-    lo, hi = jnp.where(use_data, data_lo, lo), jnp.where(use_data, data_hi, hi)
-    return _count(x.astype(dt), _edges(x, bins, lo, hi, dt, 1.0), None, dt)
+def _with_density(hist, edges, density: bool):
+    return hist / (hist.sum() * (edges[1:] - edges[:-1])) if density else hist
 
 
-def _density(hist, edges):
-    return hist / (jnp.sum(hist) * jnp.diff(edges))
+@register_decomposition(aten.histc.default)
+def _histc(x, bins=100, min=0, max=0):
+    data = min == 0 and max == 0
+    lo, hi = _range(x, None if data else min, None if data else max, 1.0, (0.0, 0.0))
+    return _count(x, _linspace(lo, hi, bins + 1, x), None)
 
 
-@register(aten.histogram.bin_ct)
-def _histogram_bin_ct(ctx, x, bins=100, *, range=None, weight=None, density=False):
-    dt = ctx.jdtype[0]
-    if range is not None:
-        lo, hi = jnp.asarray(range[0], dt), jnp.asarray(range[1], dt)
-    else:
-        lo, hi = _data_range(x, dt)
-    edges = _edges(x, bins, lo, hi, dt, 0.5)
-    hist = _count(x.astype(dt), edges, weight, dt)
-    return (_density(hist, edges) if density else hist), edges
+@register_decomposition(aten.histogram.bin_ct)
+def _histogram_bin_ct(x, bins=100, *, range=None, weight=None, density=False):
+    lo, hi = (None, None) if range is None else range
+    lo, hi = _range(x, lo, hi, 0.5, (0.0, 1.0))
+    edges = _linspace(lo, hi, bins + 1, x)
+    return _with_density(_count(x, edges, weight), edges, density), edges
 
 
-@register(aten.histogram.bins_tensor)
-def _histogram_bins(ctx, x, bins, *, weight=None, density=False):
-    dt = ctx.jdtype[0]
-    edges = bins.astype(dt)
-    hist = _count(x.astype(dt), edges, weight, dt)
-    return (_density(hist, edges) if density else hist), edges
+@register_decomposition(aten.histogram.bins_tensor)
+def _histogram_bins(x, bins, *, weight=None, density=False):
+    edges = bins.to(x.dtype)
+    return _with_density(_count(x, edges, weight), edges, density), edges

@@ -30,7 +30,12 @@ SHAPE_ONLY: dict = {
         "randint_like",
         "randn",
         "randn_like",
-        "uniform",)},
+        "uniform", "normal.number_mean", "multinomial", "nn.functional.rrelu",
+        "nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d")},
+}
+# Entries of which only some samples are random: entry -> predicate on the sample.
+SHAPE_ONLY_SAMPLES: dict = {
+    "nn.functional.scaled_dot_product_attention": lambda s: s.kwargs.get("dropout_p", 0) > 0,  # dropout
 }
 
 # (values, indices) results where eager picks the index among equal values by its CPU
