@@ -351,3 +351,10 @@ def _index_reduce(ctx, x, dim, index, source, reduce, *, include_self=True):
     shape[dim] = -1
     full = jnp.broadcast_to(index.reshape(shape), source.shape)
     return _scatter(x, dim, full, source, reduce, include_self)
+
+
+@register(aten.take.default)
+def _take(ctx, x, index):
+    # eager's take reads x as flat (row-major); negative indices count from the end
+    flat = x.reshape(-1)
+    return jnp.take(flat, _wrap(index, flat.shape[0]), mode="clip")

@@ -122,7 +122,8 @@ def _polygamma_high(n: int, x):
     out = shifted - sign * factorial * jnp.sum(terms, axis=0)
     # below -steps + 1 the shift would be incomplete: NaN rather than a wrong value
     out = jnp.where(m > steps, jnp.nan, out)
-    return jnp.where((x64 <= 0) & (x64 == jnp.floor(x64)), jnp.inf, out)
+    # at a pole eager's zeta is +inf, times its sign (-1)^(n+1)
+    return jnp.where((x64 <= 0) & (x64 == jnp.floor(x64)), -sign * jnp.inf, out)
 
 
 @register(aten.polygamma.default)

@@ -53,8 +53,37 @@ CPU_ARGS: dict = {"tensor_split": "indices_or_sections as a tensor must be a CPU
 _EXPM = (1e-1, 1e-3)  # float32 expm of entries up to ~1e5: JAX's Pade-13 vs eager's Taylor-18
 TOLERANCES: dict = {"matrix_exp": _EXPM, "linalg.matrix_exp": _EXPM}
 
-# ATen ops allowed to run through the host fallback (counted, not failures): reason.
-HOST_OPS: dict = {}
+# ATen ops allowed to run through the host fallback (the `namespace::op` counters an
+# entry may set; any other one fails the test): op -> reason.
+_DATA_SHAPE = "output shape depends on the values (stays on the host by design)"
+_NOT_YET = "no lowering yet"
+HOST_OPS: dict = {
+    **{op: _DATA_SHAPE for op in (
+        "aten::nonzero", "aten::masked_select", "aten::_unique2", "aten::unique_consecutive",
+        "aten::unique_dim", "aten::bincount", "aten::repeat_interleave", "aten::_embedding_bag",
+        "aten::_embedding_bag_forward_only")},
+    **{op: _NOT_YET for op in (
+        "aten::put", "aten::_trilinear", "aten::ormqr", "aten::geqrf", "aten::adaptive_max_pool3d",
+        "aten::_adaptive_avg_pool3d", "aten::_upsample_bilinear2d_aa", "aten::_cdist_forward",
+        "aten::_histogramdd_bin_edges", "aten::_histogramdd_from_bin_cts",
+        "aten::_histogramdd_from_bin_tensors", "aten::grid_sampler_3d", "aten::_ctc_loss",
+        "aten::hash_tensor", "aten::_segment_reduce_backward", "aten::segment_reduce",
+        "aten::linalg_ldl_factor_ex", "aten::linalg_ldl_solve", "aten::_pdist_forward",
+        "aten::copy", "prims::zeta", "prims::erfcx", "prims::ndtri", "prims::log_ndtr",
+        "prims::bessel_j0", "prims::bessel_j1", "prims::bessel_y0", "prims::bessel_y1",
+        "prims::spherical_bessel_j0", "prims::airy_ai", "prims::modified_bessel_i0",
+        "prims::modified_bessel_i1", "prims::modified_bessel_k0", "prims::modified_bessel_k1",
+        "prims::scaled_modified_bessel_k0", "prims::scaled_modified_bessel_k1",
+        "aten::special_chebyshev_polynomial_t", "aten::special_chebyshev_polynomial_u",
+        "aten::special_chebyshev_polynomial_v", "aten::special_chebyshev_polynomial_w",
+        "aten::special_shifted_chebyshev_polynomial_t", "aten::special_shifted_chebyshev_polynomial_u",
+        "aten::special_shifted_chebyshev_polynomial_v", "aten::special_shifted_chebyshev_polynomial_w",
+        "aten::special_hermite_polynomial_h", "aten::special_hermite_polynomial_he",
+        "aten::special_laguerre_polynomial_l", "aten::special_legendre_polynomial_p",
+        "aten::_sparse_mm_reduce_impl", "aten::rrelu_with_noise", "aten::multinomial",
+        "torch_nn::_linear_cross_entropy_batch_chunked",
+        "torch_nn::_linear_cross_entropy_batch_chunked_no_reduction")},
+}
 
 # Entries not run at all: name -> reason.
 _SPARSE = "sparse layouts: lazyxla tensors are strided only"
