@@ -23,12 +23,26 @@ from opinfo_skips import COMPLEX_PENDING_REASON, HOST_OPS, SKIPS
 DEFAULT_SAMPLES = 2
 DEFAULT_DTYPES = (torch.float32, torch.int64)
 ALL_DTYPES = DEFAULT_DTYPES + (torch.complex64, torch.bfloat16)
+# The default run guards the entries issue #15 moved off the host or fixed (names
+# starting with these); the slow run takes the whole database. Every entry of op_db at
+# two samples in float32 and int64 would add about 8 minutes on 2 cores.
+DEFAULT_FAMILIES = (
+    "linalg.", "cholesky", "lu", "qr", "svd", "triangular_solve", "matrix_exp", "pinverse", "logdet",
+    "det", "cummax", "cummin", "logcumsumexp", "median", "nanmedian", "kthvalue", "mode", "topk",
+    "searchsorted", "bucketize", "histc", "histogram", "index_reduce", "nn.functional.avg_pool3d",
+    "softmax", "log_softmax", "nn.functional.softmin", "gather", "take", "transpose_copy",
+    "tensor_split", "equal", "allclose", "angle", "polygamma", "special.polygamma", "special.i0e",
+    "special.i1", "igamma", "i0", "frexp", "nextafter", "gcd", "lcm", "copysign", "bitwise_left_shift",
+    "bitwise_right_shift", "signbit", "nn.functional.conv3d", "empty", "new_empty", "randn",
+    "nn.functional.dropout", "nn.functional.scaled_dot_product_attention", "cov", "corrcoef")
 
 
-def _params(dtypes) -> list:
+def _params(dtypes, families=None) -> list:
     out = []
     for op in op_db:
         name = entry_name(op)
+        if families is not None and not name.startswith(families):
+            continue
         supported = op.supported_dtypes("cpu")
         for dtype in dtypes:
             if dtype not in supported:
@@ -48,13 +62,19 @@ def complex_supported() -> bool:
         return False
 
 
+def complex_pending(dtype, error: str) -> bool:
+    """The one predicate for failures the `complex` branch addresses: complex samples, or
+    complex results of real ones (linalg.eig), while lazyxla refuses complex tensors."""
+    return not complex_supported() and (dtype.is_complex or "dtype torch.complex" in error)
+
+
 def _check(op, dtype, limit) -> None:
     out = run_entry(op, dtype, limit)
     RESULTS[f"{entry_name(op)}|{str(dtype)[6:]}"] = dict(status=out.status, host=out.host_ops)
     if out.status == NO_SAMPLES:
         pytest.skip("no sample that eager CPU runs")
     if out.status == FAIL:
-        if dtype.is_complex and not complex_supported():
+        if complex_pending(dtype, out.error):
             pytest.xfail(COMPLEX_PENDING_REASON)
         pytest.fail(out.error, pytrace=False)
     if out.status == HOST:
@@ -62,7 +82,7 @@ def _check(op, dtype, limit) -> None:
         assert not unexpected, f"ran on the host, not listed in opinfo_skips.HOST_OPS: {unexpected}"
 
 
-@pytest.mark.parametrize("op,dtype", _params(DEFAULT_DTYPES))
+@pytest.mark.parametrize("op,dtype", _params(DEFAULT_DTYPES, DEFAULT_FAMILIES))
 def test_opinfo(op, dtype):
     _check(op, dtype, DEFAULT_SAMPLES)
 
