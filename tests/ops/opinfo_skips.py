@@ -36,6 +36,8 @@ SHAPE_ONLY: dict = {
 # Entries of which only some samples are random: entry -> predicate on the sample.
 SHAPE_ONLY_SAMPLES: dict = {
     "nn.functional.scaled_dot_product_attention": lambda s: s.kwargs.get("dropout_p", 0) > 0,  # dropout
+    "nn.functional.multi_head_attention_forward":  # dropout_p (a positional float) when training
+        lambda s: bool(s.kwargs.get("training")) and any(type(a) is float and a > 0 for a in s.args),
 }
 
 # (values, indices) results where eager picks the index among equal values by its CPU
@@ -88,3 +90,19 @@ HOST_OPS: dict = {
 # Entries not run at all: name -> reason.
 _SPARSE = "sparse layouts: lazyxla tensors are strided only"
 SKIPS: dict = {"sparse.sampled_addmm": _SPARSE, "to_sparse": _SPARSE}
+
+# bfloat16 failures found by the slow run (first 2 samples), not fixed yet: expected to
+# fail (xfail, strict=False) in bfloat16 only, each with its reason.
+_BF16_STATS = "saved mean/rstd come back float32 where eager keeps bfloat16"
+_BF16_ROUNDING = "one element off by bf16 rounding of an accumulation order"
+_BF16_TIES = "sort of 8000 bf16 values with many ties: index order among equal values"
+BF16_FAILS: dict = {
+    "native_layer_norm": _BF16_STATS, "native_batch_norm": _BF16_STATS,
+    "_native_batch_norm_legit": _BF16_STATS, "_batch_norm_with_update": _BF16_STATS,
+    "sort": _BF16_TIES, "argsort": _BF16_TIES,
+    "addbmm": _BF16_ROUNDING, "cross": _BF16_ROUNDING, "linalg.cross": _BF16_ROUNDING,
+    "_unsafe_masked_index_put_accumulate": _BF16_ROUNDING, "nn.functional.grid_sample": _BF16_ROUNDING,
+    "grid_sampler_2d": "12% of elements off: bilinear weights rounded in bf16 differently",
+    "matrix_exp": "jax.scipy.linalg.expm refuses bfloat16",
+    "nn.functional.multi_head_attention_forward": "2 of 6 elements differ in bf16 (not investigated yet)",
+}
