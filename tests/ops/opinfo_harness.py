@@ -24,6 +24,7 @@ import lazyxla as lx
 from opinfo_skips import CPU_ARGS, INDEX_TIES, SHAPE_ONLY, SHAPE_ONLY_SAMPLES, TOLERANCES
 
 TRACED, HOST, FAIL, NO_SAMPLES = "pass traced", "pass via host", "fail", "no samples"
+EXPECTED_FAIL = "expected fail"  # xfailed by test_opinfo.py (complex pending, BF16_FAILS)
 ATOL, RTOL = 1e-3, 1e-5
 # What this process's OpInfo tests found, {"entry|dtype": {"status": ...}}, for the summary.
 RESULTS: dict = {}
@@ -160,9 +161,11 @@ def summarize(results: dict, headline_dtypes=("float32", "int64")) -> str:
     issue's numbers)."""
     per_dtype: dict = {}
     per_entry: dict = {}
+    expected = 0
     for key, r in results.items():
         name, dt = key.split("|")
         status = r["status"]
+        expected += status == EXPECTED_FAIL
         if status not in _RANK:
             continue
         per_dtype.setdefault(dt, {TRACED: 0, HOST: 0, FAIL: 0})[status] += 1
@@ -178,4 +181,6 @@ def summarize(results: dict, headline_dtypes=("float32", "int64")) -> str:
         passed = sum(s != FAIL for s in per_entry.values())
         lines.append(f"entries ({'+'.join(headline_dtypes)}): {n}, pass {passed} ({100 * passed / n:.1f}%), "
                      f"pass traced {traced} ({100 * traced / n:.1f}%), fail {n - passed}")
+    if expected:
+        lines.append(f"expected failures (xfail: complex dtypes pending, BF16_FAILS), not counted above: {expected}")
     return "\n".join(lines)

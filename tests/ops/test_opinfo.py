@@ -17,7 +17,7 @@ import torch
 from torch.testing._internal.common_methods_invocations import op_db
 
 import lazyxla as lx
-from opinfo_harness import FAIL, HOST, NO_SAMPLES, RESULTS, entry_name, run_entry
+from opinfo_harness import EXPECTED_FAIL, FAIL, HOST, NO_SAMPLES, RESULTS, entry_name, run_entry
 from opinfo_skips import BF16_FAILS, COMPLEX_PENDING_REASON, HOST_OPS, SKIPS
 
 DEFAULT_SAMPLES = 2
@@ -70,14 +70,16 @@ def complex_pending(dtype, error: str) -> bool:
 
 def _check(op, dtype, limit) -> None:
     out = run_entry(op, dtype, limit)
-    RESULTS[f"{entry_name(op)}|{str(dtype)[6:]}"] = dict(status=out.status, host=out.host_ops)
+    key = f"{entry_name(op)}|{str(dtype)[6:]}"
+    RESULTS[key] = dict(status=out.status, host=out.host_ops)
     if out.status == NO_SAMPLES:
         pytest.skip("no sample that eager CPU runs")
     if out.status == FAIL:
-        if complex_pending(dtype, out.error):
-            pytest.xfail(COMPLEX_PENDING_REASON)
-        if dtype == torch.bfloat16 and entry_name(op) in BF16_FAILS:
-            pytest.xfail(BF16_FAILS[entry_name(op)])
+        reason = COMPLEX_PENDING_REASON if complex_pending(dtype, out.error) else \
+            BF16_FAILS.get(entry_name(op)) if dtype == torch.bfloat16 else None
+        if reason is not None:
+            RESULTS[key]["status"] = EXPECTED_FAIL
+            pytest.xfail(reason)
         pytest.fail(out.error, pytrace=False)
     if out.status == HOST:
         unexpected = [o for o in out.host_ops if o not in HOST_OPS]

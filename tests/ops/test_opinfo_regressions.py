@@ -186,3 +186,12 @@ def test_take_angle_and_equal_stay_on_the_device():
     check_op(lambda a, b: torch.tensor([torch.equal(a, b), torch.equal(a, a), torch.allclose(a, b + 1e-9)]),
              x, x + 1)
     assert_no_fallback("take", "angle", "equal", "allclose")
+
+
+@pytest.mark.parametrize("fn", [torch.triu_indices, torch.tril_indices])
+@pytest.mark.parametrize("args", [(3, 4, 1), (4, 3, -1), (0, 2, 0), (5, 5, 0)])
+def test_triangle_indices_on_the_device(fn, args, dev):
+    # Bug: "Could not run 'aten::triu_indices' with arguments from the 'lazyxla' backend".
+    assert_close(fn(*args, device=dev), fn(*args), rtol=0, atol=0)
+    assert_close(fn(*args, dtype=torch.int32, device=dev), fn(*args, dtype=torch.int32), rtol=0, atol=0)
+    assert_no_fallback("triu_indices", "tril_indices")
