@@ -62,3 +62,10 @@ def test_index_reduce(reduce, include_self):
     index = torch.tensor([0, 4, 0, 2])
     check_op(lambda t, i, s: t.index_reduce(0, i, s, reduce, include_self=include_self), x, index, src)
     assert host_fallbacks() == []
+
+
+def test_kthvalue_out_of_range_raises_like_eager(dev):
+    # the meta kernel does not check k: the lowering would have read a clipped index
+    for t in (torch.arange(4.0), torch.arange(4.0).to(dev)):
+        with pytest.raises(RuntimeError, match="out of range for dimension 0"):
+            torch.kthvalue(t, 10)
