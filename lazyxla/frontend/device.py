@@ -116,8 +116,9 @@ def register_kernels() -> None:
     lib.impl("empty.memory_format", empty, "PrivateUse1")
     lib.impl("empty_strided", empty_strided, "PrivateUse1")
     lib.impl("_copy_from", copy_from, "PrivateUse1")
-    for name, op in (("arange.start_step", aten.arange.start_step),
-                     ("eye.m", aten.eye.m)):
+    for name, op in (("arange.start_step", aten.arange.start_step), ("eye.m", aten.eye.m),
+                     ("triu_indices", aten.triu_indices.default),
+                     ("tril_indices", aten.tril_indices.default)):
         lib.impl(name, factory(op), "PrivateUse1")
     lib.impl("arange", lambda end, **kw: dispatch(aten.arange.start_step, (0, end, 1), kw), "PrivateUse1")
     lib.impl("arange.start", lambda start, end, **kw: dispatch(aten.arange.start_step, (start, end, 1), kw),

@@ -4,6 +4,8 @@ torch registers it with `torch._register_device_module` and calls into it by nam
 (torch 2.13): `torch.autocast` needs `get_amp_supported_dtype`
 (torch/amp/autocast_mode.py); `torch.manual_seed` / `torch.seed` call
 `_is_in_bad_fork` and `manual_seed_all` (torch/random.py `_seed_custom_device`);
+`torch.random.fork_rng` and torch.testing's freeze_rng_state call `get_rng_state` /
+`set_rng_state`;
 backend_registration's dummy module, which this replaces, answered
 `is_available`, `is_initialized`, `current_device` and `device_count`, which
 torch's generic device code (`torch.get_device_module`, checkpointing, DDP) asks.
@@ -59,3 +61,14 @@ def manual_seed(seed: int) -> None:
 
 def manual_seed_all(seed: int) -> None:
     manual_seed(seed)
+
+
+def get_rng_state(device=None) -> torch.Tensor:
+    """The lazyxla generator's state is the default CPU generator's (see manual_seed):
+    `torch.random.fork_rng(device_type="lazyxla")` and torch's freeze_rng_state save it
+    through this and restore it through set_rng_state."""
+    return torch.get_rng_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device=None) -> None:
+    torch.set_rng_state(new_state)

@@ -217,8 +217,15 @@ def _int_pow_check(x, exponent):
         raise RuntimeError("Integers to negative integer powers are not allowed.")
 
 
+def _kthvalue_check(x, k, dim=-1, keepdim=False):
+    size = x.shape[dim] if x.dim() else 1
+    if not 1 <= k <= size:
+        raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {dim % max(x.dim(), 1)}")
+
+
 # Eager's argument errors that meta kernels lack (they would become wrong values here).
-_EAGER_CHECKS = {torch.ops.aten.pow.Tensor_Scalar: _int_pow_check, torch.ops.aten.pow_.Scalar: _int_pow_check}
+_EAGER_CHECKS = {torch.ops.aten.pow.Tensor_Scalar: _int_pow_check, torch.ops.aten.pow_.Scalar: _int_pow_check,
+                 torch.ops.aten.kthvalue.default: _kthvalue_check}
 
 
 def check_allocation(shape: tuple, dtype: torch.dtype) -> None:

@@ -7,6 +7,7 @@ called on a lazy tensor, are recorded as such."""
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 import torch
 
 from .registry import register
@@ -59,3 +60,10 @@ def _arange(ctx, start, end=None, step=1, **kwargs):
 @register(aten.eye.m)
 def _eye(ctx, n, m, **kwargs):
     return jnp.eye(n, m, dtype=ctx.jdtype)
+
+
+@register(aten.triu_indices.default, aten.tril_indices.default)
+def _triangle_indices(ctx, row, col, offset=0, **kwargs):
+    # sizes and offset are static ints: the indices are a constant (numpy's order is eager's)
+    fn = np.triu_indices if ctx.op is aten.triu_indices.default else np.tril_indices
+    return jnp.asarray(np.stack(fn(row, offset, col)), ctx.jdtype).reshape(ctx.shape)

@@ -14,6 +14,11 @@ from .registry import register
 aten = torch.ops.aten
 
 
+def digamma(x):
+    # lax.digamma(+-0) is nan; eager gives the pole's one-sided limit: -inf at +0, +inf at -0.
+    return jnp.where(x == 0, -jnp.copysign(jnp.inf, x), lax.digamma(x))
+
+
 def _unary(fn):
     def rule(ctx, x, *args, **kwargs):
         (x,) = as_compute(ctx, x)
@@ -38,9 +43,7 @@ _UNARY = {
     aten.frac.default: lambda x: x - jnp.trunc(x), aten.square.default: jnp.square,
     aten.hardsigmoid.default: lambda x: jnp.clip(x / 6 + 0.5, 0, 1),
     aten.hardswish.default: lambda x: x * jnp.clip(x / 6 + 0.5, 0, 1),
-    aten.lgamma.default: lax.lgamma,
-    # lax.digamma(±0) is nan; eager gives the pole's one-sided limit: -inf at +0, +inf at -0.
-    aten.digamma.default: lambda x: jnp.where(x == 0, -jnp.copysign(jnp.inf, x), lax.digamma(x)),
+    aten.lgamma.default: lax.lgamma, aten.digamma.default: digamma,
 }
 for _op, _fn in _UNARY.items():
     register(_op)(_unary(_fn))

@@ -46,6 +46,8 @@ def _prefix(x, shape):
 
 @register(aten.gather.default)
 def _gather(ctx, x, dim, index, *, sparse_grad=False):
+    if index.size == 0:  # eager allows an empty index of any rank
+        return jnp.zeros(ctx.shape, x.dtype)
     if x.ndim == 0:
         return jnp.broadcast_to(x, ctx.shape)
     dim = _dim(dim, x.ndim)
@@ -336,3 +338,23 @@ def _embedding_dense_backward(ctx, grad, indices, num_weights, padding_idx, scal
 def _one_hot(ctx, x, num_classes=-1):
     return (x[..., None] == jnp.arange(ctx.shape[-1], dtype=x.dtype)).astype(ctx.jdtype)
 
+
+
+@register(aten.index_reduce.default)
+def _index_reduce(ctx, x, dim, index, source, reduce, *, include_self=True):
+    # a scatter_reduce whose index is `index` along `dim`, repeated across the other dims
+    if x.ndim == 0:
+        return _scatter(x, 0, index, source, reduce, include_self)
+    dim = _dim(dim, x.ndim)
+    source = jnp.asarray(source)
+    shape = [1] * source.ndim
+    shape[dim] = -1
+    full = jnp.broadcast_to(index.reshape(shape), source.shape)
+    return _scatter(x, dim, full, source, reduce, include_self)
+
+
+@register(aten.take.default)
+def _take(ctx, x, index):
+    # eager's take reads x as flat (row-major); negative indices count from the end
+    flat = x.reshape(-1)
+    return jnp.take(flat, _wrap(index, flat.shape[0]), mode="clip")

@@ -48,6 +48,9 @@ def _conv_dims(nd: int):
 @register(aten.convolution.default)
 def _convolution(ctx, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
     nd = x.ndim - 2
+    # one value stands for every spatial dim (conv3d(padding="valid") passes [0])
+    stride, padding, dilation, output_padding = (
+        tuple(v) * nd if len(v) == 1 else tuple(v) for v in (stride, padding, dilation, output_padding))
     dn = lax.conv_dimension_numbers(x.shape, w.shape, _conv_dims(nd))
     dt = opmath(ctx.jdtype)
     if not transposed:

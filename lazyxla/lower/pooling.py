@@ -23,11 +23,7 @@ _HIGHEST = lax.Precision.HIGHEST
 
 
 def _pair(v, default=None):
-    if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
-        return default
-    if isinstance(v, int):
-        return (v, v)
-    return (v[0], v[0]) if len(v) == 1 else tuple(v)
+    return _ntuple(v, 2, default)
 
 
 def _params(kernel_size, stride, padding, dilation=1):
@@ -135,40 +131,55 @@ def _avg_divisor(size, out, k, s, p, count_include_pad):
     return full if count_include_pad else clipped
 
 
-def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, out_hw):
-    x, unbatch = _batched(x)
-    k, s, p, _ = _params(kernel_size, stride, padding)
-    oh, ow = out_hw
-    H, W = x.shape[-2:]
+def _ntuple(v, n: int, default=None):
+    if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
+        return default
+    if isinstance(v, int):
+        return (v,) * n
+    return tuple(v) * n if len(v) == 1 else tuple(v)
+
+
+def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, out):
+    """Average pooling over the last len(out) dims of a (N, C, ...) or (C, ...) input."""
+    nd = len(out)
+    batched = x.ndim == nd + 2
+    x = x if batched else x[None]
+    k = _ntuple(kernel_size, nd)
+    s, p = _ntuple(stride, nd, k), _ntuple(padding, nd)
+    sizes = x.shape[2:]
     acc = opmath(x.dtype)
-    ph = _padded_extent(H, oh, k[0], s[0], p[0], 1)
-    pw = _padded_extent(W, ow, k[1], s[1], p[1], 1)
+    pads = [(pi, _padded_extent(n, o, ki, si, pi, 1)) for n, o, ki, si, pi in zip(sizes, out, k, s, p)]
     # a constant (numpy) init value lets JAX see a differentiable window sum
     total = lax.reduce_window(x.astype(acc), np.zeros((), acc), lax.add, (1, 1) + k, (1, 1) + s,
-                              [(0, 0), (0, 0), (p[0], ph), (p[1], pw)])
-    total = total[..., :oh, :ow]
+                              [(0, 0), (0, 0)] + pads)
+    total = total[(Ellipsis,) + tuple(slice(0, o) for o in out)]
     if divisor_override:
-        return unbatch(total / jnp.asarray(divisor_override, acc))
-    div = np.outer(_avg_divisor(H, oh, k[0], s[0], p[0], count_include_pad),
-                   _avg_divisor(W, ow, k[1], s[1], p[1], count_include_pad))
-    return unbatch(total / jnp.asarray(div, acc))
+        total = total / jnp.asarray(divisor_override, acc)
+    else:
+        div = np.ones((), np.float64)
+        for n, o, ki, si, pi in zip(sizes, out, k, s, p):
+            div = np.multiply.outer(div, _avg_divisor(n, o, ki, si, pi, count_include_pad))
+        total = total / jnp.asarray(div, acc)
+    return total if batched else total[0]
 
 
-@register(aten.avg_pool2d.default)
-def _avg_pool2d(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
-                divisor_override=None):
+@register(aten.avg_pool2d.default, aten.avg_pool3d.default)
+def _avg_pool_nd(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                 divisor_override=None):
+    nd = 3 if ctx.op is aten.avg_pool3d.default else 2
     return _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
-                     ctx.shape[-2:])
+                     ctx.shape[-nd:])
 
 
-@register(aten.avg_pool2d_backward.default)
-def _avg_pool2d_backward(ctx, grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                         divisor_override):
+@register(aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default)
+def _avg_pool_backward(ctx, grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                       divisor_override):
     acc = opmath(x.dtype)
+    nd = 3 if ctx.op is aten.avg_pool3d_backward.default else 2
 
     def forward(x_):
         return _avg_pool(x_, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
-                         grad.shape[-2:])
+                         grad.shape[-nd:])
     _, vjp = jax.vjp(forward, x.astype(acc))
     return vjp(grad.astype(acc))[0]
 

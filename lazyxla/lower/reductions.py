@@ -148,26 +148,44 @@ def _vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
     return jnp.sum(xa ** ord, axis=axes, keepdims=keepdim) ** (1.0 / ord)
 
 
+def _over_1d(rule):
+    """A rule along `dim` that also takes 0-d operands (eager treats them as 1 element)."""
+    def run(ctx, *arrays_and_dim):
+        *arrays, dim = arrays_and_dim
+        if arrays[0].ndim == 0:
+            return rule(ctx, *(a.reshape(1) for a in arrays), 0).reshape(())
+        return rule(ctx, *arrays, dim)
+    return run
+
+
 @register(aten._softmax.default)
 def _softmax(ctx, x, dim, half_to_float=False):
-    return jax.nn.softmax(_acc(ctx, x), axis=dim)
+    return _over_1d(lambda c, x, d: jax.nn.softmax(_acc(c, x), axis=d))(ctx, x, dim)
 
 
 @register(aten._log_softmax.default)
 def _log_softmax(ctx, x, dim, half_to_float=False):
-    return jax.nn.log_softmax(_acc(ctx, x), axis=dim)
+    return _over_1d(lambda c, x, d: jax.nn.log_softmax(_acc(c, x), axis=d))(ctx, x, dim)
 
 
-@register(aten._softmax_backward_data.default)
-def _softmax_backward(ctx, grad, y, dim, input_dtype):
+def _softmax_grad(ctx, grad, y, dim):
     grad, y = _acc(ctx, grad), _acc(ctx, y)
     return y * (grad - jnp.sum(grad * y, axis=dim, keepdims=True))
 
 
-@register(aten._log_softmax_backward_data.default)
-def _log_softmax_backward(ctx, grad, y, dim, input_dtype):
+def _log_softmax_grad(ctx, grad, y, dim):
     grad, y = _acc(ctx, grad), _acc(ctx, y)
     return grad - jnp.exp(y) * jnp.sum(grad, axis=dim, keepdims=True)
+
+
+@register(aten._softmax_backward_data.default)
+def _softmax_backward(ctx, grad, y, dim, input_dtype):
+    return _over_1d(_softmax_grad)(ctx, grad, y, dim)
+
+
+@register(aten._log_softmax_backward_data.default)
+def _log_softmax_backward(ctx, grad, y, dim, input_dtype):
+    return _over_1d(_log_softmax_grad)(ctx, grad, y, dim)
 
 
 @register(aten.cumsum.default)
@@ -204,6 +222,8 @@ def _sort(ctx, x, dim=-1, descending=False, *, stable=None):
 
 @register(aten.topk.default)
 def _topk(ctx, x, k, dim=-1, largest=True, sorted=True):
+    if x.ndim == 0:
+        return jnp.broadcast_to(x, ctx.shape[0]), jnp.zeros(ctx.shape[1], jnp.int64)
     dim = dim + x.ndim if dim < 0 else dim
     xm = jnp.moveaxis(x, dim, -1)
     if largest:

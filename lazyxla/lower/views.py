@@ -36,7 +36,7 @@ def _t(ctx, x):
 
 @register(aten.transpose.int)
 def _transpose(ctx, x, d0, d1):
-    return jnp.swapaxes(x, d0, d1)
+    return jnp.swapaxes(x, d0, d1) if x.ndim else x  # a 0-d tensor transposes to itself
 
 
 @register(aten.permute.default, aten.permute_copy.default)

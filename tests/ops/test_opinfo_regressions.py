@@ -134,3 +134,64 @@ def test_resize_that_cannot_be_exact_raises(case, dev):
     t = torch.arange(10.0).reshape(2, 5).to(dev)
     with pytest.raises(NotImplementedError, match="resize_"):
         {"non-contiguous base": lambda: t.t().clone().resize_(3), "grow": lambda: t.resize_(20)}[case]()
+
+
+@pytest.mark.parametrize("fn", [
+    lambda t: torch.softmax(t, 0), lambda t: torch.log_softmax(t, -1),
+    lambda t: torch.topk(t, 1), lambda t: t.transpose(0, -1) * 1,
+])
+def test_dim_ops_of_a_0d_tensor(fn):
+    # Bug: softmax / log_softmax (and their backward), topk and transpose of a 0-d
+    # tensor raised "axis 0 is out of bounds"; eager treats it as one element.
+    check_op(fn, torch.tensor(0.7).requires_grad_())
+
+
+def test_gather_with_an_empty_index_of_higher_rank():
+    # Bug: eager allows an empty index of any rank; take_along_axis refused the rank.
+    check_op(lambda x, i: torch.gather(x, 0, i), torch.randn(5), torch.zeros(2, 0, dtype=torch.int64))
+
+
+def test_conv3d_with_one_padding_value_for_all_dims():
+    # Bug: padding="valid" reaches aten.convolution as [0]: "expected 3 pads, got 1".
+    check_op(lambda x, w: torch.nn.functional.conv3d(x, w, padding="valid"),
+             torch.randn(1, 1, 2, 3, 10).requires_grad_(), torch.randn(2, 1, 1, 2, 4).requires_grad_(),
+             rtol=1e-4, atol=1e-4)
+
+
+def test_fork_rng_and_freeze_rng_state_on_the_lazyxla_device(dev):
+    # Bug: torch's freeze_rng_state (every random OpInfo entry) and fork_rng asked the
+    # device module for get_rng_state, which it lacked; the state is the CPU generator's.
+    from torch.testing._internal.common_utils import freeze_rng_state
+    torch.manual_seed(3)
+    with freeze_rng_state():
+        first = torch.rand(4, device=dev).cpu()
+    with torch.random.fork_rng(device_type="lazyxla"):
+        torch.rand(4, device=dev).cpu()
+    assert_close(torch.rand(4, device=dev).cpu(), first, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3])
+def test_polygamma_for_negative_arguments(n):
+    # jax's polygamma (a Hurwitz zeta) is wrong below about -5; eager's trigamma has
+    # float32 rounding near the poles that the lowering reproduces.
+    x = torch.tensor([-8.4784, -7.9506, -8.0676, -3.0337, -3.9730, -0.5, 0.3, 2.5, 7.0, -2.0, 0.0])
+    check_op(lambda t: torch.polygamma(n, t), x, rtol=1e-5, atol=1e-3)
+    assert_no_fallback("polygamma")
+
+
+def test_take_angle_and_equal_stay_on_the_device():
+    x = torch.randn(3, 4)
+    check_op(lambda t, i: torch.take(t, i), x, torch.tensor([[0, -1], [5, 11]]))
+    check_op(torch.angle, torch.tensor([-1.0, 0.0, 2.0, float("nan")]))
+    check_op(lambda a, b: torch.tensor([torch.equal(a, b), torch.equal(a, a), torch.allclose(a, b + 1e-9)]),
+             x, x + 1)
+    assert_no_fallback("take", "angle", "equal", "allclose")
+
+
+@pytest.mark.parametrize("fn", [torch.triu_indices, torch.tril_indices])
+@pytest.mark.parametrize("args", [(3, 4, 1), (4, 3, -1), (0, 2, 0), (5, 5, 0)])
+def test_triangle_indices_on_the_device(fn, args, dev):
+    # Bug: "Could not run 'aten::triu_indices' with arguments from the 'lazyxla' backend".
+    assert_close(fn(*args, device=dev), fn(*args), rtol=0, atol=0)
+    assert_close(fn(*args, dtype=torch.int32, device=dev), fn(*args, dtype=torch.int32), rtol=0, atol=0)
+    assert_no_fallback("triu_indices", "tril_indices")

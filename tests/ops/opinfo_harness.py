@@ -1,0 +1,186 @@
+"""Run one PyTorch OpInfo entry (`op_db`) on lazyxla and classify it against eager CPU.
+
+For each sample the eager result on CPU is the reference; the same sample moved to the
+lazyxla device must give it within atol 1e-3 / rtol 1e-5 (torchax's tolerances; wider
+for bfloat16), same dtype and shape. A sample passes *traced* when no op of it ran
+through the host fallback: lazyxla counts every host run in a `<namespace>::<op>`
+counter (frontend/fallback.py), so the counters before and after tell.
+
+Outputs that are not unique (SVD's singular vectors, ...) are compared as PyTorch's own
+OpInfo tests compare them: through the sample's `output_process_fn_grad`, which maps
+them to a unique function of themselves (U @ Vh, |U|, ...). Random and uninitialised
+ops are compared by shape and dtype only (opinfo_skips.SHAPE_ONLY).
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Iterable, Optional
+
+import torch
+from torch.utils import _pytree as pytree
+
+import lazyxla as lx
+from opinfo_skips import CPU_ARGS, INDEX_TIES, SHAPE_ONLY, SHAPE_ONLY_SAMPLES, TOLERANCES
+
+TRACED, HOST, FAIL, NO_SAMPLES = "pass traced", "pass via host", "fail", "no samples"
+EXPECTED_FAIL = "expected fail"  # xfailed by test_opinfo.py (complex pending, BF16_FAILS)
+ATOL, RTOL = 1e-3, 1e-5
+# What this process's OpInfo tests found, {"entry|dtype": {"status": ...}}, for the summary.
+RESULTS: dict = {}
+BF16_ATOL, BF16_RTOL = 1e-2, 1.6e-2  # bfloat16 keeps 8 mantissa bits (torch's own bf16 tolerance)
+
+
+@dataclasses.dataclass
+class Outcome:
+    status: str
+    samples: int = 0
+    host_ops: tuple = ()
+    error: str = ""
+
+
+def entry_name(op) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def fallback_counts() -> dict:
+    """Host-fallback runs so far, per op: lazyxla's `namespace::op` counters."""
+    return {n: lx.metrics.counter_value(n) for n in lx.metrics.counter_names() if "::" in n}
+
+
+def _to(value, device):
+    def move(t: torch.Tensor) -> torch.Tensor:
+        if t.layout != torch.strided:
+            return t
+        return t.detach().to(device)
+    return pytree.tree_map_only(torch.Tensor, move, value)
+
+
+def _clone(value):
+    return pytree.tree_map_only(torch.Tensor, lambda t: t.detach().clone() if t.layout == torch.strided else t,
+                                value)
+
+
+def _compare(actual, expected, atol: float, rtol: float, shape_only: bool) -> None:
+    exp_leaves, exp_spec = pytree.tree_flatten(expected)
+    act_leaves, act_spec = pytree.tree_flatten(actual)
+    if len(exp_leaves) != len(act_leaves):
+        raise AssertionError(f"output structure {act_spec} != {exp_spec}")
+    for a, e in zip(act_leaves, exp_leaves):
+        if isinstance(e, torch.Tensor):
+            if not isinstance(a, torch.Tensor):
+                raise AssertionError(f"expected a tensor, got {type(a).__name__}")
+            a = a.detach().cpu()
+            if a.dtype != e.dtype or a.shape != e.shape:
+                raise AssertionError(f"dtype/shape {a.dtype}{list(a.shape)} != {e.dtype}{list(e.shape)}")
+            if not shape_only:
+                torch.testing.assert_close(a, e.detach(), atol=atol, rtol=rtol, equal_nan=True)
+        elif not shape_only and a != e and not (e != e and a != a):
+            raise AssertionError(f"{a!r} != {e!r}")
+
+
+def run_sample(op, sample, dtype, shape_only: bool) -> bool:
+    """One sample on lazyxla vs eager; raises AssertionError (or the op's error) on a
+    mismatch. False when eager itself refuses the sample (nothing to compare with)."""
+    dev = lx.device()
+    if entry_name(op) in CPU_ARGS:  # the op wants its other tensor arguments on the CPU
+        on_dev = (_to(sample.input, dev), sample.args, sample.kwargs)
+    else:
+        on_dev = _to((sample.input, sample.args, sample.kwargs), dev)
+    if "device" in on_dev[2]:  # factories: samples name the CPU as the device to create on
+        on_dev = (on_dev[0], on_dev[1], {**on_dev[2], "device": dev})
+    inp, args, kwargs = _clone((sample.input, sample.args, sample.kwargs))
+    try:
+        expected = sample.output_process_fn_grad(op(inp, *args, **kwargs))
+    except Exception:  # noqa: BLE001
+        return False
+    actual = sample.output_process_fn_grad(op(on_dev[0], *on_dev[1], **on_dev[2]))
+    atol, rtol = TOLERANCES.get(entry_name(op), (ATOL, RTOL))
+    if dtype == torch.bfloat16:
+        atol, rtol = max(atol, BF16_ATOL), max(rtol, BF16_RTOL)
+    ties = INDEX_TIES.get(entry_name(op))
+    if ties is not None:
+        _check_tied_indices(sample, ties, actual)
+        actual, expected = actual[0], expected[0]
+    random_sample = SHAPE_ONLY_SAMPLES.get(entry_name(op))
+    _compare(actual, expected, atol, rtol, shape_only or (random_sample is not None and random_sample(sample)))
+    return True
+
+
+def _check_tied_indices(sample, ties: tuple, actual) -> None:
+    """Each returned index must point at an element equal to the returned value."""
+    pos, default = ties
+    dim = sample.args[pos] if len(sample.args) > pos else sample.kwargs.get("dim", default)
+    values, indices = (t.detach().cpu() for t in actual)
+    x = sample.input
+    if x.dim() == 0:
+        picked = x
+    else:
+        keepdim = values.dim() == x.dim()
+        idx = indices if keepdim else indices.unsqueeze(dim)
+        picked = x.gather(dim, idx)
+        picked = picked if keepdim else picked.squeeze(dim)
+    torch.testing.assert_close(picked, values, atol=0, rtol=0, equal_nan=True,
+                               msg=lambda m: f"indices do not point at the values: {m}")
+
+
+def samples(op, dtype, limit: Optional[int]) -> Iterable:
+    for i, s in enumerate(op.sample_inputs("cpu", dtype, requires_grad=False)):
+        if limit is not None and i >= limit:
+            return
+        yield s
+
+
+def run_entry(op, dtype, limit: Optional[int] = None) -> Outcome:
+    """All (or the first `limit`) samples of `op` in `dtype`; the first failure ends it."""
+    shape_only = entry_name(op) in SHAPE_ONLY
+    before = fallback_counts()
+    n = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            for sample in samples(op, dtype, limit):
+                n += run_sample(op, sample, dtype, shape_only)
+        except Exception as e:  # noqa: BLE001  (any error of the op is a failure of the entry)
+            return Outcome(FAIL, n, error=f"{type(e).__name__}: {str(e).strip()[:400]}")
+        finally:
+            lx.sync(wait=True)
+    if n == 0:
+        return Outcome(NO_SAMPLES)
+    after = fallback_counts()
+    host = tuple(sorted(k for k, v in after.items() if v != before.get(k)))
+    return Outcome(HOST if host else TRACED, n, host)
+
+
+_RANK = {TRACED: 0, HOST: 1, FAIL: 2}
+
+
+def summarize(results: dict, headline_dtypes=("float32", "int64")) -> str:
+    """A text table from {"entry|dtype": {"status": ...}}: counts per dtype, and per entry
+    over `headline_dtypes` (an entry passes traced when each of its dtypes does; the
+    issue's numbers)."""
+    per_dtype: dict = {}
+    per_entry: dict = {}
+    expected = 0
+    for key, r in results.items():
+        name, dt = key.split("|")
+        status = r["status"]
+        expected += status == EXPECTED_FAIL
+        if status not in _RANK:
+            continue
+        per_dtype.setdefault(dt, {TRACED: 0, HOST: 0, FAIL: 0})[status] += 1
+        if dt in headline_dtypes:
+            worst = per_entry.get(name, TRACED)
+            per_entry[name] = status if _RANK[status] > _RANK[worst] else worst
+    lines = [f"{'dtype':10s} {'entries':>7s} {TRACED:>12s} {HOST:>14s} {FAIL:>6s}"]
+    for dt, c in sorted(per_dtype.items()):
+        lines.append(f"{dt:10s} {sum(c.values()):7d} {c[TRACED]:12d} {c[HOST]:14d} {c[FAIL]:6d}")
+    n = len(per_entry)
+    if n:
+        traced = sum(s == TRACED for s in per_entry.values())
+        passed = sum(s != FAIL for s in per_entry.values())
+        lines.append(f"entries ({'+'.join(headline_dtypes)}): {n}, pass {passed} ({100 * passed / n:.1f}%), "
+                     f"pass traced {traced} ({100 * traced / n:.1f}%), fail {n - passed}")
+    if expected:
+        lines.append(f"expected failures (xfail: complex dtypes pending, BF16_FAILS), not counted above: {expected}")
+    return "\n".join(lines)

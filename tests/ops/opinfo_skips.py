@@ -1,0 +1,108 @@
+"""The one list of OpInfo entries (op_db names, `name.variant`) and ATen ops that
+tests/ops/test_opinfo.py treats specially, each with its reason."""
+from __future__ import annotations
+
+# The reason complex64 failures are expected until the `complex` branch lands: the harness
+# xfails (strict=False) a complex sample exactly when lazyxla refuses complex tensors.
+COMPLEX_PENDING_REASON = "complex dtypes: branch complex"
+
+# Random or uninitialised results: compared by shape and dtype only (as torchax does).
+_UNINITIALISED = "uninitialised memory: only shape and dtype are defined"
+_RANDOM = "random: lazyxla draws with JAX's generator (seeded from torch's), not eager's mt19937"
+SHAPE_ONLY: dict = {
+    **{name: _UNINITIALISED for name in (
+        "empty", "empty_like", "new_empty", "new_empty_strided", "empty_permuted", "empty_strided")},
+    **{name: _RANDOM for name in (
+        "bernoulli",
+        "cauchy",
+        "exponential",
+        "geometric",
+        "log_normal",
+        "nn.functional.alpha_dropout",
+        "nn.functional.dropout",
+        "nn.functional.dropout2d",
+        "nn.functional.dropout3d",
+        "nn.functional.feature_alpha_dropout.with_train",
+        "normal",
+        "normal.in_place",
+        "rand_like",
+        "randint",
+        "randint_like",
+        "randn",
+        "randn_like",
+        "uniform", "normal.number_mean", "multinomial", "nn.functional.rrelu",
+        "nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d")},
+}
+# Entries of which only some samples are random: entry -> predicate on the sample.
+SHAPE_ONLY_SAMPLES: dict = {
+    "nn.functional.scaled_dot_product_attention": lambda s: s.kwargs.get("dropout_p", 0) > 0,  # dropout
+    "nn.functional.multi_head_attention_forward":  # dropout_p (a positional float) when training
+        lambda s: bool(s.kwargs.get("training")) and any(type(a) is float and a > 0 for a in s.args),
+}
+
+# (values, indices) results where eager picks the index among equal values by its CPU
+# kernel's unstable selection (std::nth_element / std::sort; PyTorch documents the
+# index as device-specific): values compared exactly, indices checked to point at an
+# element equal to the value. Maps the entry to (position of `dim` among the op's
+# arguments after the input, its default).
+INDEX_TIES: dict = {"kthvalue": (1, -1), "mode": (0, -1), "topk": (1, -1)}
+
+# Entries whose tensor arguments other than the input stay on the CPU, as eager requires
+# on any device (the sample is otherwise moved to lazyxla as a whole).
+CPU_ARGS: dict = {"tensor_split": "indices_or_sections as a tensor must be a CPU tensor"}
+
+# Wider tolerances than atol 1e-3 / rtol 1e-5, per entry: (atol, rtol).
+_EXPM = (1e-1, 1e-3)  # float32 expm of entries up to ~1e5: JAX's Pade-13 vs eager's Taylor-18
+TOLERANCES: dict = {"matrix_exp": _EXPM, "linalg.matrix_exp": _EXPM}
+
+# ATen ops allowed to run through the host fallback (the `namespace::op` counters an
+# entry may set; any other one fails the test): op -> reason.
+_DATA_SHAPE = "output shape depends on the values (stays on the host by design)"
+_NOT_YET = "no lowering yet"
+HOST_OPS: dict = {
+    **{op: _DATA_SHAPE for op in (
+        "aten::nonzero", "aten::masked_select", "aten::_unique2", "aten::unique_consecutive",
+        "aten::unique_dim", "aten::bincount", "aten::repeat_interleave", "aten::_embedding_bag",
+        "aten::_embedding_bag_forward_only")},
+    **{op: _NOT_YET for op in (
+        "aten::put", "aten::_trilinear", "aten::ormqr", "aten::geqrf", "aten::adaptive_max_pool3d",
+        "aten::_adaptive_avg_pool3d", "aten::_upsample_bilinear2d_aa", "aten::_cdist_forward",
+        "aten::_histogramdd_bin_edges", "aten::_histogramdd_from_bin_cts",
+        "aten::_histogramdd_from_bin_tensors", "aten::grid_sampler_3d", "aten::_ctc_loss",
+        "aten::hash_tensor", "aten::_segment_reduce_backward", "aten::segment_reduce",
+        "aten::linalg_ldl_factor_ex", "aten::linalg_ldl_solve", "aten::_pdist_forward",
+        "aten::copy", "prims::zeta", "prims::erfcx", "prims::ndtri", "prims::log_ndtr",
+        "prims::bessel_j0", "prims::bessel_j1", "prims::bessel_y0", "prims::bessel_y1",
+        "prims::spherical_bessel_j0", "prims::airy_ai", "prims::modified_bessel_i0",
+        "prims::modified_bessel_i1", "prims::modified_bessel_k0", "prims::modified_bessel_k1",
+        "prims::scaled_modified_bessel_k0", "prims::scaled_modified_bessel_k1",
+        "aten::special_chebyshev_polynomial_t", "aten::special_chebyshev_polynomial_u",
+        "aten::special_chebyshev_polynomial_v", "aten::special_chebyshev_polynomial_w",
+        "aten::special_shifted_chebyshev_polynomial_t", "aten::special_shifted_chebyshev_polynomial_u",
+        "aten::special_shifted_chebyshev_polynomial_v", "aten::special_shifted_chebyshev_polynomial_w",
+        "aten::special_hermite_polynomial_h", "aten::special_hermite_polynomial_he",
+        "aten::special_laguerre_polynomial_l", "aten::special_legendre_polynomial_p",
+        "aten::_sparse_mm_reduce_impl", "aten::rrelu_with_noise", "aten::multinomial",
+        "torch_nn::_linear_cross_entropy_batch_chunked",
+        "torch_nn::_linear_cross_entropy_batch_chunked_no_reduction")},
+}
+
+# Entries not run at all: name -> reason.
+_SPARSE = "sparse layouts: lazyxla tensors are strided only"
+SKIPS: dict = {"sparse.sampled_addmm": _SPARSE, "to_sparse": _SPARSE}
+
+# bfloat16 failures found by the slow run (first 2 samples), not fixed yet: expected to
+# fail (xfail, strict=False) in bfloat16 only, each with its reason.
+_BF16_STATS = "saved mean/rstd come back float32 where eager keeps bfloat16"
+_BF16_ROUNDING = "one element off by bf16 rounding of an accumulation order"
+_BF16_TIES = "sort of 8000 bf16 values with many ties: index order among equal values"
+BF16_FAILS: dict = {
+    "native_layer_norm": _BF16_STATS, "native_batch_norm": _BF16_STATS,
+    "_native_batch_norm_legit": _BF16_STATS, "_batch_norm_with_update": _BF16_STATS,
+    "sort": _BF16_TIES, "argsort": _BF16_TIES,
+    "addbmm": _BF16_ROUNDING, "cross": _BF16_ROUNDING, "linalg.cross": _BF16_ROUNDING,
+    "_unsafe_masked_index_put_accumulate": _BF16_ROUNDING, "nn.functional.grid_sample": _BF16_ROUNDING,
+    "grid_sampler_2d": "12% of elements off: bilinear weights rounded in bf16 differently",
+    "matrix_exp": "jax.scipy.linalg.expm refuses bfloat16",
+    "nn.functional.multi_head_attention_forward": "2 of 6 elements differ in bf16 (not investigated yet)",
+}
