@@ -50,6 +50,14 @@ def _eigh(ctx, a, UPLO="L", compute_v=True):
     return w, (v if compute_v else empty(ctx, 1))
 
 
+@register(aten.linalg_eig.default)
+def _eig(ctx, a):
+    # LAPACK's geev on both sides (jnp.linalg.eig is CPU-only in JAX): unit-norm
+    # eigenvectors; the phase is not unique, which eager's own tests allow for
+    w, v = jnp.linalg.eig(a)
+    return w, v
+
+
 @register(aten.linalg_qr.default)
 def _qr(ctx, a, mode="reduced"):
     if mode == "r":

@@ -22,6 +22,10 @@ def _registrar(table: dict) -> Callable:
     def register_in(*ops) -> Callable:
         def deco(fn: Callable) -> Callable:
             for op in ops:
+                # two modules registering one op would make the winner depend on import order
+                if op in table:
+                    raise RuntimeError(f"lazyxla: {op} has two rules: {table[op].__module__}."
+                                       f"{table[op].__name__} and {fn.__module__}.{fn.__name__}")
                 table[op] = fn
             return fn
         return deco

@@ -135,9 +135,3 @@ def _polygamma(ctx, n, x):
         return _trigamma(x)
     return _polygamma_high(n, x)
 
-
-@register(aten.angle.default)
-def _angle(ctx, x):
-    # real input: 0 for x >= 0, pi below, NaN kept (complex input: branch complex)
-    (x,) = as_compute(ctx, x)
-    return jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.pi, 0).astype(x.dtype))
