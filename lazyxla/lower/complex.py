@@ -68,7 +68,8 @@ register_scatter(aten.view_as_complex.default, cast=False)(lambda base, src: _sp
 @register(aten.complex.default)
 def _complex(ctx, real, imag):
     part = jnp.finfo(ctx.jdtype).dtype   # float32 for complex64, float64 for complex128
-    return lax.complex(real.astype(part), imag.astype(part))
+    real, imag = jnp.broadcast_arrays(real.astype(part), imag.astype(part))
+    return lax.complex(real, imag)
 
 
 @register(aten.polar.default)

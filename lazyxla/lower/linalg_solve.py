@@ -193,9 +193,9 @@ def _lstsq(a, b, rcond=None, *, driver=None):
         residuals = (a @ x - rhs).abs().pow(2).sum(-2)
         residuals = residuals.squeeze(-1) if vector else residuals
     else:
-        residuals = a.new_empty((0,))
+        residuals = s.new_empty((0,))  # real for complex A, as eager's
     rank = rank if driver != "gels" else a.new_empty((0,), dtype=torch.int64)
-    values = s if driver in ("gelsd", "gelss") else a.new_empty((0,))
+    values = s if driver in ("gelsd", "gelss") else s.new_empty((0,))
     return (x.squeeze(-1) if vector else x), residuals, rank, values
 
 

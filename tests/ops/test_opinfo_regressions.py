@@ -195,3 +195,32 @@ def test_triangle_indices_on_the_device(fn, args, dev):
     assert_close(fn(*args, device=dev), fn(*args), rtol=0, atol=0)
     assert_close(fn(*args, dtype=torch.int32, device=dev), fn(*args, dtype=torch.int32), rtol=0, atol=0)
     assert_no_fallback("triu_indices", "tril_indices")
+
+
+def test_complex_broadcasts_its_parts():
+    # Bug: lax.complex does not broadcast: "arrays must have the same number of dimensions".
+    check_op(torch.complex, torch.randn(3, 1, 4), torch.randn(5, 1))
+    check_op(torch.complex, torch.randn(4), torch.tensor(2.0))
+    assert_no_fallback()
+
+
+def test_complex_logcumsumexp_keeps_eager_angle_branch():
+    # Bug: jax's cumlogsumexp wrapped the imaginary part into (-pi, pi]; eager keeps the
+    # imaginary part of the larger-real-part operand as it is (here up to 2*pi).
+    g = torch.Generator().manual_seed(0)
+    x = torch.complex(torch.randn(6, 5, generator=g) * 5, torch.rand(6, 5, generator=g) * 6.28)
+    x[2, 1] = complex(float("-inf"), 0)
+    x[3, 2] = complex(float("nan"), 1)
+    x[:, 4] = complex(float("inf"), 1)
+    for dim in (0, 1):
+        check_op(lambda t: torch.logcumsumexp(t, dim), x)
+    assert_no_fallback()
+
+
+@pytest.mark.parametrize("driver", ["gels", "gelsy", "gelsd", "gelss"])
+def test_complex_lstsq_gives_real_residuals_and_singular_values(driver):
+    # Bug: the empty residuals / singular values of a complex A came back complex.
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(4, 3, dtype=torch.complex64, generator=g)
+    b = torch.randn(4, 2, dtype=torch.complex64, generator=g)
+    check_op(lambda x, y: torch.linalg.lstsq(x, y, driver=driver), a, b, atol=1e-4)
