@@ -33,10 +33,10 @@ from .frontend.optim import track_optimizer_steps as _track_optimizer_steps  # n
 _enable_foreach_default()
 _track_optimizer_steps()
 
-from .alias.config import (  # noqa: E402,F401
-    aliasing_enabled, explicit_donation, explicit_donation_enabled, set_aliasing, set_explicit_donation)
 from .sync.api import graph_hash, sync, sync_tensors, wait_device_ops  # noqa: E402,F401
-from .donation import get_buffer_donation, is_donated, set_buffer_donation  # noqa: E402,F401
+from .donation import (  # noqa: E402,F401
+    aliasing_enabled, explicit_donation, explicit_donation_enabled, get_buffer_donation, is_donated,
+    set_aliasing, set_buffer_donation, set_explicit_donation)
 from .utils import optimization_barrier_, save  # noqa: E402,F401
 from . import debug  # noqa: E402,F401
 from . import experimental  # noqa: E402,F401

@@ -13,7 +13,9 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "ops"))
+_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+# this checkout's lazyxla, also from a git worktree whose package is not the installed one
+sys.path[:0] = [_ROOT, os.path.join(_ROOT, "tests", "ops")]
 
 import torch  # noqa: E402
 

@@ -8,56 +8,51 @@
 
 A per-device setting overrides the global one for that device; setting the
 global value (device=None) clears the per-device overrides, so "all devices"
-means all devices.
+means all devices. Devices are indices here: the public API (lazyxla/donation.py)
+turns torch devices into indices, so this layer needs nothing from the frontend.
 """
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator
-
-from ..frontend.device import device_index
+from typing import Iterator, Optional
 
 _aliasing = {None: os.environ.get("LAZYXLA_ALIASING", "1").strip().lower() not in ("0", "false", "no", "off")}
 _explicit = {None: False}
 
 
-def _get(table: dict, device) -> bool:
-    if device is not None:
-        idx = device_index(device) if not isinstance(device, int) else device
-        if idx in table:
-            return table[idx]
-    return table[None]
+def _get(table: dict, device: Optional[int]) -> bool:
+    return table.get(device, table[None])
 
 
-def _set(table: dict, enabled: bool, device) -> None:
+def _set(table: dict, enabled: bool, device: Optional[int]) -> None:
     if not isinstance(enabled, bool):
         raise TypeError(f"lazyxla: expected a bool, got {type(enabled).__name__}")
     if device is None:
         table.clear()
         table[None] = enabled
     else:
-        table[device_index(device) if not isinstance(device, int) else device] = enabled
+        table[device] = enabled
 
 
-def aliasing_enabled(device=None) -> bool:
+def aliasing_enabled(device: Optional[int] = None) -> bool:
     return _get(_aliasing, device)
 
 
-def set_aliasing(enabled: bool, device=None) -> None:
+def set_aliasing(enabled: bool, device: Optional[int] = None) -> None:
     _set(_aliasing, enabled, device)
 
 
-def explicit_donation_enabled(device=None) -> bool:
+def explicit_donation_enabled(device: Optional[int] = None) -> bool:
     return _get(_explicit, device)
 
 
-def set_explicit_donation(enabled: bool, device=None) -> None:
+def set_explicit_donation(enabled: bool, device: Optional[int] = None) -> None:
     _set(_explicit, enabled, device)
 
 
 @contextlib.contextmanager
-def explicit_donation(enabled: bool = True, device=None) -> Iterator[bool]:
+def explicit_donation(enabled: bool = True, device: Optional[int] = None) -> Iterator[bool]:
     """Set explicit donation for the body; restores the previous setting, also on errors."""
     previous = explicit_donation_enabled(device)
     saved = dict(_explicit)

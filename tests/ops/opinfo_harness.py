@@ -24,10 +24,11 @@ import lazyxla as lx
 from opinfo_skips import CPU_ARGS, INDEX_TIES, SHAPE_ONLY, SHAPE_ONLY_SAMPLES, TOLERANCES
 
 TRACED, HOST, FAIL, NO_SAMPLES = "pass traced", "pass via host", "fail", "no samples"
-EXPECTED_FAIL = "expected fail"  # xfailed by test_opinfo.py (complex pending, BF16_FAILS)
+EXPECTED_FAIL = "expected fail"  # xfailed by test_opinfo.py (opinfo_skips.EXPECTED_FAILS)
 ATOL, RTOL = 1e-3, 1e-5
 # What this process's OpInfo tests found, {"entry|dtype": {"status": ...}}, for the summary.
 RESULTS: dict = {}
+BATCH = 8  # samples per graph (see _run_batched)
 BF16_ATOL, BF16_RTOL = 1e-2, 1.6e-2  # bfloat16 keeps 8 mantissa bits (torch's own bf16 tolerance)
 
 
@@ -79,9 +80,9 @@ def _compare(actual, expected, atol: float, rtol: float, shape_only: bool) -> No
             raise AssertionError(f"{a!r} != {e!r}")
 
 
-def run_sample(op, sample, dtype, shape_only: bool) -> bool:
-    """One sample on lazyxla vs eager; raises AssertionError (or the op's error) on a
-    mismatch. False when eager itself refuses the sample (nothing to compare with)."""
+def _prepare(op, sample):
+    """Eager's result on the CPU and lazyxla's, still pending, for one sample; None when
+    eager itself refuses the sample (nothing to compare with)."""
     dev = lx.device()
     if entry_name(op) in CPU_ARGS:  # the op wants its other tensor arguments on the CPU
         on_dev = (_to(sample.input, dev), sample.args, sample.kwargs)
@@ -93,8 +94,12 @@ def run_sample(op, sample, dtype, shape_only: bool) -> bool:
     try:
         expected = sample.output_process_fn_grad(op(inp, *args, **kwargs))
     except Exception:  # noqa: BLE001
-        return False
-    actual = sample.output_process_fn_grad(op(on_dev[0], *on_dev[1], **on_dev[2]))
+        return None
+    return expected, sample.output_process_fn_grad(op(on_dev[0], *on_dev[1], **on_dev[2]))
+
+
+def _check(op, sample, dtype, shape_only: bool, actual, expected) -> None:
+    """Compare one sample's results; raises AssertionError on a mismatch."""
     atol, rtol = TOLERANCES.get(entry_name(op), (ATOL, RTOL))
     if dtype == torch.bfloat16:
         atol, rtol = max(atol, BF16_ATOL), max(rtol, BF16_RTOL)
@@ -104,7 +109,43 @@ def run_sample(op, sample, dtype, shape_only: bool) -> bool:
         actual, expected = actual[0], expected[0]
     random_sample = SHAPE_ONLY_SAMPLES.get(entry_name(op))
     _compare(actual, expected, atol, rtol, shape_only or (random_sample is not None and random_sample(sample)))
+
+
+def run_sample(op, sample, dtype, shape_only: bool) -> bool:
+    """One sample on lazyxla vs eager, synced on its own; raises AssertionError (or the
+    op's error) on a mismatch. False when eager refuses the sample."""
+    results = _prepare(op, sample)
+    if results is None:
+        return False
+    _check(op, sample, dtype, shape_only, results[1], results[0])
     return True
+
+
+def _run_batched(op, dtype, shape_only: bool, limit: Optional[int]) -> int:
+    """Samples traced BATCH at a time into one graph, synced once and compared: one
+    XLA compile per batch instead of one per sample (the compile's fixed cost is most
+    of a small sample's time; a graph of hundreds of samples compiles superlinearly
+    slower). Returns how many samples ran; raises at the first error."""
+    n = 0
+    batch: list = []
+    for sample in samples(op, dtype, limit):
+        results = _prepare(op, sample)
+        if results is not None:
+            batch.append((sample, *results))
+        if len(batch) == BATCH:
+            n += _check_batch(op, dtype, shape_only, batch)
+            batch = []
+    return n + _check_batch(op, dtype, shape_only, batch)
+
+
+def _check_batch(op, dtype, shape_only: bool, batch: list) -> int:
+    lazy = [t for _, _, actual in batch for t in pytree.tree_leaves(actual)
+            if isinstance(t, torch.Tensor) and t.device.type == lx.device().type]
+    if lazy:
+        lx.sync_tensors(lazy)
+    for sample, expected, actual in batch:
+        _check(op, sample, dtype, shape_only, actual, expected)
+    return len(batch)
 
 
 def _check_tied_indices(sample, ties: tuple, actual) -> None:
@@ -132,17 +173,26 @@ def samples(op, dtype, limit: Optional[int]) -> Iterable:
 
 
 def run_entry(op, dtype, limit: Optional[int] = None) -> Outcome:
-    """All (or the first `limit`) samples of `op` in `dtype`; the first failure ends it."""
+    """All (or the first `limit`) samples of `op` in `dtype`, batched into one graph; if
+    that fails, sample by sample, so that the error is the first failing sample's own
+    (a graph that fails to compile would otherwise blame the whole batch)."""
     shape_only = entry_name(op) in SHAPE_ONLY
     before = fallback_counts()
     n = 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            for sample in samples(op, dtype, limit):
-                n += run_sample(op, sample, dtype, shape_only)
-        except Exception as e:  # noqa: BLE001  (any error of the op is a failure of the entry)
-            return Outcome(FAIL, n, error=f"{type(e).__name__}: {str(e).strip()[:400]}")
+            n = _run_batched(op, dtype, shape_only, limit)
+        except Exception:  # noqa: BLE001  (located below)
+            lx.sync(wait=True)
+            n = 0
+            try:
+                for sample in samples(op, dtype, limit):
+                    n += run_sample(op, sample, dtype, shape_only)
+            except Exception as e:  # noqa: BLE001  (any error of the op is a failure of the entry)
+                return Outcome(FAIL, n, error=f"{type(e).__name__}: {str(e).strip()[:400]}")
+            else:
+                return Outcome(FAIL, n, error="failed with all samples in one graph, passed one by one")
         finally:
             lx.sync(wait=True)
     if n == 0:
@@ -182,5 +232,5 @@ def summarize(results: dict, headline_dtypes=("float32", "int64")) -> str:
         lines.append(f"entries ({'+'.join(headline_dtypes)}): {n}, pass {passed} ({100 * passed / n:.1f}%), "
                      f"pass traced {traced} ({100 * traced / n:.1f}%), fail {n - passed}")
     if expected:
-        lines.append(f"expected failures (xfail: complex dtypes pending, BF16_FAILS), not counted above: {expected}")
+        lines.append(f"expected failures (xfail: opinfo_skips.EXPECTED_FAILS), not counted above: {expected}")
     return "\n".join(lines)

@@ -2,9 +2,7 @@
 tests/ops/test_opinfo.py treats specially, each with its reason."""
 from __future__ import annotations
 
-# The reason complex64 failures are expected until the `complex` branch lands: the harness
-# xfails (strict=False) a complex sample exactly when lazyxla refuses complex tensors.
-COMPLEX_PENDING_REASON = "complex dtypes: branch complex"
+import torch
 
 # Random or uninitialised results: compared by shape and dtype only (as torchax does).
 _UNINITIALISED = "uninitialised memory: only shape and dtype are defined"
@@ -91,8 +89,8 @@ HOST_OPS: dict = {
 _SPARSE = "sparse layouts: lazyxla tensors are strided only"
 SKIPS: dict = {"sparse.sampled_addmm": _SPARSE, "to_sparse": _SPARSE}
 
-# bfloat16 failures found by the slow run (first 2 samples), not fixed yet: expected to
-# fail (xfail, strict=False) in bfloat16 only, each with its reason.
+# bfloat16 failures not fixed yet: expected to fail (xfail, strict=False) in bfloat16
+# only, each with its reason.
 _BF16_STATS = "saved mean/rstd come back float32 where eager keeps bfloat16"
 _BF16_ROUNDING = "one element off by bf16 rounding of an accumulation order"
 _BF16_TIES = "sort of 8000 bf16 values with many ties: index order among equal values"
@@ -106,3 +104,10 @@ BF16_FAILS: dict = {
     "matrix_exp": "jax.scipy.linalg.expm refuses bfloat16",
     "nn.functional.multi_head_attention_forward": "2 of 6 elements differ in bf16 (not investigated yet)",
 }
+
+# Complex64 failures not fixed yet, each with its reason.
+COMPLEX_FAILS: dict = {}
+
+# (entry, dtype) -> reason: the failures test_opinfo.py expects (xfail, strict=False).
+EXPECTED_FAILS: dict = {**{(name, torch.bfloat16): why for name, why in BF16_FAILS.items()},
+                        **{(name, torch.complex64): why for name, why in COMPLEX_FAILS.items()}}
