@@ -28,7 +28,7 @@ aten = torch.ops.aten
 prims = torch.ops.prims
 
 
-def _float_unary(fn):
+def float_unary(fn):
     def rule(ctx, x):
         (x,) = as_compute(ctx, x)
         return fn(x)
@@ -59,7 +59,7 @@ _BINARY = {
     prims.igammac.default: jss.gammaincc, aten.igammac.default: jss.gammaincc,
 }
 for _op, _fn in _UNARY.items():
-    register(_op)(_float_unary(_fn))
+    register(_op)(float_unary(_fn))
 for _op, _fn in _BINARY.items():
     register(_op)(_same_dtype_binary(_fn))
 
