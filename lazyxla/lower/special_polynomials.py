@@ -49,6 +49,22 @@ def _as_float(k, like):
     return k.astype(like.dtype)
 
 
+def _fused(a, q, c, k1=None):
+    """(a * q - c) / k1 rounded as eager's float32 loop rounds it, or a * q - c if no k1.
+    Eager's CPU kernels are compiled with FMA contraction and round fma(a, q, -c);
+    XLA contracts too but may pick the other product, and turns the division by a
+    loop scalar into a multiplication by its reciprocal: in float32 either drifts
+    past the tolerance within a few hundred steps (Laguerre, Legendre). float32 goes
+    through float64, where a * q is exact and a rounded quotient is eager's; a float64
+    input keeps XLA's rounding (drift ~1e-16 per step)."""
+    if a.dtype != jnp.float32:
+        r = a * q - c
+        return r if k1 is None else r / _as_float(k1, r)
+    wide = jnp.float64
+    r = (a.astype(wide) * q.astype(wide) - c.astype(wide)).astype(a.dtype)
+    return r if k1 is None else (r.astype(wide) / k1.astype(wide)).astype(a.dtype)
+
+
 def _degree(n, dt):
     n = n.astype(dt)
     return jnp.where(jnp.isfinite(n), n, -1).astype(jnp.int64)
@@ -75,6 +91,9 @@ def _chebyshev(kind: str, y, n, closed_above: int):
         end = jnp.where(y > 0, one, jnp.where(even, n2, -n2))
     else:
         end = jnp.where(y > 0, n2, jnp.where(even, one, -one))
+    # in float32, an ulp of acos between XLA's and glibc's acosf (neither is always
+    # correctly rounded) times n / cos(theta/2) can reach 1e-3 for V near y = -1 with
+    # n ~ 500: about 1 in 10^4 such elements differ from eager beyond the tolerance
     theta = jnp.arccos(y)
     if kind == "t":
         closed = jnp.cos(nf * theta)
@@ -96,7 +115,7 @@ def _chebyshev(kind: str, y, n, closed_above: int):
 def _legendre(x, n):
     one = jnp.ones_like(x)
     plain = (jnp.abs(x) != 1) & (n >= 2)
-    rec = _recurrence(lambda k, p, q: (_as_float(k + k + 1, x) * x * q - _as_float(k, x) * p) / _as_float(k + 1, x),
+    rec = _recurrence(lambda k, p, q: _fused(_as_float(k + k + 1, x) * x, q, _as_float(k, x) * p, k + 1),
                       one, x, 1, jnp.where(plain, n - 1, 0))
     end = jnp.where((x > 0) | (n % 2 == 0), one, -one)
     return _select(n, [(jnp.abs(x) == 1, end), (n == 0, one), (n == 1, x)], rec)
@@ -105,8 +124,8 @@ def _legendre(x, n):
 def _laguerre(x, n):
     one = jnp.ones_like(x)
     plain = (x != 0) & (n >= 2)
-    rec = _recurrence(lambda k, p, q: ((_as_float(k + k, x) + (1.0 - x)) * q - _as_float(k, x) * p)
-                      / _as_float(k + 1, x), one, 1.0 - x, 1, jnp.where(plain, n - 1, 0))
+    rec = _recurrence(lambda k, p, q: _fused(_as_float(k + k, x) + (1.0 - x), q, _as_float(k, x) * p, k + 1),
+                      one, 1.0 - x, 1, jnp.where(plain, n - 1, 0))
     return _select(n, [(x == 0, one), (n == 0, one), (n == 1, 1.0 - x)], rec)
 
 
@@ -117,9 +136,9 @@ def _hermite(x, n, physicists: bool):
     q1 = x + x if physicists else x
     plain = (n >= 2) & (n <= limit)
     if physicists:  # eager steps k = 2, 4, .. < 2n: here k/2 = 1 .. n-1
-        step = lambda j, p, q: (x + x) * q - _as_float(j + j, x) * p  # noqa: E731
+        step = lambda j, p, q: _fused(x + x, q, _as_float(j + j, x) * p)  # noqa: E731
     else:
-        step = lambda k, p, q: x * q - _as_float(k, x) * p  # noqa: E731
+        step = lambda k, p, q: _fused(x, q, _as_float(k, x) * p)  # noqa: E731
     rec = _recurrence(step, one, q1, 1, jnp.where(plain, n - 1, 0))
     return _select(n, [(n == 0, one), (n == 1, q1), (n > limit, jnp.nan)], rec)
 
