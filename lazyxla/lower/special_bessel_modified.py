@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from ._series import chbevl, polevl
+from ._series import chbevl, exact_div, polevl
 from .registry import register
 from .special_math import float_unary
 
@@ -147,11 +147,9 @@ def _airy_series(x):
 
 
 def _zeta(x):
-    """2/3 |x|^(3/2) rounded as eager's float32 division by 3: XLA multiplies by 1/3
-    instead, one ulp off, and for x ~ -1e4 the phase below is ~1e6, where one
-    float32 ulp (0.06) moves Ai by more than the tolerance. The quotient of two
-    float32 values taken in float64 and rounded is the correctly rounded one."""
-    return ((2.0 * jnp.abs(x) * jnp.sqrt(jnp.abs(x))).astype(jnp.float64) / 3.0).astype(x.dtype)
+    """2/3 |x|^(3/2) with eager's rounding: for x ~ -1e4 the phase below is ~1e6, where
+    one float32 ulp (0.06) moves Ai by more than the tolerance."""
+    return exact_div(2.0 * jnp.abs(x) * jnp.sqrt(jnp.abs(x)), 3.0)
 
 
 def airy_ai(x):

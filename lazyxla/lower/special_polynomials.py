@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from ._series import exact_div
 from ._util import as_compute
 from .registry import register
 
@@ -50,19 +51,19 @@ def _as_float(k, like):
 
 
 def _fused(a, q, c, k1=None):
-    """(a * q - c) / k1 rounded as eager's float32 loop rounds it, or a * q - c if no k1.
+    """(a * q - c) / k1 rounded as eager's loop rounds it, or a * q - c if no k1.
     Eager's CPU kernels are compiled with FMA contraction and round fma(a, q, -c);
     XLA contracts too but may pick the other product, and turns the division by a
     loop scalar into a multiplication by its reciprocal: in float32 either drifts
-    past the tolerance within a few hundred steps (Laguerre, Legendre). float32 goes
-    through float64, where a * q is exact and a rounded quotient is eager's; a float64
-    input keeps XLA's rounding (drift ~1e-16 per step)."""
-    if a.dtype != jnp.float32:
+    past the tolerance within a few hundred steps (Laguerre, Legendre). The float32
+    fma goes through float64, where a * q is exact; a float64 input keeps XLA's
+    contraction (drift ~1e-16 per step)."""
+    if a.dtype == jnp.float32:
+        wide = jnp.float64
+        r = (a.astype(wide) * q.astype(wide) - c.astype(wide)).astype(a.dtype)
+    else:
         r = a * q - c
-        return r if k1 is None else r / _as_float(k1, r)
-    wide = jnp.float64
-    r = (a.astype(wide) * q.astype(wide) - c.astype(wide)).astype(a.dtype)
-    return r if k1 is None else (r.astype(wide) / k1.astype(wide)).astype(a.dtype)
+    return r if k1 is None else exact_div(r, _as_float(k1, r))
 
 
 def _degree(n, dt):
