@@ -3,10 +3,11 @@ ndtri, Hurwitz zeta, frexp, nextafter, gcd) and the pointwise `prims.*` ops that
 PyTorch's decompositions of other ops emit (copysign -> signbit/where/abs/neg,
 bitwise shifts, i0, igamma, erfc, ...).
 
-erfcx and zeta compute in float64, as eager's zeta does for float32 (its acc_type):
-jax's erfcx is exp(x^2) * erfc(x), which underflows to 0 past x ~ 9 (float32) or
-26.5 (float64), so the tail takes eager's continued fraction instead; jax's zeta
-differs from eager's only at its poles and at x = inf, patched below.
+erfcx, log_ndtr and zeta compute in float64, as eager's zeta does for float32 (its
+acc_type). jax's erfcx is exp(x^2) * erfc(x), which underflows to 0 past x ~ 9
+(float32) or 26.5 (float64), so the tail takes eager's continued fraction instead.
+zeta is eager's algorithm itself: jax's differs at the poles, at x = inf and for q
+below about -10 (where it returns garbage for an integer x).
 
 Shifts follow eager's definition for out-of-range amounts (negative or at least the
 bit width): a left shift gives 0, an arithmetic right shift the sign fill; XLA's
@@ -142,7 +143,6 @@ def _polygamma(ctx, n, x):
     if n == 1:
         return _trigamma(x)
     return _polygamma_high(n, x)
-
 
 
 _ISPI = 0.56418958354775628694807945156  # 1 / sqrt(pi)
