@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import jax.numpy as jnp
-from jax import lax
 
 
 def polevl(z, coefs: Sequence[float]):
@@ -25,10 +24,3 @@ def chbevl(y, coefs: Sequence[float]):
         b1 = b0
         b0 = y * b1 - b2 + c
     return 0.5 * (b0 - b2)
-
-
-def exact_div(v, d):
-    """v / d correctly rounded for a constant or scalar d: XLA rewrites a division by a
-    constant or broadcast scalar into a multiplication by its reciprocal (an ulp off
-    for a third of values); a full-shape divisor behind a barrier keeps the division."""
-    return v / lax.optimization_barrier(jnp.full_like(v, d))

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ._util import as_compute, cast_all, common_dtype
+from ._util import as_compute, cast_all, common_dtype, exact_div
 from .registry import register
 
 aten = torch.ops.aten
@@ -124,12 +124,15 @@ def _div_mode(ctx, x, y, rounding_mode=None):
         x, y = as_compute(ctx, x, y)
         return x / y
     x, y = as_compute(ctx, x, y)
+    if rounding_mode == "floor":
+        # Python's floor division, as eager's: (x - fmod(x, y)) / y rounded to the nearest
+        # integer, so 1.0 // 0.1 is 9 (floor(1.0 / 0.1) would be 10); a zero takes the
+        # sign of x / y
+        q = jnp.floor_divide(x, y)
+        return q if jnp.issubdtype(q.dtype, jnp.integer) else jnp.where(q == 0, jnp.copysign(0, x / y), q)
     if jnp.issubdtype(x.dtype, jnp.integer):
-        if rounding_mode == "floor":
-            return jnp.floor_divide(x, y)
         return lax.div(*jnp.broadcast_arrays(x, y))  # C-style truncation; lax does not broadcast
-    q = x / y
-    return jnp.floor(q) if rounding_mode == "floor" else jnp.trunc(q)
+    return jnp.trunc(exact_div(x, y))  # trunc(5.125 / 5.125) must be 1
 
 
 @register(aten.remainder.Tensor, aten.remainder.Scalar)

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from jax import lax
 
-from ._series import chbevl, exact_div, polevl
+from ._series import chbevl, polevl
+from ._util import exact_div
 from .registry import register
 from .special_math import float_unary
 

@@ -22,8 +22,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ._series import exact_div
-from ._util import as_compute
+from ._util import as_compute, exact_div
 from .registry import register
 
 aten = torch.ops.aten

@@ -108,7 +108,46 @@ def _check(op, sample, dtype, shape_only: bool, actual, expected) -> None:
         _check_tied_indices(sample, ties, actual)
         actual, expected = actual[0], expected[0]
     random_sample = SHAPE_ONLY_SAMPLES.get(entry_name(op))
-    _compare(actual, expected, atol, rtol, shape_only or (random_sample is not None and random_sample(sample)))
+    shape_only = shape_only or (random_sample is not None and random_sample(sample))
+    try:
+        _compare(actual, expected, atol, rtol, shape_only)
+    except AssertionError:
+        if dtype != torch.bfloat16 or not _no_less_accurate(op, sample, actual, expected, atol, rtol):
+            raise
+
+
+def _no_less_accurate(op, sample, actual, expected, atol: float, rtol: float) -> bool:
+    """Whether every bfloat16 element of lazyxla's result that differs from eager's is
+    at least as close as eager's to the same sample computed in float64.
+
+    Eager rounds some bfloat16 intermediates that XLA keeps in float32 (or the other way
+    round: c10::BFloat16 arithmetic rounds each step, vectorised kernels do not), so a
+    cancellation or a value next to a rounding boundary (trunc(2.999)) differs by more
+    than the bf16 tolerance while both are honest roundings. Measured against a float64
+    reference, a wrong lowering still fails; a more accurate one passes."""
+    up = pytree.tree_map_only(torch.Tensor, lambda t: t.double() if t.dtype == torch.bfloat16 else t,
+                              _clone((sample.input, sample.args, sample.kwargs)))
+    try:
+        reference = sample.output_process_fn_grad(op(up[0], *up[1], **up[2]))
+    except Exception:  # noqa: BLE001  (no float64 reference: the plain comparison stands)
+        return False
+    ref_leaves = pytree.tree_leaves(reference)
+    exp_leaves, act_leaves = pytree.tree_leaves(expected), pytree.tree_leaves(actual)
+    if len(ref_leaves) != len(exp_leaves):
+        return False
+    for a, e, r in zip(act_leaves, exp_leaves, ref_leaves):
+        if not isinstance(e, torch.Tensor) or e.dtype != torch.bfloat16:
+            _compare(a, e, atol, rtol, False)
+            continue
+        if not isinstance(r, torch.Tensor) or r.shape != e.shape:
+            return False
+        a, e, r = a.detach().cpu().double(), e.detach().double(), r.detach().double()
+        tol = atol + rtol * r.abs()
+        same = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+        as_good = (a - r).abs() <= (e - r).abs() + tol
+        if not bool((same | as_good | (a.isnan() & r.isnan())).all()):
+            return False
+    return True
 
 
 def run_sample(op, sample, dtype, shape_only: bool) -> bool:

@@ -224,3 +224,22 @@ def test_complex_lstsq_gives_real_residuals_and_singular_values(driver):
     a = torch.randn(4, 3, dtype=torch.complex64, generator=g)
     b = torch.randn(4, 2, dtype=torch.complex64, generator=g)
     check_op(lambda x, y: torch.linalg.lstsq(x, y, driver=driver), a, b, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["floor", "trunc"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_rounding_division_is_exact_at_integers(mode, dtype):
+    # Bug: XLA turns x / broadcast(y) into x * (1 / y): 5.125 / 5.125 gave 0.99999994 and
+    # trunc 0; and floor(1.0 / 0.1) gave 10 where eager's Python-style floor division gives 9.
+    x = torch.tensor([1.0, -1.0, 5.125, 7.0, -0.0, 3.0, 1.0, 0.0, 2.0, 8.375], dtype=dtype)
+    y = torch.tensor([0.1, 0.1, 5.125, -2.0, 3.0, 0.0, -0.0, -1.0, -5.0, 0.55859375], dtype=dtype)
+    dev = lx.device()
+    for fn in (lambda a, b: torch.div(a, b, rounding_mode=mode),
+               lambda a, b: torch.div(a[:, None], b[2:3], rounding_mode=mode)):
+        # bfloat16: eager's vectorised trunc rounds the quotient to bf16 first (15 for
+        # 8.375 / 0.5586 = 14.99), its scalar loop does not (14); the float32 result is exact
+        expected = fn(x.float(), y.float()).to(dtype) if dtype == torch.bfloat16 else fn(x, y)
+        actual = fn(x.to(dev), y.to(dev)).cpu()
+        torch.testing.assert_close(actual, expected, atol=0, rtol=0)
+        assert torch.equal(actual.signbit(), expected.signbit())  # -0.0 as eager's
+    assert_no_fallback()
