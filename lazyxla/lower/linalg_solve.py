@@ -18,6 +18,7 @@ import jax.scipy.linalg as jsl
 import torch
 from jax import lax
 
+from ._util import opmath
 from .linalg_decomp import cholesky_with_info, empty, lu_with_info, mH, mT, pivots_to_permutation
 from .registry import register, register_decomposition
 
@@ -138,7 +139,9 @@ def _cholesky_inverse(ctx, factor, upper=False):
 
 @register(aten.linalg_matrix_exp.default)
 def _matrix_exp(ctx, a):
-    return jsl.expm(a)
+    # jax's Pade approximant takes no bf16/f16; eager's accumulates in the low type, so
+    # float32 is at least as accurate (the interpreter casts the result back)
+    return jsl.expm(a.astype(opmath(a.dtype)))
 
 
 def _singular_cutoff(s, m: int, n: int, atol=None, rtol=None):

@@ -14,6 +14,7 @@ ops are compared by shape and dtype only (opinfo_skips.SHAPE_ONLY).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import warnings
 from typing import Iterable, Optional
 
@@ -142,10 +143,10 @@ def _no_less_accurate(op, sample, actual, expected, atol: float, rtol: float) ->
         if not isinstance(r, torch.Tensor) or r.shape != e.shape:
             return False
         a, e, r = a.detach().cpu().double(), e.detach().double(), r.detach().double()
-        tol = atol + rtol * r.abs()
         same = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
-        as_good = (a - r).abs() <= (e - r).abs() + tol
-        if not bool((same | as_good | (a.isnan() & r.isnan())).all()):
+        right = torch.isclose(a, r, rtol=rtol, atol=atol, equal_nan=True)  # also where eager's is NaN
+        as_good = (a - r).abs() <= (e - r).abs() + atol + rtol * r.abs()
+        if not bool((same | right | as_good).all()):
             return False
     return True
 
@@ -212,33 +213,37 @@ def samples(op, dtype, limit: Optional[int]) -> Iterable:
 
 
 def run_entry(op, dtype, limit: Optional[int] = None) -> Outcome:
-    """All (or the first `limit`) samples of `op` in `dtype`, batched into one graph; if
-    that fails, sample by sample, so that the error is the first failing sample's own
+    """All (or the first `limit`) samples of `op` in `dtype`, batched (see _run_batched);
+    if that fails, sample by sample, so that the error is the first failing sample's own
     (a graph that fails to compile would otherwise blame the whole batch)."""
     shape_only = entry_name(op) in SHAPE_ONLY
     before = fallback_counts()
-    n = 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        try:
-            n = _run_batched(op, dtype, shape_only, limit)
-        except Exception:  # noqa: BLE001  (located below)
-            lx.sync(wait=True)
-            n = 0
-            try:
-                for sample in samples(op, dtype, limit):
-                    n += run_sample(op, sample, dtype, shape_only)
-            except Exception as e:  # noqa: BLE001  (any error of the op is a failure of the entry)
-                return Outcome(FAIL, n, error=f"{type(e).__name__}: {str(e).strip()[:400]}")
-            else:
-                return Outcome(FAIL, n, error="failed with all samples in one graph, passed one by one")
-        finally:
-            lx.sync(wait=True)
+        n, error = _attempt(lambda: _run_batched(op, dtype, shape_only, limit))
+        if error:
+            n, error = _attempt(lambda: sum(run_sample(op, s, dtype, shape_only) for s in samples(op, dtype, limit)))
+            return Outcome(FAIL, n, error=error or "failed with all samples in one graph, passed one by one")
     if n == 0:
         return Outcome(NO_SAMPLES)
     after = fallback_counts()
     host = tuple(sorted(k for k, v in after.items() if v != before.get(k)))
     return Outcome(HOST if host else TRACED, n, host)
+
+
+def _attempt(run) -> tuple:
+    """(samples run, "") or (0, the error), leaving nothing pending behind: after an
+    error the failed samples' tensors (held by the traceback's frames until collected)
+    are dropped, so a graph that cannot compile does not also fail the next entry's sync."""
+    try:
+        n = run()
+        lx.sync(wait=True)
+        return n, ""
+    except Exception as e:  # noqa: BLE001  (any error of the op is a failure of the entry)
+        error = f"{type(e).__name__}: {str(e).strip()[:400]}"
+    gc.collect()
+    lx.sync(wait=True)
+    return 0, error
 
 
 _RANK = {TRACED: 0, HOST: 1, FAIL: 2}
