@@ -287,6 +287,6 @@ SPECIAL = {
 for _op in (aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float, aten.bernoulli_.Tensor,
             aten.random_.default, getattr(aten.random_, "from"), aten.random_.to, aten.exponential_.default,
             aten.bernoulli.default, aten.bernoulli.p, aten.rand_like.default, aten.randn_like.default,
-            aten.randint_like.default, aten.randint_like.low_dtype):
+            aten.randint_like.default, aten.randint_like.low_dtype, aten.multinomial.default):
     SPECIAL[_op] = _random
 del _op

@@ -72,3 +72,70 @@ def test_hash_tensor_xors_64_bit_patterns(dtype):
     check_op(lambda t: torch.hash_tensor(t, 1, keepdim=True), x.to(dtype))
     check_op(lambda t: torch.hash_tensor(t, (0, 1)), x.to(dtype))
     assert host_fallbacks() == []
+
+
+def test_multinomial_without_replacement_never_repeats_nor_draws_zero_weights(dev):
+    torch.manual_seed(0)
+    w = torch.tensor([[0.0, 1.0, 2.0, 0.0, 4.0, 1.0], [5.0, 0.0, 0.0, 1.0, 1.0, 1.0]])
+    out = torch.multinomial(w.to(dev), 4, replacement=False).cpu()
+    assert out.dtype == torch.int64 and out.shape == (2, 4)
+    for row, weights in zip(out, w):
+        assert len(set(row.tolist())) == 4
+        assert all(weights[i] > 0 for i in row.tolist())
+    assert host_fallbacks() == []
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+def test_multinomial_frequencies_follow_the_weights(dev, replacement):
+    torch.manual_seed(1)
+    w = torch.tensor([1.0, 0.0, 3.0, 6.0])
+    n = 4000
+    # one draw per row, many rows: the first draw's law is the weights' for both modes
+    draws = torch.multinomial(w.expand(n, 4).to(dev), 1, replacement=replacement).cpu().flatten()
+    freq = torch.bincount(draws, minlength=4).float() / n
+    assert freq[1] == 0
+    torch.testing.assert_close(freq, w / w.sum(), atol=0.03, rtol=0)
+    if replacement:  # many draws from one row, repeats allowed
+        draws = torch.multinomial(w.to(dev), n, replacement=True).cpu()
+        freq = torch.bincount(draws, minlength=4).float() / n
+        torch.testing.assert_close(freq, w / w.sum(), atol=0.03, rtol=0)
+    assert host_fallbacks() == []
+
+
+def test_multinomial_reproducible_under_manual_seed(dev):
+    w = torch.rand(3, 10).to(dev)
+    torch.manual_seed(5)
+    a = torch.multinomial(w, 5).cpu()
+    torch.manual_seed(5)
+    assert torch.equal(a, torch.multinomial(w, 5).cpu())
+
+
+def test_rrelu_training_draws_slopes_into_noise_and_its_gradient_is_the_noise(dev):
+    torch.manual_seed(0)
+    lower, upper = 0.1, 0.3
+    x = torch.tensor([-2.0, -0.5, 0.0, 0.5, 3.0, -1.0, NAN, -INF]).to(dev).requires_grad_()
+    noise = torch.zeros(8).to(dev)
+    out = torch.ops.aten.rrelu_with_noise(x, noise, lower, upper, True)
+    out.sum().backward()
+    xc, oc, nc = x.detach().cpu(), out.detach().cpu(), noise.cpu()
+    neg = xc <= 0
+    assert ((nc[neg] >= lower) & (nc[neg] <= upper)).all() and (nc[~neg] == 1).all()
+    torch.testing.assert_close(oc, xc * nc, equal_nan=True)
+    torch.testing.assert_close(x.grad.cpu(), nc)
+    assert host_fallbacks() == []
+
+
+def test_rrelu_eval_is_leaky_relu_with_the_mean_slope():
+    x = torch.tensor([-2.0, -0.0, 0.5, NAN, -INF]).requires_grad_()
+    check_op(lambda t: torch.nn.functional.rrelu(t, 0.1, 0.3, training=False), x)
+    check_op(lambda t: torch.nn.functional.rrelu(t.clone(), 0.1, 0.3, training=False, inplace=True), x)
+    assert host_fallbacks() == []
+
+
+def test_rrelu_inplace_training(dev):
+    torch.manual_seed(0)
+    x = torch.tensor([-2.0, 1.0, -1.0]).to(dev)
+    torch.nn.functional.rrelu(x, 0.2, 0.25, training=True, inplace=True)
+    xc = x.cpu()
+    assert xc[1] == 1 and -0.5 <= xc[0] <= -0.4 and -0.25 <= xc[2] <= -0.2
+    assert host_fallbacks() == []
