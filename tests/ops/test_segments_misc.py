@@ -139,3 +139,24 @@ def test_rrelu_inplace_training(dev):
     xc = x.cpu()
     assert xc[1] == 1 and -0.5 <= xc[0] <= -0.4 and -0.25 <= xc[2] <= -0.2
     assert host_fallbacks() == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16, torch.complex64])
+@pytest.mark.parametrize("start,end,steps", [(50, 1, 50), (-3, 7, 50), (3, -7, 13), (2, 9, 1), (0, 1, 0)])
+def test_linspace_with_tensor_ends_like_eager_cpu(dtype, start, end, steps):
+    # integers (truncated doubles) and bfloat16 exactly; float32 to the last bit or so,
+    # where eager's vectorised chunks round differently
+    tol = 0 if dtype in (torch.int64, torch.bfloat16) else 1e-6
+    check_op(lambda s, e: torch.linspace(s, e, steps, dtype=dtype, device=s.device), torch.tensor(start),
+             torch.tensor(float(end)), rtol=tol, atol=tol)
+    check_op(lambda s: torch.linspace(s, end, steps, dtype=dtype, device=s.device), torch.tensor(start),
+             rtol=tol, atol=tol)
+    assert host_fallbacks() == []
+
+
+def test_resize_as_is_resize_to_the_template_shape(dev):
+    x = torch.arange(12.0).reshape(3, 4)
+    y = torch.zeros(2, 5)
+    check_op(lambda a, b: a.clone().resize_as_(b)[:2, :2], x, y)  # shrinking keeps the leading values
+    check_op(lambda a, b: a.clone().resize_as_(b), x, torch.zeros(2, 2, 3))
+    assert host_fallbacks() == []
