@@ -160,3 +160,17 @@ def test_resize_as_is_resize_to_the_template_shape(dev):
     check_op(lambda a, b: a.clone().resize_as_(b)[:2, :2], x, y)  # shrinking keeps the leading values
     check_op(lambda a, b: a.clone().resize_as_(b), x, torch.zeros(2, 2, 3))
     assert host_fallbacks() == []
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_chunked_linear_cross_entropy_runs_its_python_on_the_device_with_grads(reduction):
+    opts = pytest.importorskip("torch.nn.modules.linear_cross_entropy_options")  # torch >= 2.13
+    options = opts.LinearCrossEntropyOptions(allow_retain_graph=True, batch_chunk_size=3)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(7, 5, generator=g).requires_grad_()
+    w = torch.randn(6, 5, generator=g).requires_grad_()
+    b = torch.randn(6, generator=g).requires_grad_()
+    target = torch.tensor([0, 5, 2, -100, 1, 1, 3])  # one ignored row
+    check_op(lambda x, w, b, t: torch.nn.functional.linear_cross_entropy(
+        x, w, t, linear_bias=b, reduction=reduction, options=options), x, w, b, target, rtol=1e-4, atol=1e-5)
+    assert host_fallbacks() == []
