@@ -230,8 +230,13 @@ def _geqrf_meta(a):
     return packed, torch.empty(a.shape[:-2] + (min(m, n),), dtype=a.dtype, device=_META)
 
 
+def _ctc_loss_backward_meta(grad, log_probs, *args, **kwargs):
+    return torch.empty_like(log_probs)
+
+
 # Output specs of lowered ops that torch ships no meta kernel for.
-_NO_META_KERNEL = {torch.ops.aten.geqrf.default: _geqrf_meta}
+_NO_META_KERNEL = {torch.ops.aten.geqrf.default: _geqrf_meta,
+                   torch.ops.aten._ctc_loss_backward.default: _ctc_loss_backward_meta}
 
 
 # Eager's argument errors that meta kernels lack (they would become wrong values here).

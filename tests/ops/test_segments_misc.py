@@ -174,3 +174,21 @@ def test_chunked_linear_cross_entropy_runs_its_python_on_the_device_with_grads(r
     check_op(lambda x, w, b, t: torch.nn.functional.linear_cross_entropy(
         x, w, t, linear_bias=b, reduction=reduction, options=options), x, w, b, target, rtol=1e-4, atol=1e-5)
     assert host_fallbacks() == []
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("concatenated", [False, True])
+@pytest.mark.parametrize("zero_infinity", [False, True])
+def test_ctc_loss_and_gradient_like_eager(reduction, concatenated, zero_infinity):
+    g = torch.Generator().manual_seed(0)
+    T, N, C = 6, 4, 5
+    log_probs = torch.randn(T, N, C, generator=g).log_softmax(2).requires_grad_()
+    target_lengths = [3, 0, 2, 4]  # the last cannot fit 4 labels (with a repeat) in 4 frames
+    targets = torch.tensor([[1, 2, 2, 0], [0, 0, 0, 0], [4, 1, 0, 0], [3, 3, 3, 3]])
+    if concatenated:
+        targets = torch.cat([t[:n] for t, n in zip(targets, target_lengths)])
+    # lengths as lists: the log-alpha's shape is then static (tensor lengths stay on the host)
+    check_op(lambda lp, tg: torch.nn.functional.ctc_loss(lp, tg, [6, 3, 5, 4], target_lengths, blank=0,
+                                                         reduction=reduction, zero_infinity=zero_infinity),
+             log_probs, targets, rtol=1e-4, atol=1e-5)
+    assert host_fallbacks() == []
