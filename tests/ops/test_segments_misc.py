@@ -187,8 +187,11 @@ def test_ctc_loss_and_gradient_like_eager(reduction, concatenated, zero_infinity
     targets = torch.tensor([[1, 2, 2, 0], [0, 0, 0, 0], [4, 1, 0, 0], [3, 3, 3, 3]])
     if concatenated:
         targets = torch.cat([t[:n] for t, n in zip(targets, target_lengths)])
-    # lengths as lists: the log-alpha's shape is then static (tensor lengths stay on the host)
+    # lengths as lists, and as tensors (read to the host: log-alpha's shape depends on them)
     check_op(lambda lp, tg: torch.nn.functional.ctc_loss(lp, tg, [6, 3, 5, 4], target_lengths, blank=0,
                                                          reduction=reduction, zero_infinity=zero_infinity),
              log_probs, targets, rtol=1e-4, atol=1e-5)
+    check_op(lambda lp, tg, il, tl: torch.nn.functional.ctc_loss(lp, tg, il, tl, reduction=reduction,
+                                                                 zero_infinity=zero_infinity),
+             log_probs, targets, torch.tensor([6, 3, 5, 4]), torch.tensor(target_lengths), rtol=1e-4, atol=1e-5)
     assert host_fallbacks() == []
