@@ -31,7 +31,7 @@ aten = torch.ops.aten
 _IDENTITY = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "max": -jnp.inf, "min": jnp.inf}
 
 
-def _bounds(data, lengths, offsets, axis: int):
+def _bounds(lengths, offsets):
     """Per-segment (start, end) along `axis`, shaped (*outer, segments)."""
     if offsets is not None:
         return offsets[..., :-1], offsets[..., 1:]
@@ -42,7 +42,7 @@ def _bounds(data, lengths, offsets, axis: int):
 def _membership(data, lengths, offsets, axis: int):
     """mask[*outer, k, j, *inner-broadcast]: element j along `axis` is in segment k; and
     the segment lengths shaped to broadcast against the (*outer, k, *inner) output."""
-    start, end = _bounds(data, lengths, offsets, axis)
+    start, end = _bounds(lengths, offsets)
     inner = (1,) * (data.ndim - axis - 1)
     j = jnp.arange(data.shape[axis])
     mask = (j >= start[..., None]) & (j < end[..., None])
