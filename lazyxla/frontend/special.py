@@ -181,6 +181,13 @@ def _resize(func, info, args, kwargs):
     return self
 
 
+def _resize_as(func, info, args, kwargs):
+    """resize_as_ is resize_ to the template's shape (PyTorch's decomposition would reach
+    the functional aten::resize, which has no lowering)."""
+    memory_format = args[2] if len(args) > 2 else kwargs.get("memory_format")
+    return _resize(func, info, (args[0], tuple(args[1].shape)), {"memory_format": memory_format})
+
+
 def draw_seed() -> int:
     # Drawn from PyTorch's default CPU generator: torch.manual_seed makes lazyxla
     # random ops reproducible; the seed is a runtime operand, so no recompiles.
@@ -277,6 +284,7 @@ SPECIAL = {
     aten.split_with_sizes.default: _split,
     aten.unbind.int: _unbind,
     aten.resize_.default: _resize,
+    aten.resize_as_.default: _resize_as,
     aten.to.device: _to,
     aten.to.dtype: _to,
     aten.to.other: _to,
@@ -287,6 +295,6 @@ SPECIAL = {
 for _op in (aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float, aten.bernoulli_.Tensor,
             aten.random_.default, getattr(aten.random_, "from"), aten.random_.to, aten.exponential_.default,
             aten.bernoulli.default, aten.bernoulli.p, aten.rand_like.default, aten.randn_like.default,
-            aten.randint_like.default, aten.randint_like.low_dtype):
+            aten.randint_like.default, aten.randint_like.low_dtype, aten.multinomial.default):
     SPECIAL[_op] = _random
 del _op

@@ -192,7 +192,7 @@ def infer(func, args, kwargs):
     """Run `func` on meta tensors: (output spec or tuple of specs, multi); raises eager's errors."""
     margs = _to_meta(args)
     mkwargs = {k: _to_meta(v) for k, v in kwargs.items()} if kwargs else {}
-    out = func(*margs, **mkwargs)
+    out = _NO_META_KERNEL.get(func, func)(*margs, **mkwargs)
     check = _EAGER_CHECKS.get(func)
     if check is not None:
         check(*margs, **mkwargs)
@@ -221,6 +221,22 @@ def _kthvalue_check(x, k, dim=-1, keepdim=False):
     size = x.shape[dim] if x.dim() else 1
     if not 1 <= k <= size:
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {dim % max(x.dim(), 1)}")
+
+
+def _geqrf_meta(a):
+    # eager's outputs are LAPACK's column-major matrix and the min(m, n) taus
+    m, n = a.shape[-2:]
+    packed = torch.empty(a.shape[:-2] + (n, m), dtype=a.dtype, device=_META).mT
+    return packed, torch.empty(a.shape[:-2] + (min(m, n),), dtype=a.dtype, device=_META)
+
+
+def _ctc_loss_backward_meta(grad, log_probs, *args, **kwargs):
+    return torch.empty_like(log_probs)
+
+
+# Output specs of lowered ops that torch ships no meta kernel for.
+_NO_META_KERNEL = {torch.ops.aten.geqrf.default: _geqrf_meta,
+                   torch.ops.aten._ctc_loss_backward.default: _ctc_loss_backward_meta}
 
 
 # Eager's argument errors that meta kernels lack (they would become wrong values here).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 import torch
 
 from .registry import register
@@ -67,3 +68,30 @@ def _triangle_indices(ctx, row, col, offset=0, **kwargs):
     # sizes and offset are static ints: the indices are a constant (numpy's order is eager's)
     fn = np.triu_indices if ctx.op is aten.triu_indices.default else np.tril_indices
     return jnp.asarray(np.stack(fn(row, offset, col)), ctx.jdtype).reshape(ctx.shape)
+
+
+@register(aten.copy.default)
+def _copy(ctx, x, src, non_blocking=False):
+    # the functional copy (PyTorch's decompositions emit it, e.g. linspace with one
+    # step): `src` broadcast to x's shape in x's dtype
+    return jnp.broadcast_to(jnp.asarray(src).astype(ctx.jdtype), ctx.shape)
+
+
+@register(aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar, aten.linspace.Scalar_Tensor)
+def _linspace(ctx, start, end, steps, **kwargs):
+    """eager's CPU kernel: the step in double for integer outputs (then truncated), in
+    the output's dtype otherwise (bfloat16 rounds at each operation, as eager's scalar
+    code does); from `start` below half-way and from `end` above."""
+    dt = ctx.jdtype
+    calc = jnp.float64 if jnp.issubdtype(dt, jnp.integer) else dt
+    s = jnp.asarray(start).astype(dt).astype(calc)
+    e = jnp.asarray(end).astype(dt).astype(calc)
+    if steps == 1:
+        return jnp.broadcast_to(s, (1,)).astype(dt)
+    # behind a barrier, XLA cannot turn the division by a constant into a product with
+    # its (inexact) reciprocal: eager divides
+    step = (e - s) / lax.optimization_barrier(jnp.asarray(steps - 1, calc))
+    i = jnp.arange(steps)
+    up = s + step * i.astype(calc)
+    down = e - step * (steps - 1 - i).astype(calc)
+    return jnp.where(i < steps // 2, up, down).astype(dt)

@@ -358,3 +358,13 @@ def _take(ctx, x, index):
     # eager's take reads x as flat (row-major); negative indices count from the end
     flat = x.reshape(-1)
     return jnp.take(flat, _wrap(index, flat.shape[0]), mode="clip")
+
+
+@register(aten.put.default)
+def _put(ctx, x, index, source, accumulate=False):
+    # take's inverse: x read as flat (row-major), negative indices from the end
+    flat = x.reshape(-1)
+    idx = _wrap(index.reshape(-1), flat.shape[0])
+    src = jnp.asarray(source).reshape(-1).astype(x.dtype)
+    out = flat.at[idx].add(src) if accumulate else flat.at[idx].set(src)
+    return out.reshape(x.shape)

@@ -71,6 +71,20 @@ def _householder_product(ctx, a, tau):
     return lax.linalg.householder_product(a, tau)
 
 
+@register(aten.geqrf.default)
+def _geqrf(ctx, a):
+    # LAPACK's geqrf itself (R on and above the diagonal, the reflectors below, their
+    # taus); numpy's "raw" mode hands the packed matrix back transposed
+    packed, tau = jnp.linalg.qr(a, mode="raw")
+    return mT(packed), tau
+
+
+@register(aten.ormqr.default)
+def _ormqr(ctx, a, tau, c, left=True, transpose=False):
+    # LAPACK's ormqr/unmqr: op(Q) @ C or C @ op(Q), op the conjugate transpose if asked
+    return lax.linalg.ormqr(a, tau, c, left=left, transpose=transpose)
+
+
 # -- Cholesky ---------------------------------------------------------------------------
 
 def _first_bad_minor(a):

@@ -232,3 +232,12 @@ def _topk(ctx, x, k, dim=-1, largest=True, sorted=True):
         vals, idx = lax.top_k(-xm, k)
         vals = -vals
     return jnp.moveaxis(vals, -1, dim), jnp.moveaxis(idx.astype(jnp.int64), -1, dim)
+
+
+@register(aten.hash_tensor.default)
+def _hash_tensor(ctx, x, dim=(), keepdim=False, *, mode=0):
+    # mode 0, eager's only one: each element widened to its 64-bit type (float64 for
+    # floats, int64 for integers and bool) and its bits xor-reduced as uint64
+    wide = jnp.float64 if jnp.issubdtype(x.dtype, jnp.floating) else jnp.int64
+    bits = lax.bitcast_convert_type(x.astype(wide), jnp.uint64)
+    return jnp.bitwise_xor.reduce(bits, axis=norm_dims(dim, x.ndim), keepdims=keepdim)

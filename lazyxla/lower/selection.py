@@ -98,3 +98,15 @@ def _mode(ctx, x, dim=-1, keepdim=False):
     if keepdim:
         return jnp.moveaxis(v, -1, axis), jnp.moveaxis(i, -1, axis)
     return v[..., 0], i[..., 0]
+
+
+@register(aten.nonzero_static.default)
+def _nonzero_static(ctx, x, *, size, fill_value=-1):
+    # the first `size` nonzero positions in row-major order, rows past the count
+    # filled whole with `fill_value` (a static shape, unlike nonzero's)
+    if x.ndim == 0:
+        return jnp.zeros((size, 0), jnp.int64)
+    if x.size == 0:  # jnp.nonzero pads an empty input with zeros, not the fill value
+        return jnp.full((size, x.ndim), fill_value, jnp.int64)
+    cols = jnp.nonzero(x, size=size, fill_value=fill_value)
+    return jnp.stack(cols, axis=1).astype(jnp.int64)

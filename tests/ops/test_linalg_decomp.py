@@ -90,3 +90,20 @@ def test_lstsq_shapes_follow_the_driver(driver):
     check_op(lambda a, b: torch.linalg.lstsq(a, b, driver=driver), rank_deficient, b, rtol=1e-4, atol=1e-4)
     assert host_fallbacks() == []
     assert lx.metrics.counter_value("aten::linalg_lstsq") is None
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (2, 4, 4)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_geqrf_and_ormqr_like_lapack(shape, dtype):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(shape, generator=g).to(dtype)
+    check_op(lambda t: torch.geqrf(t), a, rtol=1e-4, atol=1e-4)
+    packed, tau = torch.geqrf(a)
+    m = shape[-2]
+    c = torch.randn(shape[:-2] + (m, 2), generator=g).to(dtype).requires_grad_()
+    for left in (True, False):
+        cc = c if left else c.mT.detach().clone().requires_grad_()
+        for transpose in (False, True):
+            check_op(lambda p, t, x: torch.ormqr(p, t, x, left=left, transpose=transpose), packed, tau, cc,
+                     rtol=1e-4, atol=1e-4)
+    assert host_fallbacks() == []

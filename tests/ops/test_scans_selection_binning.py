@@ -69,3 +69,28 @@ def test_kthvalue_out_of_range_raises_like_eager(dev):
     for t in (torch.arange(4.0), torch.arange(4.0).to(dev)):
         with pytest.raises(RuntimeError, match="out of range for dimension 0"):
             torch.kthvalue(t, 10)
+
+
+def test_histogramdd_bin_counts_ranges_weights_and_density():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 20, 3, generator=g)
+    w = torch.rand(2, 20, generator=g)
+    check_op(lambda t: torch.histogramdd(t, bins=[3, 4, 2]), x)
+    x[0, 0] = torch.tensor([float("nan"), 0.0, 0.0])  # skipped whole (eager refuses NaN without a range)
+    check_op(lambda t, w: torch.histogramdd(t, bins=[2, 2, 5], range=[-1.0, 1.0, 0.0, 2.0, -3.0, 3.0],
+                                            weight=w, density=True), x, w, rtol=1e-5, atol=1e-6)
+    check_op(lambda t: torch.histogramdd(t, bins=[2, 1]), torch.ones(4, 2))  # equal min/max: widened
+    assert host_fallbacks() == []
+
+
+def test_histogramdd_with_edge_tensors_sorted_or_not_bins_like_eager():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(30, 2, generator=g) * 3
+    x[0] = torch.tensor([2.0, 1.0])  # on the last edge of both dimensions
+    sorted_edges = [torch.tensor([-2.0, 0.0, 1.0, 2.0]), torch.tensor([-4.0, -1.0, 1.0])]
+    unsorted_edges = [torch.tensor([-8.0, -1.0, -4.0, 3.0, -2.0]), torch.tensor([3.0, -2.0, 5.0])]
+    for edges in (sorted_edges, unsorted_edges):
+        check_op(lambda t, a, b: torch.histogramdd(t, bins=[a, b]), x, *edges)
+        check_op(lambda t, a, b: torch.histogramdd(t, bins=[a, b], density=True), x, *edges)
+    check_op(lambda t, e: torch.histogram(t, e), x[:, 0].contiguous(), unsorted_edges[0])
+    assert host_fallbacks() == []
