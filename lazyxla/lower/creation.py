@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 import torch
 
+from ._util import exact_div
 from .registry import register
 
 aten = torch.ops.aten
@@ -88,9 +88,7 @@ def _linspace(ctx, start, end, steps, **kwargs):
     e = jnp.asarray(end).astype(dt).astype(calc)
     if steps == 1:
         return jnp.broadcast_to(s, (1,)).astype(dt)
-    # behind a barrier, XLA cannot turn the division by a constant into a product with
-    # its (inexact) reciprocal: eager divides
-    step = (e - s) / lax.optimization_barrier(jnp.asarray(steps - 1, calc))
+    step = exact_div(e - s, jnp.asarray(steps - 1, calc))
     i = jnp.arange(steps)
     up = s + step * i.astype(calc)
     down = e - step * (steps - 1 - i).astype(calc)

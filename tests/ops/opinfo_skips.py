@@ -62,17 +62,10 @@ HOST_OPS: dict = {
         "aten::nonzero", "aten::masked_select", "aten::_unique2", "aten::unique_consecutive",
         "aten::unique_dim", "aten::bincount", "aten::repeat_interleave", "aten::_embedding_bag",
         "aten::_embedding_bag_forward_only")},
-    **{op: _NOT_YET for op in (
-        "aten::put", "aten::_trilinear", "aten::ormqr", "aten::geqrf", "aten::adaptive_max_pool3d",
-        "aten::_adaptive_avg_pool3d", "aten::_upsample_bilinear2d_aa", "aten::_cdist_forward",
-        "aten::_histogramdd_bin_edges", "aten::_histogramdd_from_bin_cts",
-        "aten::_histogramdd_from_bin_tensors", "aten::grid_sampler_3d", "aten::_ctc_loss",
-        "aten::hash_tensor", "aten::_segment_reduce_backward", "aten::segment_reduce",
+    **{op: _NOT_YET for op in ( "aten::_trilinear", "aten::adaptive_max_pool3d",
+        "aten::_adaptive_avg_pool3d", "aten::_upsample_bilinear2d_aa", "aten::_cdist_forward", "aten::grid_sampler_3d",
         "aten::linalg_ldl_factor_ex", "aten::linalg_ldl_solve", "aten::_pdist_forward",
-        "aten::copy",
-        "aten::_sparse_mm_reduce_impl", "aten::rrelu_with_noise", "aten::multinomial",
-        "torch_nn::_linear_cross_entropy_batch_chunked",
-        "torch_nn::_linear_cross_entropy_batch_chunked_no_reduction")},
+        "aten::_sparse_mm_reduce_impl",)},
 }
 
 # Entries not run at all: name -> reason.
