@@ -192,7 +192,7 @@ def infer(func, args, kwargs):
     """Run `func` on meta tensors: (output spec or tuple of specs, multi); raises eager's errors."""
     margs = _to_meta(args)
     mkwargs = {k: _to_meta(v) for k, v in kwargs.items()} if kwargs else {}
-    out = func(*margs, **mkwargs)
+    out = _MISSING_META.get(func, func)(*margs, **mkwargs)
     check = _EAGER_CHECKS.get(func)
     if check is not None:
         check(*margs, **mkwargs)
@@ -226,6 +226,13 @@ def _kthvalue_check(x, k, dim=-1, keepdim=False):
 # Eager's argument errors that meta kernels lack (they would become wrong values here).
 _EAGER_CHECKS = {torch.ops.aten.pow.Tensor_Scalar: _int_pow_check, torch.ops.aten.pow_.Scalar: _int_pow_check,
                  torch.ops.aten.kthvalue.default: _kthvalue_check}
+
+
+# Shape functions of lowered ops that PyTorch registers no meta kernel for.
+_MISSING_META = {
+    # (torch 2.13: fractional_max_pool2d_backward has one, the 3-d op not)
+    torch.ops.aten.fractional_max_pool3d_backward.default: lambda grad, x, *args: torch.empty_like(x),
+}
 
 
 def check_allocation(shape: tuple, dtype: torch.dtype) -> None:

@@ -1,0 +1,168 @@
+"""Adaptive average / max pooling and fractional max pooling over the last n dims
+(1-d through 3-d), and their backward ops.
+
+Adaptive windows depend only on the sizes: output i along an axis of `size` inputs
+covers [floor(i*size/out), ceil((i+1)*size/out)). Averages are one per-axis
+averaging matrix each (an einsum, separable); maxima gather every window's
+positions at once. Fractional max pooling is the same windowed max with window
+starts computed from its `random_samples` tensor (per plane, so per-plane
+positions): the output shape stays static, only the gather positions depend on
+values. All max pools return PyTorch's flat index within the input plane, and their
+backward ops are one scatter-add by that index.
+"""
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from ._util import opmath
+from .registry import register
+
+aten = torch.ops.aten
+_HIGHEST = lax.Precision.HIGHEST
+_LETTERS = "abc"
+
+
+def _bounds(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
+    i = np.arange(out)
+    return (i * size) // out, -((-(i + 1) * size) // out)
+
+
+def _adaptive_matrix(size: int, out: int) -> np.ndarray:
+    """(out, size) averaging matrix of the adaptive windows."""
+    lo, hi = _bounds(size, out)
+    cols = np.arange(size)
+    inside = (cols[None, :] >= lo[:, None]) & (cols[None, :] < hi[:, None])
+    return inside / (hi - lo)[:, None]
+
+
+def _apply_per_axis(x, mats, acc):
+    """Contract each of the last len(mats) dims of x with its (out, in) matrix."""
+    nd = len(mats)
+    src = "".join(c.upper() for c in _LETTERS[:nd])
+    terms = ",".join(f"{c}{c.upper()}" for c in _LETTERS[:nd])
+    return jnp.einsum(f"{terms},...{src}->...{_LETTERS[:nd]}", *(jnp.asarray(m, acc) for m in mats),
+                      x.astype(acc), precision=_HIGHEST)
+
+
+@register(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default,
+          aten._adaptive_avg_pool3d.default, aten.adaptive_avg_pool3d.default)
+def _adaptive_avg_pool(ctx, x, output_size):
+    nd = len(output_size)
+    sizes, outs = x.shape[-nd:], tuple(ctx.shape[-nd:])
+    acc = opmath(x.dtype)
+    if all(n % o == 0 for n, o in zip(sizes, outs)):  # equal windows: a reshape and a mean
+        split = sum(((o, n // o) for n, o in zip(sizes, outs)), ())
+        y = x.astype(acc).reshape(x.shape[:-nd] + split)
+        return jnp.mean(y, axis=tuple(range(-1, -2 * nd, -2)))
+    return _apply_per_axis(x, [_adaptive_matrix(n, o) for n, o in zip(sizes, outs)], acc)
+
+
+@register(aten._adaptive_avg_pool2d_backward.default, aten._adaptive_avg_pool3d_backward.default)
+def _adaptive_avg_pool_backward(ctx, grad, x):
+    nd = 3 if ctx.op is aten._adaptive_avg_pool3d_backward.default else 2
+    mats = [_adaptive_matrix(n, o).T for n, o in zip(x.shape[-nd:], grad.shape[-nd:])]
+    return _apply_per_axis(grad, mats, opmath(x.dtype))
+
+
+# -- windowed max with PyTorch's flat indices ----------------------------------------------
+
+def _window_max(x, positions):
+    """Max over windows of the last len(positions) dims of x, and eager's flat index
+    of the winner. positions[a]: int array (P, out_a, K_a), the input positions of
+    each window along axis a, for P = 1 (shared) or one row per plane.
+
+    Like eager's CPU kernels (`val > maxval || isnan(val)`, windows scanned in
+    row-major order) the first maximum wins, but the last NaN does."""
+    nd = len(positions)
+    sizes = x.shape[-nd:]
+    outs = tuple(p.shape[1] for p in positions)
+    ks = tuple(p.shape[2] for p in positions)
+    planes = x.reshape((-1, math.prod(sizes)))
+    flat = 0
+    for a, pos in enumerate(positions):
+        shape = [pos.shape[0]] + [1] * (2 * nd)
+        shape[1 + a], shape[1 + nd + a] = outs[a], ks[a]
+        flat = flat + jnp.asarray(pos).reshape(shape) * math.prod(sizes[a + 1:])
+    flat = jnp.broadcast_to(flat.reshape(-1, math.prod(outs) * math.prod(ks)),
+                            (planes.shape[0], math.prod(outs) * math.prod(ks)))
+    vals = jnp.take_along_axis(planes, flat, axis=1).reshape(planes.shape[0], math.prod(outs), -1)
+    flat = flat.reshape(vals.shape)
+    best = jnp.argmax(vals, axis=-1)
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        nan = jnp.isnan(vals)
+        last_nan = vals.shape[-1] - 1 - jnp.argmax(nan[..., ::-1], axis=-1)
+        best = jnp.where(nan.any(-1), last_nan, best)
+    out = jnp.take_along_axis(vals, best[..., None], axis=-1)[..., 0]
+    idx = jnp.take_along_axis(flat, best[..., None], axis=-1)[..., 0]
+    lead = x.shape[:-nd]
+    return out.reshape(lead + outs), idx.astype(jnp.int64).reshape(lead + outs)
+
+
+def _adaptive_positions(size: int, out: int) -> np.ndarray:
+    """(1, out, K) positions of the adaptive windows, K the longest; shorter windows
+    repeat their last position (a repeat changes neither the max nor its index)."""
+    lo, hi = _bounds(size, out)
+    pos = lo[:, None] + np.arange(int((hi - lo).max()))[None, :]
+    return np.minimum(pos, (hi - 1)[:, None])[None]
+
+
+@register(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
+def _adaptive_max_pool(ctx, x, output_size):
+    nd = len(output_size)
+    outs = ctx.shape[0][-nd:]
+    return _window_max(x, [_adaptive_positions(n, o) for n, o in zip(x.shape[-nd:], outs)])
+
+
+def _fractional_starts(samples, size: int, out: int, pool: int):
+    """(P, out) window starts from one sample per plane, as eager's generate_intervals
+    computes them in the samples' own dtype: alpha = (size - pool) / (out - 1),
+    start_i = int((i + u) * alpha) - int(u * alpha), the last start size - pool.
+    Each step is rounded to the dtype (bfloat16 arithmetic rounds every operation)."""
+    dt = samples.dtype
+    info = jnp.finfo(dt)
+
+    def rnd(v):
+        return lax.reduce_precision(v, info.nexp, info.nmant)
+    wide = opmath(dt)
+    u = samples.astype(wide)[:, None]
+    last = jnp.full((samples.shape[0], 1), size - pool, jnp.int32)
+    if out == 1:
+        return last
+    alpha = rnd(jnp.asarray(size - pool, wide) / jnp.asarray(out - 1, wide))
+    i = jnp.arange(out - 1, dtype=wide)[None, :]
+    starts = rnd(rnd(i + u) * alpha).astype(jnp.int32) - rnd(u * alpha).astype(jnp.int32)
+    return jnp.concatenate([starts, last], axis=1)
+
+
+@register(aten.fractional_max_pool2d.default, aten.fractional_max_pool3d.default)
+def _fractional_max_pool(ctx, x, kernel_size, output_size, random_samples):
+    nd = len(output_size)
+    # eager's samples per plane: (W, H) in 2-d, (T, H, W) in 3-d
+    which = (1, 0) if nd == 2 else (0, 1, 2)
+    planes = math.prod(x.shape[:-nd])
+    samples = random_samples[:planes // random_samples.shape[1]].reshape(planes, nd)
+    positions = []
+    for a, (size, out, pool) in enumerate(zip(x.shape[-nd:], output_size, kernel_size)):
+        starts = _fractional_starts(samples[:, which[a]], size, out, pool)
+        positions.append(starts[:, :, None] + jnp.arange(pool, dtype=jnp.int32)[None, None, :])
+    return _window_max(x, positions)
+
+
+@register(aten.adaptive_max_pool2d_backward.default, aten.adaptive_max_pool3d_backward.default,
+          aten.fractional_max_pool2d_backward.default, aten.fractional_max_pool3d_backward.default)
+def _max_by_index_backward(ctx, grad, x, *args):
+    """Each output's gradient added at its flat input index. Eager adds in the input's
+    own dtype (`gradInput[index] += g`, bfloat16 rounding at every add), and so does
+    this scatter: accumulating in float32 left overlapping bf16 windows 1 ulp off."""
+    indices = args[-1]
+    nd = 3 if ctx.op in (aten.adaptive_max_pool3d_backward.default,
+                         aten.fractional_max_pool3d_backward.default) else 2
+    g = grad.astype(x.dtype).reshape((-1, math.prod(grad.shape[-nd:])))
+    rows = jnp.arange(g.shape[0])[:, None]
+    out = jnp.zeros((g.shape[0], math.prod(x.shape[-nd:])), x.dtype).at[rows, indices.reshape(g.shape)].add(g)
+    return out.reshape(x.shape)
