@@ -81,3 +81,26 @@ def _conv_transpose(x, w, stride, padding, dilation, output_padding, groups, dt)
         x, w, window_strides=(1,) * nd, padding=pads, lhs_dilation=tuple(stride),
         rhs_dilation=tuple(dilation), dimension_numbers=dn, feature_group_count=groups,
         precision=_HIGHEST, preferred_element_type=dt)
+
+
+@register(aten._trilinear.default)
+def _trilinear(ctx, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """sum over `sumdim` of i1 * i2 * i3, each unsqueezed at its `expand` dims (what
+    F.bilinear calls): one einsum. A size-1 dim facing a larger one broadcasts; einsum
+    does not, so such a dim is squeezed and its letter left out of that operand."""
+    ins = []
+    for x, expand in zip((i1, i2, i3), (expand1, expand2, expand3)):
+        for d in sorted(expand):
+            x = jnp.expand_dims(x, d)
+        ins.append(x)
+    total = ins[0].ndim
+    full = [max(x.shape[d] for x in ins) for d in range(total)]
+    letters = [chr(ord("a") + d) for d in range(total)]
+    operands, subs = [], []
+    for x in ins:
+        keep = [d for d in range(total) if x.shape[d] == full[d]]
+        operands.append(x.reshape([x.shape[d] for d in keep]))
+        subs.append("".join(letters[d] for d in keep))
+    out = "".join(letters[d] for d in range(total) if d not in set(sumdim))
+    return jnp.einsum(",".join(subs) + "->" + out, *operands, precision=_HIGHEST,
+                      preferred_element_type=opmath(ctx.jdtype))

@@ -78,3 +78,80 @@ def test_fractional_max_pool3d(dtype, tol):
     check_op(lambda x, u: F.fractional_max_pool3d(x[0], 2, output_size=(3, 4, 4), return_indices=True,
                                                   _random_samples=u[:1]), _with_edges(x), samples, backward=False)
     assert host_fallbacks() == []
+
+
+# -- cdist, pdist --------------------------------------------------------------------------
+
+_PS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, float("inf")]
+
+
+def _rows_with_ties(*shape, seed):
+    """Random rows where some coordinates and one whole row repeat (zero differences,
+    zero distances: the gradients' special cases)."""
+    x = rand(*shape, seed=seed)
+    x[..., 1, :] = x[..., 0, :]
+    x[..., 2, 0] = x[..., 3, 0]
+    return x.requires_grad_()
+
+
+@pytest.mark.parametrize("p", _PS)
+def test_cdist(p):
+    x1, x2 = _rows_with_ties(2, 5, 4, seed=1), _rows_with_ties(1, 6, 4, seed=2)
+    with torch.no_grad():
+        x2[0, 0] = x1[0, 0]  # a zero distance across the two sets
+    for mode in ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist"):
+        check_op(lambda a, b: torch.cdist(a, b, p=p, compute_mode=mode), x1, x2, atol=1e-5)
+    assert host_fallbacks() == []
+
+
+@pytest.mark.parametrize("p", [2.0, 1.0])
+def test_cdist_many_rows_and_direct_op(p):
+    """More than 25 rows: eager takes the matmul expansion for p=2; _cdist_forward called
+    directly takes it too (its backward stays _cdist_backward)."""
+    x1, x2 = rand(30, 3, seed=3).requires_grad_(), rand(7, 3, seed=4).requires_grad_()
+    check_op(lambda a, b: torch.cdist(a, b, p=p), x1, x2, atol=1e-4)
+    check_op(lambda a, b: torch.ops.aten._cdist_forward(a, b, p, None), x1, x2, atol=1e-4)
+    check_op(lambda a, b: torch.ops.aten._cdist_forward(a, b, p, 1), x1, x2, atol=1e-4)
+    assert host_fallbacks() == []
+
+
+def test_cdist_edges():
+    x1 = rand(4, 3, seed=5)
+    x2 = rand(5, 3, seed=6)
+    x1[0, 0], x1[1, 1], x2[2, 2] = float("nan"), float("inf"), -float("inf")
+    for p in _PS:
+        check_op(lambda a, b: torch.cdist(a, b, p=p, compute_mode="donot_use_mm_for_euclid_dist"), x1, x2)
+    check_op(lambda a, b: torch.cdist(a, b), torch.zeros(3, 0), torch.zeros(2, 0))
+    check_op(lambda a, b: torch.cdist(a, b), torch.zeros(0, 3), torch.zeros(2, 3))
+    assert host_fallbacks() == []
+
+
+@pytest.mark.parametrize("p", _PS)
+def test_pdist(p):
+    check_op(lambda x: F.pdist(x, p=p), _rows_with_ties(6, 5, seed=7), atol=1e-5)
+    check_op(lambda x: F.pdist(x, p=p), rand(1, 3, seed=8).requires_grad_())
+    assert host_fallbacks() == []
+
+
+# -- bilinear (_trilinear) -----------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
+def test_bilinear(dtype, tol):
+    x1, x2 = _grad(4, 3, dtype=dtype, seed=1), _grad(4, 5, dtype=dtype, seed=2)
+    w, b = _grad(2, 3, 5, dtype=dtype, seed=3), _grad(2, dtype=dtype, seed=4)
+    check_op(F.bilinear, x1, x2, w, b, atol=tol, rtol=tol)
+    check_op(F.bilinear, x1[None].expand(2, 4, 3), x2[None].expand(2, 4, 5), w, None, atol=tol, rtol=tol)
+    assert host_fallbacks() == []
+
+
+def test_bilinear_int_and_trilinear_broadcast():
+    gen = torch.Generator().manual_seed(0)
+    x1, x2 = torch.randint(-5, 5, (4, 3), generator=gen), torch.randint(-5, 5, (4, 5), generator=gen)
+    w = torch.randint(-5, 5, (2, 3, 5), generator=gen)
+    check_op(F.bilinear, x1, x2, w, None)
+    # a size-1 dim broadcasting against a larger one, and no summed dim
+    check_op(lambda a, b, c: torch.ops.aten._trilinear(a, b, c, [0], [1], [2], [1]),
+             rand(1, 4, seed=1), rand(3, 4, seed=2), rand(3, 1, seed=3))
+    check_op(lambda a, b, c: torch.ops.aten._trilinear(a, b, c, [0], [1], [], []),
+             rand(3, 4, seed=1), rand(2, 4, seed=2), rand(2, 3, 4, seed=3))
+    assert host_fallbacks() == []
