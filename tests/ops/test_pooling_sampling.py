@@ -155,3 +155,30 @@ def test_bilinear_int_and_trilinear_broadcast():
     check_op(lambda a, b, c: torch.ops.aten._trilinear(a, b, c, [0], [1], [], []),
              rand(3, 4, seed=1), rand(2, 4, seed=2), rand(2, 3, 4, seed=3))
     assert host_fallbacks() == []
+
+
+# -- embedding max_norm --------------------------------------------------------------------
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, float("inf")])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)])
+def test_embedding_max_norm(norm_type, dtype, tol):
+    """The looked-up rows over max_norm are scaled in place (repeats once), others kept;
+    the weight afterwards and the gradient both match."""
+    idx = torch.tensor([[0, 2, 2], [5, 0, 7]])
+
+    def fn(w, i):  # w is check_op's own copy: renormalised in place
+        out = F.embedding(i, w, max_norm=1.5, norm_type=norm_type)
+        return out, w.detach().clone()
+    w = rand(9, 4, seed=3, dtype=dtype) * 2
+    w[7] = 0.1  # under max_norm: untouched
+    check_op(fn, w.requires_grad_(), idx, atol=tol, rtol=tol)
+    assert host_fallbacks() == []
+
+
+def test_embedding_renorm_inplace_op():
+    def fn(w, i):
+        w = w.clone()
+        torch.embedding_renorm_(w, i, 0.5, 2.0)
+        return w
+    check_op(fn, rand(6, 3, seed=1), torch.tensor([4, 1, 1, 3]))
+    assert host_fallbacks() == []
