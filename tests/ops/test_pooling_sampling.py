@@ -182,3 +182,56 @@ def test_embedding_renorm_inplace_op():
         return w
     check_op(fn, rand(6, 3, seed=1), torch.tensor([4, 1, 1, 3]))
     assert host_fallbacks() == []
+
+
+# -- grid_sampler_3d -----------------------------------------------------------------------
+
+def _grid(*shape, seed, dtype=torch.float32):
+    """Sampling coordinates mostly in [-1, 1], some outside (padding modes), exact corners."""
+    g = rand(*shape, seed=seed) * 0.8
+    flat = g.view(-1)
+    flat[:4] = torch.tensor([-1.0, 1.0, 1.7, -2.3])
+    return g.to(dtype).requires_grad_()
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sample_3d(mode, padding, align):
+    x = _grad(2, 3, 4, 5, 6, seed=1)
+    grid = _grid(2, 3, 2, 4, 3, seed=2)
+    check_op(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=align), x, grid,
+             atol=1e-5)
+    assert host_fallbacks() == []
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_grid_sample_3d_bf16_and_input_grad_only(padding):
+    x = _grad(1, 2, 3, 4, 5, seed=3, dtype=torch.bfloat16)
+    grid = _grid(1, 4, 3, 2, 3, seed=4, dtype=torch.bfloat16)
+    check_op(lambda x, g: F.grid_sample(x, g, padding_mode=padding, align_corners=False), x, grid,
+             atol=1e-2, rtol=1.6e-2, backward=False)
+    check_op(lambda x, g: F.grid_sample(x, g, padding_mode=padding, align_corners=False), _grad(1, 2, 3, 4, 5, seed=3),
+             _grid(1, 4, 3, 2, 3, seed=4).detach(), atol=1e-5)
+    assert host_fallbacks() == []
+
+
+# -- antialiased bilinear upsampling -------------------------------------------------------
+
+@pytest.mark.parametrize("size", [(3, 4), (9, 11), (5, 20), (1, 1), (7, 8)])
+@pytest.mark.parametrize("align", [False, True])
+def test_upsample_bilinear2d_aa(size, align):
+    x = _grad(2, 3, 7, 8, seed=5)
+    check_op(lambda x: F.interpolate(x, size=size, mode="bilinear", antialias=True, align_corners=align), x,
+             atol=1e-5)
+    check_op(lambda x: torch.ops.aten._upsample_bilinear2d_aa(x, size, align), x, atol=1e-5)
+    assert host_fallbacks() == []
+
+
+def test_upsample_bilinear2d_aa_scale_factor():
+    x = _grad(1, 2, 9, 10, seed=6)
+    for sf in (0.3, 0.77, 1.6):
+        check_op(lambda x: F.interpolate(x, scale_factor=sf, mode="bilinear", antialias=True), x, atol=1e-5)
+        check_op(lambda x: F.interpolate(x, scale_factor=sf, mode="bilinear", antialias=True,
+                                         recompute_scale_factor=True), x, atol=1e-5)
+    assert host_fallbacks() == []
