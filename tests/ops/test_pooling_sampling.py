@@ -235,3 +235,32 @@ def test_upsample_bilinear2d_aa_scale_factor():
         check_op(lambda x: F.interpolate(x, scale_factor=sf, mode="bilinear", antialias=True,
                                          recompute_scale_factor=True), x, atol=1e-5)
     assert host_fallbacks() == []
+
+
+# -- embedding_bag (forward only: no autograd) ----------------------------------------------
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)])
+def test_embedding_bag_forward_only(mode, dtype, tol):
+    w = rand(10, 3, seed=9, dtype=dtype)
+    w[4, 1] = w[6, 1]  # a tie inside a bag
+    idx = torch.tensor([4, 6, 2, 2, 9, 0, 4, 1, 7])
+    offsets = torch.tensor([0, 2, 2, 5, 9])  # an empty bag in the middle and one at the end
+    psw = rand(9, seed=10, dtype=dtype) if mode == "sum" else None
+    with torch.no_grad():
+        for pad in (None, 2, 4):
+            check_op(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode, padding_idx=pad), w, idx, offsets,
+                     atol=tol, rtol=tol)
+            check_op(lambda w, i, o, s: F.embedding_bag(i, w, o, mode=mode, padding_idx=pad,
+                                                        per_sample_weights=s), w, idx, offsets, psw, atol=tol, rtol=tol)
+        check_op(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode, include_last_offset=True), w, idx, offsets,
+                 atol=tol, rtol=tol)
+        check_op(lambda w, i: F.embedding_bag(i, w, mode=mode, max_norm=1.0), w, idx.reshape(3, 3),
+                 atol=tol, rtol=tol)
+        # the op itself: output, offset2bag, bag_size and (max) max_indices as eager computes them;
+        # sum/mean's max_indices is empty in the meta function, bag_size-shaped on eager's CPU
+        keep = 4 if mode == "max" else 3
+        check_op(lambda w, i, o: torch.ops.aten._embedding_bag_forward_only(
+            w, i, o, False, ("sum", "mean", "max").index(mode), False, None, False, 2)[:keep], w, idx, offsets,
+            atol=tol, rtol=tol)
+    assert host_fallbacks() == []
