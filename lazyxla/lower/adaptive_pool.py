@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from ._util import opmath
+from ._util import opmath, stepwise_rounding
 from .registry import register
 
 aten = torch.ops.aten
@@ -55,11 +55,39 @@ def _adaptive_avg_pool(ctx, x, output_size):
     nd = len(output_size)
     sizes, outs = x.shape[-nd:], tuple(ctx.shape[-nd:])
     acc = opmath(x.dtype)
+    if nd == 3 and acc != x.dtype:
+        return _adaptive_avg_pool3d_rounded(x, sizes, outs)
     if all(n % o == 0 for n, o in zip(sizes, outs)):  # equal windows: a reshape and a mean
         split = sum(((o, n // o) for n, o in zip(sizes, outs)), ())
         y = x.astype(acc).reshape(x.shape[:-nd] + split)
         return jnp.mean(y, axis=tuple(range(-1, -2 * nd, -2)))
     return _apply_per_axis(x, [_adaptive_matrix(n, o) for n, o in zip(sizes, outs)], acc)
+
+
+def _adaptive_avg_pool3d_rounded(x, sizes, outs):
+    """Eager's 3-d kernel (AdaptiveAveragePooling3d.cpp, unlike the 2-d one) sums each
+    window in the tensor's own dtype, in window order, then divides by kT, kH, kW in
+    turn: in bfloat16 every add and division rounds, which moves results by up to two
+    bf16 ulps from a float32 mean. Reproduced: a scan over the window positions."""
+    r = stepwise_rounding(x.dtype)
+    bounds = [_bounds(n, o) for n, o in zip(sizes, outs)]
+    positions = [_adaptive_positions(n, o) for n, o in zip(sizes, outs)]
+    vals, _ = _gather_windows(x, positions)
+    inside = _window_grid([(np.arange(p.shape[2])[None, :] < (hi - lo)[:, None])[None]
+                           for p, (lo, hi) in zip(positions, bounds)], np.logical_and)
+    inside = jnp.broadcast_to(jnp.asarray(inside), vals.shape)
+
+    def add(total, step):
+        v, ok = step
+        return jnp.where(ok, r(total + v), total), None
+    total, _ = lax.scan(add, jnp.zeros(vals.shape[:2], jnp.float32),
+                        (jnp.moveaxis(vals.astype(jnp.float32), -1, 0), jnp.moveaxis(inside, -1, 0)))
+    total = total.reshape((-1,) + outs)
+    for a, (lo, hi) in enumerate(bounds):
+        shape = [1] * (1 + len(outs))
+        shape[1 + a] = -1
+        total = r(total / jnp.asarray((hi - lo).reshape(shape), jnp.float32))
+    return total.reshape(x.shape[:-3] + outs)
 
 
 @register(aten._adaptive_avg_pool2d_backward.default, aten._adaptive_avg_pool3d_backward.default)
@@ -69,29 +97,40 @@ def _adaptive_avg_pool_backward(ctx, grad, x):
     return _apply_per_axis(grad, mats, opmath(x.dtype))
 
 
-# -- windowed max with PyTorch's flat indices ----------------------------------------------
+# -- windows as gathers, windowed max with PyTorch's flat indices ---------------------------
+
+def _window_grid(per_axis, combine):
+    """Combine per-axis arrays (P, out_a, K_a) into one (P, prod(out), prod(K)), outputs
+    and window positions each row-major over the axes (the order eager scans them)."""
+    nd = len(per_axis)
+    outs = tuple(p.shape[1] for p in per_axis)
+    ks = tuple(p.shape[2] for p in per_axis)
+    grid = None
+    for a, arr in enumerate(per_axis):
+        shape = [arr.shape[0]] + [1] * (2 * nd)
+        shape[1 + a], shape[1 + nd + a] = outs[a], ks[a]
+        arr = arr.reshape(shape)
+        grid = arr if grid is None else combine(grid, arr)
+    return grid.reshape(grid.shape[0], math.prod(outs), math.prod(ks))
+
+
+def _gather_windows(x, positions):
+    """(values, flat input index), each (planes, prod(out), prod(K)), of the windows of
+    the last len(positions) dims of x. positions[a]: int array (P, out_a, K_a), the input
+    positions of each window along axis a, for P = 1 (shared) or one row per plane."""
+    sizes = x.shape[-len(positions):]
+    planes = x.reshape((-1, math.prod(sizes)))
+    flat = _window_grid([jnp.asarray(p) * math.prod(sizes[a + 1:]) for a, p in enumerate(positions)], jnp.add)
+    flat = jnp.broadcast_to(flat, (planes.shape[0],) + flat.shape[1:])
+    vals = jnp.take_along_axis(planes, flat.reshape(planes.shape[0], -1), axis=1).reshape(flat.shape)
+    return vals, flat
+
 
 def _window_max(x, positions):
-    """Max over windows of the last len(positions) dims of x, and eager's flat index
-    of the winner. positions[a]: int array (P, out_a, K_a), the input positions of
-    each window along axis a, for P = 1 (shared) or one row per plane.
-
-    Like eager's CPU kernels (`val > maxval || isnan(val)`, windows scanned in
+    """Max over the windows of `positions` (see _gather_windows) and eager's flat index of
+    the winner. Like eager's CPU kernels (`val > maxval || isnan(val)`, windows scanned in
     row-major order) the first maximum wins, but the last NaN does."""
-    nd = len(positions)
-    sizes = x.shape[-nd:]
-    outs = tuple(p.shape[1] for p in positions)
-    ks = tuple(p.shape[2] for p in positions)
-    planes = x.reshape((-1, math.prod(sizes)))
-    flat = 0
-    for a, pos in enumerate(positions):
-        shape = [pos.shape[0]] + [1] * (2 * nd)
-        shape[1 + a], shape[1 + nd + a] = outs[a], ks[a]
-        flat = flat + jnp.asarray(pos).reshape(shape) * math.prod(sizes[a + 1:])
-    flat = jnp.broadcast_to(flat.reshape(-1, math.prod(outs) * math.prod(ks)),
-                            (planes.shape[0], math.prod(outs) * math.prod(ks)))
-    vals = jnp.take_along_axis(planes, flat, axis=1).reshape(planes.shape[0], math.prod(outs), -1)
-    flat = flat.reshape(vals.shape)
+    vals, flat = _gather_windows(x, positions)
     best = jnp.argmax(vals, axis=-1)
     if jnp.issubdtype(x.dtype, jnp.floating):
         nan = jnp.isnan(vals)
@@ -99,8 +138,8 @@ def _window_max(x, positions):
         best = jnp.where(nan.any(-1), last_nan, best)
     out = jnp.take_along_axis(vals, best[..., None], axis=-1)[..., 0]
     idx = jnp.take_along_axis(flat, best[..., None], axis=-1)[..., 0]
-    lead = x.shape[:-nd]
-    return out.reshape(lead + outs), idx.astype(jnp.int64).reshape(lead + outs)
+    shape = x.shape[:-len(positions)] + tuple(p.shape[1] for p in positions)
+    return out.reshape(shape), idx.astype(jnp.int64).reshape(shape)
 
 
 def _adaptive_positions(size: int, out: int) -> np.ndarray:
@@ -123,12 +162,8 @@ def _fractional_starts(samples, size: int, out: int, pool: int):
     computes them in the samples' own dtype: alpha = (size - pool) / (out - 1),
     start_i = int((i + u) * alpha) - int(u * alpha), the last start size - pool.
     Each step is rounded to the dtype (bfloat16 arithmetic rounds every operation)."""
-    dt = samples.dtype
-    info = jnp.finfo(dt)
-
-    def rnd(v):
-        return lax.reduce_precision(v, info.nexp, info.nmant)
-    wide = opmath(dt)
+    rnd = stepwise_rounding(samples.dtype)
+    wide = opmath(samples.dtype)
     u = samples.astype(wide)[:, None]
     last = jnp.full((samples.shape[0], 1), size - pool, jnp.int32)
     if out == 1:

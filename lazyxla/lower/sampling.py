@@ -7,9 +7,8 @@ scalar CPU kernel for 3-d (GridSampler.cpp / GridSampler.h): coordinates
 unnormalised, then clipped or reflected per padding mode, every corner's weight a
 product of per-axis distances taken x, y, z in that order, corners added z-major.
 Eager does that arithmetic in the tensor's own dtype, so for bfloat16 every step
-is rounded to bfloat16 here too (`lax.reduce_precision`: XLA may otherwise keep
-float32 between fused ops). The backward is the VJP of the same sampler (in
-float32), with eager's subgradients: 0 where a coordinate is clipped, including at
+is rounded to bfloat16 here too (`stepwise_rounding`). The backward is the VJP of
+the same sampler (in float32), with eager's subgradients: 0 where a coordinate is clipped, including at
 the clip bounds.
 
 Antialiased upsampling is separable: one (out, in) weight matrix per resized axis,
@@ -27,21 +26,13 @@ import numpy as np
 import torch
 from jax import lax
 
-from ._util import opmath
+from ._util import opmath, stepwise_rounding
 from .registry import register
 
 aten = torch.ops.aten
 _HIGHEST = lax.Precision.HIGHEST
 _BILINEAR, _NEAREST = 0, 1
 _BORDER, _REFLECTION = 1, 2
-
-
-def _rounding(dtype):
-    """Round-to-`dtype` after each step where dtype is narrower than its compute type."""
-    if opmath(dtype) == dtype:
-        return lambda v: v
-    info = jnp.finfo(dtype)
-    return lambda v: lax.reduce_precision(v, info.nexp, info.nmant)
 
 
 def _clip(c, size: int):
@@ -111,7 +102,7 @@ def _grid_sample(x, grid, mode: int, padding_mode: int, align_corners: bool, r):
 def _grid_sampler_3d(ctx, x, grid, interpolation_mode, padding_mode, align_corners):
     acc = opmath(x.dtype)
     return _grid_sample(x.astype(acc), grid.astype(acc), interpolation_mode, padding_mode, align_corners,
-                        _rounding(x.dtype))
+                        stepwise_rounding(x.dtype))
 
 
 @register(aten.grid_sampler_3d_backward.default)

@@ -32,9 +32,12 @@ def test_adaptive_avg_pool3d(out):
     assert host_fallbacks() == []
 
 
-def test_adaptive_avg_pool3d_bf16():
-    check_op(lambda x: F.adaptive_avg_pool3d(x, (2, 3, 2)), _grad(2, 3, 5, 5, 6, dtype=torch.bfloat16),
-             atol=1e-2, rtol=1.6e-2)
+@pytest.mark.parametrize("out", [(2, 3, 2), (3, 4, 4), (1, 1, 1)])
+def test_adaptive_avg_pool3d_bf16(out):
+    """Eager sums and divides in bfloat16 step by step: matched exactly."""
+    x = _grad(2, 3, 5, 7, 6, dtype=torch.bfloat16) * 8
+    check_op(lambda x: F.adaptive_avg_pool3d(x, out), x.detach(), atol=0, rtol=0)
+    check_op(lambda x: F.adaptive_avg_pool3d(x, out), x.detach().requires_grad_(), atol=1e-2, rtol=1.6e-2)
     assert host_fallbacks() == []
 
 
