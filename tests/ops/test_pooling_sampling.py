@@ -187,7 +187,7 @@ def test_embedding_renorm_inplace_op():
     assert host_fallbacks() == []
 
 
-# -- grid_sampler_3d -----------------------------------------------------------------------
+# -- grid_sampler_2d / grid_sampler_3d ----------------------------------------------------
 
 def _grid(*shape, seed, dtype=torch.float32):
     """Sampling coordinates mostly in [-1, 1], some outside (padding modes), exact corners."""
@@ -208,12 +208,33 @@ def test_grid_sample_3d(mode, padding, align):
     assert host_fallbacks() == []
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sample_2d(mode, padding, align):
+    x = _grad(2, 3, 5, 6, seed=1)
+    grid = _grid(2, 4, 7, 2, seed=2)
+    check_op(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=align), x, grid,
+             atol=1e-5)
+    assert host_fallbacks() == []
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+def test_grid_sample_2d_bf16_exact(mode):
+    """bf16 arithmetic rounded step by step as eager's scalar kernel does: bit for bit."""
+    x = rand(2, 3, 5, 6, seed=5, dtype=torch.bfloat16)
+    for padding in ("zeros", "border", "reflection"):
+        check_op(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=False), x,
+                 _grid(2, 4, 7, 2, seed=6, dtype=torch.bfloat16).detach(), atol=0, rtol=0)
+    assert host_fallbacks() == []
+
+
 @pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
 def test_grid_sample_3d_bf16_and_input_grad_only(padding):
     x = _grad(1, 2, 3, 4, 5, seed=3, dtype=torch.bfloat16)
     grid = _grid(1, 4, 3, 2, 3, seed=4, dtype=torch.bfloat16)
     check_op(lambda x, g: F.grid_sample(x, g, padding_mode=padding, align_corners=False), x, grid,
-             atol=1e-2, rtol=1.6e-2, backward=False)
+             atol=0, rtol=0, backward=False)
     check_op(lambda x, g: F.grid_sample(x, g, padding_mode=padding, align_corners=False), _grad(1, 2, 3, 4, 5, seed=3),
              _grid(1, 4, 3, 2, 3, seed=4).detach(), atol=1e-5)
     assert host_fallbacks() == []
