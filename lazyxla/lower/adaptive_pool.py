@@ -82,7 +82,7 @@ def _adaptive_avg_pool3d_rounded(x, sizes, outs):
         return jnp.where(ok, r(total + v), total), None
     total, _ = lax.scan(add, jnp.zeros(vals.shape[:2], jnp.float32),
                         (jnp.moveaxis(vals.astype(jnp.float32), -1, 0), jnp.moveaxis(inside, -1, 0)))
-    total = total.reshape((-1,) + outs)
+    total = total.reshape(vals.shape[:1] + outs)
     for a, (lo, hi) in enumerate(bounds):
         shape = [1] * (1 + len(outs))
         shape[1 + a] = -1
@@ -122,7 +122,8 @@ def _gather_windows(x, positions):
     planes = x.reshape((-1, math.prod(sizes)))
     flat = _window_grid([jnp.asarray(p) * math.prod(sizes[a + 1:]) for a, p in enumerate(positions)], jnp.add)
     flat = jnp.broadcast_to(flat, (planes.shape[0],) + flat.shape[1:])
-    vals = jnp.take_along_axis(planes, flat.reshape(planes.shape[0], -1), axis=1).reshape(flat.shape)
+    vals = jnp.take_along_axis(planes, flat.reshape(flat.shape[0], flat.shape[1] * flat.shape[2]), axis=1)
+    vals = vals.reshape(flat.shape)
     return vals, flat
 
 

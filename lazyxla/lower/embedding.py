@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from ._util import opmath
+from ._util import opmath, stepwise_rounding
 from .registry import register
 
 aten = torch.ops.aten
@@ -74,8 +74,8 @@ def _embedding_bag_forward_only(ctx, weight, indices, offsets, scale_grad_by_fre
         if per_sample_weights is not None:
             rows = rows * per_sample_weights.astype(acc)[:, None]
         out = per_bag(jax.ops.segment_sum, rows)
-        if mode == _MEAN:
-            out = out / jnp.maximum(counts, 1).astype(acc)[:, None]
+        if mode == _MEAN:  # eager divides the sum already stored in the weight's dtype
+            out = stepwise_rounding(weight.dtype)(out) / jnp.maximum(counts, 1).astype(acc)[:, None]
         else:  # eager zeroes bag_size in sum mode ("make bag_size output deterministic")
             counts = jnp.zeros_like(counts)
     sizes = jnp.zeros(ctx.shape[2], jnp.int64).at[:num_bags].set(counts)

@@ -94,7 +94,8 @@ def _trilinear(ctx, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1)
             x = jnp.expand_dims(x, d)
         ins.append(x)
     total = ins[0].ndim
-    full = [max(x.shape[d] for x in ins) for d in range(total)]
+    # broadcast sizes: a 0 wins over a 1 as in any broadcast
+    full = [0 if any(x.shape[d] == 0 for x in ins) else max(x.shape[d] for x in ins) for d in range(total)]
     letters = [chr(ord("a") + d) for d in range(total)]
     operands, subs = [], []
     for x in ins:

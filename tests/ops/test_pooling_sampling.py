@@ -288,3 +288,14 @@ def test_embedding_bag_forward_only(mode, dtype, tol):
             w, i, o, False, ("sum", "mean", "max").index(mode), False, None, False, 2)[:keep], w, idx, offsets,
             atol=tol, rtol=tol)
     assert host_fallbacks() == []
+
+
+def test_empty_batches():
+    """Zero-size batches (OpInfo samples have them): empty results, no errors."""
+    x = torch.zeros(0, 1, 4, 5, 4)
+    check_op(lambda x, u: F.fractional_max_pool3d(x, (2, 2, 1), output_size=2, return_indices=True,
+                                                  _random_samples=u), x, torch.rand(0, 1, 3))
+    check_op(lambda x: F.adaptive_max_pool3d(x, 2, return_indices=True), x)
+    check_op(lambda x: F.adaptive_avg_pool3d(x.bfloat16(), (3, 2, 2)), x)
+    check_op(F.bilinear, torch.zeros(0, 3), torch.zeros(0, 4), rand(5, 3, 4, seed=1), rand(5, seed=2))
+    assert host_fallbacks() == []
