@@ -8,7 +8,9 @@ positions at once. Fractional max pooling is the same windowed max with window
 starts computed from its `random_samples` tensor (per plane, so per-plane
 positions): the output shape stays static, only the gather positions depend on
 values. All max pools return PyTorch's flat index within the input plane, and their
-backward ops are one scatter-add by that index.
+backward ops are one scatter-add by that index. Where eager computes in bfloat16
+itself (3-d adaptive average, fractional window starts) each step is rounded to
+bfloat16 as there.
 """
 from __future__ import annotations
 
@@ -181,7 +183,8 @@ def _fractional_max_pool(ctx, x, kernel_size, output_size, random_samples):
     # eager's samples per plane: (W, H) in 2-d, (T, H, W) in 3-d
     which = (1, 0) if nd == 2 else (0, 1, 2)
     planes = math.prod(x.shape[:-nd])
-    samples = random_samples[:planes // random_samples.shape[1]].reshape(planes, nd)
+    # (N, C, nd) samples, N at least the batch: the first `planes` rows in (n, c) order
+    samples = random_samples.reshape(-1, nd)[:planes]
     positions = []
     for a, (size, out, pool) in enumerate(zip(x.shape[-nd:], output_size, kernel_size)):
         starts = _fractional_starts(samples[:, which[a]], size, out, pool)

@@ -186,7 +186,9 @@ def _aa_matrix(in_size: int, out_size: int, align_corners: bool, scale) -> np.nd
     return m
 
 
-def _aa_apply(x, sizes_in, sizes_out, align_corners, scales, transpose: bool):
+def _aa_apply(x, sizes_in, sizes_out, align_corners: bool, scales, transpose: bool):
+    """Resize the last two dims of x from sizes_in to sizes_out (transpose: the backward,
+    grad of sizes_out back to sizes_in) with the weight matrices of `_aa_matrix`."""
     acc = opmath(x.dtype)
     y = x.astype(acc)
     for k in (1, 0):  # eager resizes the width first, then the height; unchanged axes untouched
