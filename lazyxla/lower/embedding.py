@@ -41,8 +41,9 @@ def _embedding_renorm(ctx, weight, indices, max_norm, norm_type):
     # eager takes the norm as a tensor of the weight's dtype (rounded to bf16 there)
     norms = jnp.linalg.vector_norm(w, ord=norm_type, axis=1).astype(weight.dtype).astype(jnp.float64)
     looked_up = jnp.zeros(weight.shape[0], bool).at[indices.reshape(-1)].set(True, mode="drop")
-    # the scale is a double, cast to the compute dtype by the multiplication
-    scale = (max_norm / (norms + 1e-7)).astype(acc)
+    # the scale is a double that the in-place multiplication casts to the weight's own
+    # dtype first (in bfloat16 too: a float32 scale left rows 1 bf16 ulp off)
+    scale = (max_norm / (norms + 1e-7)).astype(weight.dtype).astype(acc)
     return jnp.where((looked_up & (norms > max_norm))[:, None], w * scale[:, None], w)
 
 
