@@ -234,9 +234,11 @@ def _ctc_loss_backward_meta(grad, log_probs, *args, **kwargs):
     return torch.empty_like(log_probs)
 
 
-# Output specs of lowered ops that torch ships no meta kernel for.
+# Output specs of lowered ops that torch ships no meta kernel for (torch 2.13:
+# fractional_max_pool2d_backward has one, the 3-d op not).
 _NO_META_KERNEL = {torch.ops.aten.geqrf.default: _geqrf_meta,
-                   torch.ops.aten._ctc_loss_backward.default: _ctc_loss_backward_meta}
+                   torch.ops.aten._ctc_loss_backward.default: _ctc_loss_backward_meta,
+                   torch.ops.aten.fractional_max_pool3d_backward.default: lambda grad, x, *args: torch.empty_like(x)}
 
 
 # Eager's argument errors that meta kernels lack (they would become wrong values here).

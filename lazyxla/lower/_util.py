@@ -12,6 +12,17 @@ def opmath(jdtype):
     return jnp.float32 if jdtype in _LOW_PRECISION else jdtype
 
 
+def stepwise_rounding(jdtype):
+    """A function rounding a compute-dtype value to `jdtype` (identity where jdtype is its
+    own compute dtype): for eager kernels that do arithmetic in bfloat16/float16 itself,
+    rounding at every step. An explicit `reduce_precision`, which XLA keeps, where
+    plain bf16 arithmetic may be fused and kept in float32 between ops."""
+    if opmath(jdtype) == jdtype:
+        return lambda v: v
+    info = jnp.finfo(jdtype)
+    return lambda v: lax.reduce_precision(v, info.nexp, info.nmant)
+
+
 def as_compute(ctx, *xs):
     """Cast every operand to the node's compute dtype (arithmetic ops)."""
     return cast_all(opmath(ctx.jdtype), *xs)

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ._util import opmath
+from ._util import opmath, stepwise_rounding
 from .registry import register
 
 aten = torch.ops.aten
@@ -81,3 +81,37 @@ def _conv_transpose(x, w, stride, padding, dilation, output_padding, groups, dt)
         x, w, window_strides=(1,) * nd, padding=pads, lhs_dilation=tuple(stride),
         rhs_dilation=tuple(dilation), dimension_numbers=dn, feature_group_count=groups,
         precision=_HIGHEST, preferred_element_type=dt)
+
+
+@register(aten._trilinear.default)
+def _trilinear(ctx, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """sum over `sumdim` of i1 * i2 * i3, each unsqueezed at its `expand` dims (what
+    F.bilinear calls), as eager pairs them: i1 * i2 first, summed over the dims i3
+    lacks, that product stored in the tensor's dtype (rounded in bfloat16), then with
+    i3 over the rest. Two einsums. (Eager also loops over `unroll_dim` and, when that
+    dim is summed, adds the slices in the dtype; here that sum is part of the second
+    einsum.) A size-1 dim facing a larger one broadcasts; einsum does not, so such a
+    dim is squeezed and its letter left out of that operand."""
+    ins = []
+    for x, expand in zip((i1, i2, i3), (expand1, expand2, expand3)):
+        for d in sorted(expand):
+            x = jnp.expand_dims(x, d)
+        ins.append(x)
+    total = ins[0].ndim
+    # broadcast sizes: a 0 wins over a 1 as in any broadcast
+    full = [0 if any(x.shape[d] == 0 for x in ins) else max(x.shape[d] for x in ins) for d in range(total)]
+    letters = [chr(ord("a") + d) for d in range(total)]
+    operands, subs = [], []
+    for x in ins:
+        keep = [d for d in range(total) if x.shape[d] == full[d]]
+        operands.append(x.reshape([x.shape[d] for d in keep]))
+        subs.append("".join(letters[d] for d in keep))
+    summed = set(sumdim)
+    first = {letters[d] for d in summed if d != unroll_dim and d in set(expand3)}
+    mid = "".join(c for c in letters if (c in subs[0] or c in subs[1]) and c not in first)
+    out = "".join(letters[d] for d in range(total) if d not in summed)
+    acc = opmath(ctx.jdtype)
+    buf = jnp.einsum(f"{subs[0]},{subs[1]}->{mid}", operands[0], operands[1], precision=_HIGHEST,
+                     preferred_element_type=acc)
+    return jnp.einsum(f"{mid},{subs[2]}->{out}", stepwise_rounding(ctx.jdtype)(buf), operands[2],
+                      precision=_HIGHEST, preferred_element_type=acc)

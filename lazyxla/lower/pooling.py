@@ -1,4 +1,5 @@
-"""2-D max / average / adaptive average pooling and their backward ops.
+"""2-D max and 2-D/3-D average pooling and their backward ops (adaptive and
+fractional pooling: adaptive_pool.py).
 
 Max pooling looks at the kh*kw window offsets as strided slices of the
 padded input: the max and PyTorch's flat index (h * W + w within each input
@@ -19,7 +20,6 @@ from ._util import opmath
 from .registry import register
 
 aten = torch.ops.aten
-_HIGHEST = lax.Precision.HIGHEST
 
 
 def _pair(v, default=None):
@@ -182,81 +182,3 @@ def _avg_pool_backward(ctx, grad, x, kernel_size, stride, padding, ceil_mode, co
                          grad.shape[-nd:])
     _, vjp = jax.vjp(forward, x.astype(acc))
     return vjp(grad.astype(acc))[0]
-
-
-# -- adaptive average pooling --------------------------------------------------------------
-
-def _adaptive_matrix(size: int, out: int) -> np.ndarray:
-    """(out, size) averaging matrix: row i averages [floor(i*size/out), ceil((i+1)*size/out))."""
-    m = np.zeros((out, size), np.float64)
-    for i in range(out):
-        lo = (i * size) // out
-        hi = -((-(i + 1) * size) // out)
-        m[i, lo:hi] = 1.0 / (hi - lo)
-    return m
-
-
-def _adaptive(x, mh, mw, acc):
-    return jnp.einsum("hH,wW,...HW->...hw", jnp.asarray(mh, acc), jnp.asarray(mw, acc), x.astype(acc),
-                      precision=_HIGHEST)
-
-
-@register(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
-def _adaptive_avg_pool2d(ctx, x, output_size):
-    H, W = x.shape[-2:]
-    oh, ow = ctx.shape[-2:]
-    acc = opmath(x.dtype)
-    if H % oh == 0 and W % ow == 0:  # equal windows: a reshape and a mean
-        y = x.astype(acc).reshape(x.shape[:-2] + (oh, H // oh, ow, W // ow))
-        return jnp.mean(y, axis=(-3, -1))
-    return _adaptive(x, _adaptive_matrix(H, oh), _adaptive_matrix(W, ow), acc)
-
-
-@register(aten._adaptive_avg_pool2d_backward.default)
-def _adaptive_avg_pool2d_backward(ctx, grad, x):
-    H, W = x.shape[-2:]
-    oh, ow = grad.shape[-2:]
-    acc = opmath(x.dtype)
-    return _adaptive(grad, _adaptive_matrix(H, oh).T, _adaptive_matrix(W, ow).T, acc)
-
-
-# -- adaptive max pooling ------------------------------------------------------------------
-
-def _adaptive_windows(size: int, out: int):
-    """(out, K) input positions of each adaptive window (padded by repeating the
-    last one) and their validity; K is the longest window."""
-    lo = np.array([(i * size) // out for i in range(out)])
-    hi = np.array([-((-(i + 1) * size) // out) for i in range(out)])
-    k = int((hi - lo).max())
-    pos = lo[:, None] + np.arange(k)[None, :]
-    valid = pos < hi[:, None]
-    return np.where(valid, pos, (hi - 1)[:, None]), valid
-
-
-@register(aten.adaptive_max_pool2d.default)
-def _adaptive_max_pool2d(ctx, x, output_size):
-    H, W = x.shape[-2:]
-    oh, ow = ctx.shape[0][-2:]
-    rows, vr = _adaptive_windows(H, oh)
-    cols, vc = _adaptive_windows(W, ow)
-    g = x[..., rows[:, :, None, None], cols[None, None, :, :]]          # (..., oh, Kh, ow, Kw)
-    valid = vr[:, :, None, None] & vc[None, None, :, :]
-    g = jnp.where(valid, g, jnp.asarray(_lowest(x.dtype), x.dtype))
-    g = jnp.moveaxis(g, -3, -2).reshape(x.shape[:-2] + (oh, ow, -1))   # (..., oh, ow, Kh*Kw) row-major
-    flat = (rows[:, :, None, None] * W + cols[None, None, :, :]).transpose(0, 2, 1, 3).reshape(oh, ow, -1)
-    best = jnp.argmax(g, axis=-1)
-    out = jnp.take_along_axis(g, best[..., None], axis=-1)[..., 0]
-    idx = jnp.take_along_axis(jnp.broadcast_to(jnp.asarray(flat), g.shape), best[..., None], axis=-1)[..., 0]
-    return out, idx.astype(jnp.int64)
-
-
-@register(aten.adaptive_max_pool2d_backward.default)
-def _adaptive_max_pool2d_backward(ctx, grad, x, indices):
-    acc = opmath(x.dtype)
-    H, W = x.shape[-2:]
-    lead = x.shape[:-2]
-    g = grad.astype(acc).reshape((-1, grad.shape[-2] * grad.shape[-1]))
-    idx = indices.reshape(g.shape)
-    rows = jnp.arange(g.shape[0])[:, None]
-    out = jnp.zeros((g.shape[0], H * W), acc).at[rows, idx].add(g)
-    return out.reshape(lead + (H, W))
