@@ -382,7 +382,23 @@ def test_adaptive_max_pool2d(size):
     assert_no_fallback("adaptive_max_pool2d", "adaptive_max_pool2d_backward")
 
 
-def test_decomposition_returning_not_implemented_runs_on_host():
-    # PyTorch's adaptive_max_pool3d decomposition declines non-divisible sizes
-    check_op(lambda t: F.adaptive_max_pool3d(t, 3), torch.randn(1, 2, 5, 7, 8))
-    assert lx.metrics.counter_value("aten::adaptive_max_pool3d") == 1
+@torch.library.custom_op("lazyxla_test::halve", mutates_args=())
+def _halve(x: torch.Tensor) -> torch.Tensor:
+    return x / 2
+
+
+@_halve.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_decomposition_returning_not_implemented_runs_on_host(monkeypatch):
+    # Some PyTorch decompositions decline some arguments (adaptive_max_pool2d/3d with
+    # non-divisible sizes did, before both were lowered): here one that declines odd sizes.
+    from torch._decomp import decomposition_table
+    op = torch.ops.lazyxla_test.halve.default
+    monkeypatch.setitem(decomposition_table, op, lambda x: NotImplemented if x.shape[-1] % 2 else x * 0.5)
+    check_op(torch.ops.lazyxla_test.halve, torch.randn(3, 4))
+    assert lx.metrics.counter_value("lazyxla_test::halve") is None   # decomposed
+    check_op(torch.ops.lazyxla_test.halve, torch.randn(3, 5))
+    assert lx.metrics.counter_value("lazyxla_test::halve") == 1      # declined: ran on the host
