@@ -72,19 +72,16 @@ _SPARSE = "sparse layouts: lazyxla tensors are strided only"
 SKIPS: dict = {"sparse.sampled_addmm": _SPARSE, "to_sparse": _SPARSE}
 
 # bfloat16 failures not fixed yet: expected to fail (xfail, strict=False) in bfloat16
-# only, each with its reason.
-_BF16_STATS = "saved mean/rstd come back float32 where eager keeps bfloat16"
-_BF16_ROUNDING = "one element off by bf16 rounding of an accumulation order"
+# only, each with its reason. (Rounding-order differences are no longer listed: the
+# harness accepts an element as close as eager's to a float64 run, opinfo_harness.py.)
+_BF16_STATS = "saved mean/rstd come back float32 where eager keeps bfloat16 (samples past the 10th: full run)"
 _BF16_TIES = "sort of 8000 bf16 values with many ties: index order among equal values"
 BF16_FAILS: dict = {
     "native_layer_norm": _BF16_STATS, "native_batch_norm": _BF16_STATS,
     "_native_batch_norm_legit": _BF16_STATS, "_batch_norm_with_update": _BF16_STATS,
     "sort": _BF16_TIES, "argsort": _BF16_TIES,
-    "addbmm": _BF16_ROUNDING, "cross": _BF16_ROUNDING, "linalg.cross": _BF16_ROUNDING,
-    "_unsafe_masked_index_put_accumulate": _BF16_ROUNDING,
     "histc": "eager computes each element's bin in bf16 arithmetic ((x - min) * bins / (max - min) "
              "rounded at each step), so elements near a bin edge land in the neighbouring bin",
-    "nn.functional.multi_head_attention_forward": "2 of 6 elements differ in bf16 (not investigated yet)",
 }
 
 # Complex64 failures not fixed yet, each with its reason.
