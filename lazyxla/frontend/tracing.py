@@ -230,15 +230,16 @@ def _geqrf_meta(a):
     return packed, torch.empty(a.shape[:-2] + (min(m, n),), dtype=a.dtype, device=_META)
 
 
-def _ctc_loss_backward_meta(grad, log_probs, *args, **kwargs):
-    return torch.empty_like(log_probs)
+def _like_input_meta(grad, x, *args, **kwargs):
+    # a backward op whose gradient has its input's shape and dtype
+    return torch.empty_like(x)
 
 
 # Output specs of lowered ops that torch ships no meta kernel for (torch 2.13:
 # fractional_max_pool2d_backward has one, the 3-d op not).
 _NO_META_KERNEL = {torch.ops.aten.geqrf.default: _geqrf_meta,
-                   torch.ops.aten._ctc_loss_backward.default: _ctc_loss_backward_meta,
-                   torch.ops.aten.fractional_max_pool3d_backward.default: lambda grad, x, *args: torch.empty_like(x)}
+                   torch.ops.aten._ctc_loss_backward.default: _like_input_meta,
+                   torch.ops.aten.fractional_max_pool3d_backward.default: _like_input_meta}
 
 
 # Eager's argument errors that meta kernels lack (they would become wrong values here).
