@@ -245,8 +245,12 @@ def _clamp_max(ctx, x, max):
 
 @register(aten.lerp.Scalar, aten.lerp.Tensor)
 def _lerp(ctx, x, end, weight):
+    # eager's formula (ATen's lerp kernel): from the nearer end, so weight 1 gives `end`
+    # exactly, and NaN/inf operands give what eager gives (weight 1 with an infinite end
+    # is NaN there, as inf - inf * 0)
     x, end, weight = as_compute(ctx, x, end, weight)
-    return x + weight * (end - x)
+    diff = end - x
+    return jnp.where(jnp.abs(weight) < 0.5, x + weight * diff, end - diff * (1 - weight))
 
 
 @register(aten.addcmul.default)

@@ -35,9 +35,14 @@ def _addbmm(ctx, bias, a, b, *, beta=1, alpha=1):
 def _scaled_add(ctx, bias, prod, beta, alpha):
     """beta * bias + alpha * prod with beta and alpha cast to the compute dtype first, as
     eager does: for integer tensors 0.6 truncates to 0 (scaling by 0.6, then casting,
-    gave other values)."""
+    gave other values). With beta == 0 the bias is ignored, NaN and inf included (as
+    PyTorch documents for the whole add-matmul family); beta may be a traced scalar, so
+    this is a select, not a Python branch. alpha == 0 gets no such treatment: PyTorch
+    promises nothing there and eager's result depends on its BLAS path (shape, dtype)."""
     dt = opmath(ctx.jdtype)
-    return prod * jnp.asarray(alpha).astype(dt) + bias.astype(dt) * jnp.asarray(beta).astype(dt)
+    beta = jnp.asarray(beta).astype(dt)
+    scaled_bias = jnp.where(beta == 0, jnp.zeros((), dt), bias.astype(dt) * beta)
+    return prod * jnp.asarray(alpha).astype(dt) + scaled_bias
 
 
 def _conv_dims(nd: int):
