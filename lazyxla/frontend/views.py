@@ -11,8 +11,6 @@ the view node without shape inference.
 """
 from __future__ import annotations
 
-import torch
-
 from ..ir.node import Node, intern_sig
 
 VIEW_SCATTER = "view_scatter"
@@ -41,20 +39,3 @@ def scatter_chain(base: Node, chain, value: Node) -> Node:
     sig = intern_sig((VIEW_SCATTER, op, vargs, base.shape, base.dtype, inner_new.shape))
     return Node(VIEW_SCATTER, (base, inner_new, op, vargs), None, (base, inner_new),
                 base.shape, base.dtype, sig)
-
-
-_aten = torch.ops.aten
-# View ops whose lowering is a logical reshape: on the host copy (always contiguous,
-# whatever strides the device tensor has) the same reshape is always valid, where
-# `view` could refuse a stride pattern the device-side value never had.
-_RESHAPES = frozenset((_aten.view.default, _aten._unsafe_view.default, _aten._reshape_alias.default,
-                       _aten.view_copy.default, _aten.reshape.default))
-
-
-def view_of_host(base: torch.Tensor, chain) -> torch.Tensor:
-    """Apply a view chain to a contiguous CPU copy of its base with eager ops: the same
-    values the chain's lowerings compute (lower/views.py index the row-major base)."""
-    view = base
-    for op, vargs, shape, _dtype, _sig in chain:
-        view = view.reshape(shape) if op in _RESHAPES else op(view, *vargs)
-    return view

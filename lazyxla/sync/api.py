@@ -30,7 +30,6 @@ from ..frontend.storage import is_wide_read, live_devices, live_storages
 from ..frontend.optim import end_optimizer_step
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import forget_lifted_scalars
-from ..frontend.views import view_of_host
 from ..frontend import sync_hooks
 from ..ir.graph import reads_donated
 from ..ir.node import DATA
@@ -38,6 +37,7 @@ from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
 from .capture import Placeholder, placeholder_refusal
 from .collect import collect
+from .view_read import read_view
 
 # One lock for the whole runtime, also held by every op trace (lazyxla/lock.py,
 # docs/reliability.md): syncs never interleave with each other or with tracing.
@@ -169,8 +169,8 @@ def host_values(tensors: list, allow_explicit: bool = True) -> list:
         # Tensors that already hold device data are read before any graph runs: with
         # explicit donation enabled, the graph of this same read (e.g. for a view in
         # `[a, a[0]]`) may donate a marked buffer that was asked for.
-        # Views of device data are read the same way, by applying the view on the host:
-        # no graph to compile for a transposed `.grad`, and nothing donated.
+        # Views of device data are read the same way, sliced on the device outside any
+        # step graph: no graph to compile for a transposed `.grad`, nothing donated.
         early = _read_device_data(tensors)
         results: dict = {}
         for device, storages in _by_device(tensors).items():
@@ -201,9 +201,9 @@ def host_values(tensors: list, allow_explicit: bool = True) -> list:
 
 
 def _read_device_data(tensors: list) -> dict:
-    """{id(t): CPU copy} for the tensors whose base holds device data (each base
-    downloaded once); the rest need a graph."""
-    bases: dict = {}
+    """{id(t): CPU copy} for the tensors whose base holds device data: a base is
+    downloaded whole, a view is sliced on the device and only its elements move
+    (sync/view_read.py); the rest need a graph."""
     hosts: dict = {}
     for t in tensors:
         st = t._st
@@ -212,11 +212,8 @@ def _read_device_data(tensors: list) -> dict:
         data = st.value.data
         if t._view is None:
             hosts[id(t)] = download(data.live_array(), t.dtype)   # raises for a donated buffer
-            continue
-        base = bases.get(id(st))
-        if base is None:
-            base = bases[id(st)] = download(data.live_array(), st.value.dtype)
-        hosts[id(t)] = view_of_host(base, t._view).clone()
+        else:
+            hosts[id(t)] = read_view(data, st.value, t._view)
     return hosts
 
 
