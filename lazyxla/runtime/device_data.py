@@ -22,6 +22,8 @@ may refer to the same handle; the handle, not the tensor, carries
   device is kept as a host array until a graph (or a read) first needs it, so
   that marking it right after `.to(dev)` places only each device's slice
   instead of a full copy on every device first. `array` places it on demand.
+* `charged`: what the buffer is charged in the memory ledger (runtime/memory.py),
+  released when it is donated or the handle dies; None once released.
 """
 from __future__ import annotations
 
@@ -31,11 +33,12 @@ from typing import Optional
 import torch
 
 from ..errors import DonatedBufferError
+from . import memory
 
 
 class DeviceData:
     __slots__ = ("_array", "shape", "dtype", "device", "read_only", "donate",
-                 "donated_in", "owner", "call_donor", "sharding", "host", "__weakref__")
+                 "donated_in", "owner", "call_donor", "sharding", "host", "charged", "__weakref__")
 
     def __init__(self, array, shape: tuple, dtype: torch.dtype, device: int,
                  owner=None, read_only: bool = False, sharding=None, host=None) -> None:
@@ -50,6 +53,14 @@ class DeviceData:
         self.call_donor = False
         self.donated_in: Optional[str] = None
         self.owner = weakref.ref(owner) if owner is not None else None
+        self.charged = memory.charges(shape, dtype, device, sharding)
+        memory.charge(self, self.charged)
+
+    def __del__(self) -> None:
+        charged = self.charged
+        if charged is not None and memory is not None:   # None: at interpreter exit
+            self.charged = None
+            memory.release(id(self), charged)
 
     @property
     def array(self):
@@ -83,6 +94,9 @@ class DeviceData:
     def mark_donated(self, graph_key: str) -> None:
         self.donated_in = graph_key
         array, self._array, self.host = self._array, None, None
+        if self.charged is not None:
+            memory.release(id(self), self.charged)
+            self.charged = None
         # JAX deletes donated inputs itself where the backend supports donation;
         # deleting here makes the semantics identical on every backend.
         if array is not None and not array.is_deleted():

@@ -13,12 +13,13 @@ import weakref
 import jax
 
 from .. import metrics
+from .._jax import jax_devices
 from ..compile.cache import Executable
 from ..compile.program import scalar_args
 from ..ir.node import data_node
 from ..lock import LOCK
 from ..ir.graph import Graph
-from . import placement, shutdown
+from . import memory, placement, shutdown
 from .device_data import DeviceData
 
 _in_flight: list = []
@@ -29,6 +30,10 @@ def execute(graph: Graph, exe: Executable) -> tuple:
     params = graph.params
     args = [d.array for d in params]
     args += scalar_args(graph)
+    devices = _devices(graph)
+    analysis = exe.memory_analysis()
+    memory.check_fits(devices, analysis, exe.key_hex)
+    memory.note_execution(devices, memory.execution_extra(analysis))
     try:
         with metrics.timed("ExecuteTime"):
             outs = exe.call(*args)
@@ -68,6 +73,13 @@ def execute(graph: Graph, exe: Executable) -> tuple:
     if len(_in_flight) > 4096:  # a loop that never waits: forget outputs already freed
         _in_flight[:] = [r for r in _in_flight if r() is not None]
     return outs
+
+
+def _devices(graph: Graph) -> tuple:
+    """Local device indices the graph runs on (all of them in SPMD mode)."""
+    if placement.spmd_enabled():
+        return tuple(range(len(jax_devices())))
+    return (graph.device,)
 
 
 def wait_all() -> None:

@@ -33,6 +33,7 @@ from ..frontend.tracing import forget_lifted_scalars
 from ..frontend import sync_hooks
 from ..ir.graph import reads_donated
 from ..ir.node import DATA
+from ..runtime import memory
 from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
 from .capture import Placeholder, placeholder_refusal
@@ -85,10 +86,18 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
         # marks donors and installs results only after it returns), so the sync is
         # all or nothing: say so, keep the original error type.
         lost = getattr(e, "lazyxla_lost_buffers", 0)
-        e.add_note(f"lazyxla: the {kind} was not applied: "
-                   + (f"the backend consumed {lost} donated buffer(s) before failing (their tensors now "
-                      "raise DonatedBufferError); all other" if lost else "nothing was donated and the")
-                   + " tensors keep their values or pending computation; the next sync retries.")
+        note = (f"lazyxla: the {kind} was not applied: "
+                + (f"the backend consumed {lost} donated buffer(s) before failing (their tensors now "
+                   "raise DonatedBufferError); all other" if lost else "nothing was donated and the")
+                + " tensors keep their values or pending computation; the next sync retries.")
+        if memory.is_out_of_memory(e) and not isinstance(e, torch.OutOfMemoryError):
+            # the backend's own out-of-memory (XLA RESOURCE_EXHAUSTED): same type and
+            # report as lazyxla's check before running (runtime/memory.py check_fits)
+            oom = torch.OutOfMemoryError(f"lazyxla: out of memory on device {device} running the {kind}: "
+                                         f"{type(e).__name__}: {e}\n{memory.report_text(device)}")
+            oom.add_note(note)
+            raise oom from e
+        e.add_note(note)
         raise
     LastGraph.executable, LastGraph.decisions, LastGraph.kind = exe, decisions, kind
     LastGraph.n_nodes = len(graph.order)

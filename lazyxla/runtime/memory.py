@@ -1,0 +1,206 @@
+"""The ledger of live device buffers: how much device memory lazyxla's tensors hold.
+
+Every `DeviceData` is charged here when it is created (an upload, a graph output)
+and released when its buffer goes away: when it is donated, or when the last
+reference to the handle dies. Charges are per local device: a buffer without
+sharding is charged to its device; in SPMD mode each device holding a shard is
+charged that shard's bytes. The peak also covers what an executing graph needs on
+top of the live buffers (its non-aliased outputs and XLA's temporaries, from the
+executable's memory analysis), noted just before it runs (`note_execution`), so
+`max_memory_allocated` is the high-water mark a device actually had to hold.
+
+`bytes_limit` is what the device can hold: the backend's allocator limit where it
+reports one (GPU, TPU), else the host's physical memory (XLA:CPU buffers are host
+heap). A graph whose run would not fit is refused before it starts (`check_fits`),
+so an impossible graph raises `torch.OutOfMemoryError` with the memory report
+instead of being killed by the OS (CPU) or failing inside XLA (accelerators, which
+report RESOURCE_EXHAUSTED; `is_out_of_memory` recognises both).
+
+The report itself (roles, largest buffers) needs tensor-level knowledge that lives
+above the runtime; `lazyxla.debug` installs it with `set_reporter`.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import weakref
+from typing import Callable, Iterator, Optional
+
+import torch
+
+from .._jax import device_memory_bytes, jax_devices
+
+
+class _Ledger:
+    __slots__ = ("current", "peak", "allocated", "freed", "buffers", "peak_buffers")
+
+    def __init__(self) -> None:
+        self.current = self.peak = self.allocated = self.freed = 0
+        self.buffers = self.peak_buffers = 0
+
+
+_ledgers: dict[int, _Ledger] = {}
+_live: dict[int, weakref.ref] = {}          # id(DeviceData) -> weak reference
+_limit_override: dict[int, int] = {}
+_reporter: list = [None]
+
+
+def _ledger(device: int) -> _Ledger:
+    led = _ledgers.get(device)
+    if led is None:
+        led = _ledgers[device] = _Ledger()
+    return led
+
+
+@functools.lru_cache(maxsize=None)
+def _device_index() -> dict:
+    return {d.id: i for i, d in enumerate(jax_devices())}
+
+
+def charges(shape: tuple, dtype: torch.dtype, device: int, sharding) -> tuple:
+    """((local device index, bytes), ...) a buffer of `shape` occupies."""
+    itemsize = dtype.itemsize
+    if sharding is None:
+        n = itemsize
+        for d in shape:
+            n *= d
+        return ((device, n),)
+    n = itemsize
+    for d in sharding.shard_shape(tuple(shape)):
+        n *= d
+    index = _device_index()
+    return tuple((index[d.id], n) for d in sharding.addressable_devices if d.id in index)
+
+
+def charge(data, parts: tuple) -> None:
+    for device, n in parts:
+        led = _ledger(device)
+        led.current += n
+        led.allocated += n
+        led.buffers += 1
+        if led.current > led.peak:
+            led.peak = led.current
+        if led.buffers > led.peak_buffers:
+            led.peak_buffers = led.buffers
+    _live[id(data)] = weakref.ref(data)
+
+
+def release(data_id: int, parts: tuple) -> None:
+    for device, n in parts:
+        led = _ledger(device)
+        led.current -= n
+        led.freed += n
+        led.buffers -= 1
+    _live.pop(data_id, None)
+
+
+def note_execution(devices, extra: int) -> None:
+    """A graph is about to run and needs `extra` bytes beyond the live buffers."""
+    for device in devices:
+        led = _ledger(device)
+        if led.current + extra > led.peak:
+            led.peak = led.current + extra
+
+
+def allocated(device: int) -> int:
+    return _ledger(device).current
+
+
+def peak(device: int) -> int:
+    return _ledger(device).peak
+
+
+def reset_peak(device: int) -> None:
+    led = _ledger(device)
+    led.peak = led.current
+    led.peak_buffers = led.buffers
+
+
+def stats(device: int) -> dict:
+    """Counters under torch.cuda.memory_stats' names."""
+    led = _ledger(device)
+    return {"allocated_bytes.all.current": led.current, "allocated_bytes.all.peak": led.peak,
+            "allocated_bytes.all.allocated": led.allocated, "allocated_bytes.all.freed": led.freed,
+            "active.all.current": led.buffers, "active.all.peak": led.peak_buffers,
+            "bytes_limit": bytes_limit(device)}
+
+
+def bytes_limit(device: int) -> int:
+    override = _limit_override.get(device)
+    return override if override is not None else device_memory_bytes(device)
+
+
+def backend_stats(device: int) -> Optional[dict]:
+    """What the backend's allocator reports (GPU, TPU); None where it reports nothing (CPU)."""
+    return jax_devices()[device].memory_stats() or None
+
+
+def live_buffers(device: int) -> list:
+    """Live DeviceData charged to `device` (any order)."""
+    out = []
+    for ref in list(_live.values()):
+        data = ref()
+        if data is not None and any(d == device for d, _ in data.charged or ()):
+            out.append(data)
+    return out
+
+
+@contextlib.contextmanager
+def limit_for_testing(device: int, nbytes: int) -> Iterator[None]:
+    """Pretend `device` holds only `nbytes` (tests of the out-of-memory path, which must
+    never really exhaust the machine)."""
+    _limit_override[device] = nbytes
+    try:
+        yield
+    finally:
+        del _limit_override[device]
+
+
+def set_reporter(fn: Callable[[int], str]) -> None:
+    _reporter[0] = fn
+
+
+def report_text(device: int) -> str:
+    fn = _reporter[0]
+    if fn is None:
+        return f"lazyxla: device {device}: {allocated(device):,} bytes in live buffers"
+    try:
+        return fn(device)
+    except Exception as e:  # noqa: BLE001 - the report must never hide the error it explains
+        return f"(memory report failed: {type(e).__name__}: {e})"
+
+
+def execution_extra(analysis: dict) -> int:
+    """Bytes a graph needs beyond its live arguments while it runs: outputs not aliased
+    to donated inputs, and XLA's temporaries (from the executable's memory analysis)."""
+    return (analysis.get("output_size_in_bytes", 0) - analysis.get("alias_size_in_bytes", 0)
+            + analysis.get("temp_size_in_bytes", 0))
+
+
+def check_fits(devices, analysis: dict, graph_key: str) -> None:
+    """Refuse a graph whose run would exceed a device's limit, before it starts: nothing
+    has run, every tensor keeps its value or pending work."""
+    extra = execution_extra(analysis)
+    for device in devices:
+        need = allocated(device) + extra
+        limit = bytes_limit(device)
+        if need > limit:
+            raise torch.OutOfMemoryError(
+                f"lazyxla: out of memory on device {device}: graph {graph_key} needs {_gib(extra)} "
+                f"(outputs {_gib(analysis.get('output_size_in_bytes', 0))}, temporaries "
+                f"{_gib(analysis.get('temp_size_in_bytes', 0))}, aliased "
+                f"{_gib(analysis.get('alias_size_in_bytes', 0))}) beyond the {_gib(allocated(device))} in "
+                f"live buffers: {_gib(need)} in all, but the device holds {_gib(limit)}. Free tensors "
+                "you no longer need (del them), sync smaller pieces of work more often, or use "
+                f"smaller sizes.\n{report_text(device)}")
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    if isinstance(e, torch.OutOfMemoryError):
+        return True
+    text = str(e)
+    return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.2f} GiB"
