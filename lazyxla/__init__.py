@@ -41,7 +41,7 @@ from .utils import optimization_barrier_, save  # noqa: E402,F401
 from . import debug  # noqa: E402,F401
 from . import experimental  # noqa: E402,F401
 from . import distributed, spmd  # noqa: E402,F401
-from .devices import device, device_count, devices, platform  # noqa: E402,F401
+from .devices import device, device_count, devices, memory_info, platform  # noqa: E402,F401
 from . import dynamo as _dynamo  # noqa: E402
 
 _dynamo.register()   # torch.compile(backend="lazyxla"), torch.ops.lazyxla.set_buffer_donor_
@@ -49,7 +49,7 @@ _dynamo.register()   # torch.compile(backend="lazyxla"), torch.ops.lazyxla.set_b
 __version__ = "0.1.0"
 
 __all__ = [
-    "device", "devices", "device_count", "platform",
+    "device", "devices", "device_count", "platform", "memory_info",
     "sync", "sync_tensors", "wait_device_ops",
     "set_buffer_donation", "get_buffer_donation", "is_donated",
     "set_explicit_donation", "explicit_donation_enabled", "explicit_donation",

@@ -1,4 +1,4 @@
-"""Explaining what lazyxla did: the donation report."""
+"""Explaining what lazyxla did: the donation report, the memory report (memory_report.py)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -8,6 +8,7 @@ import torch
 from .compile.cache import LastCompile
 from .frontend.tensor import LazyTensor
 from .ir.node import DATA
+from .memory_report import memory_report  # noqa: F401  (lx.debug.memory_report)
 from .sync.api import LastGraph, pending_graphs
 
 

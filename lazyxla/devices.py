@@ -5,6 +5,8 @@ import torch
 
 from ._jax import jax_devices
 from .frontend.device import DEVICES, device_index, lazyxla_devices
+from .frontend.device_module import memory_device
+from .runtime import memory
 
 
 def device(index: int = 0) -> torch.device:
@@ -25,3 +27,17 @@ def platform() -> str:
     """The JAX platform behind the device: "cpu", "gpu" or "tpu"."""
     p = jax_devices()[0].platform
     return "gpu" if p in ("cuda", "rocm", "gpu") else p
+
+
+def memory_info(device=None) -> dict:
+    """PyTorch/XLA's `xm.get_memory_info` keys, as ints: `bytes_used` (live buffers of
+    lazyxla tensors), `bytes_limit` (what the device holds: the allocator's limit, or
+    the host's memory on CPU) and `peak_bytes_used` (with executing graphs' temporaries).
+    On accelerators `backend` adds what the backend's allocator reports."""
+    index = memory_device(device)
+    info = {"bytes_used": memory.allocated(index), "bytes_limit": memory.bytes_limit(index),
+            "peak_bytes_used": memory.peak(index)}
+    backend = memory.backend_stats(index)
+    if backend:
+        info["backend"] = {k: int(v) for k, v in backend.items()}
+    return info

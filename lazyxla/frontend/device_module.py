@@ -10,10 +10,15 @@ backend_registration's dummy module, which this replaces, answered
 `is_available`, `is_initialized`, `current_device` and `device_count`, which
 torch's generic device code (`torch.get_device_module`, checkpointing, DDP) asks.
 `torch.amp.GradScaler("lazyxla")` needs nothing beyond the autocast support.
+The memory figures (`memory_allocated`, `max_memory_allocated`,
+`reset_peak_memory_stats`, `memory_stats`) answer as torch.cuda's do, from the
+runtime's ledger of live device buffers (runtime/memory.py).
 """
 from __future__ import annotations
 
 import torch
+
+from ..runtime import memory
 
 # Both lower-precision float types lower to XLA on every platform (bfloat16 natively
 # on TPU/GPU; CPU XLA computes them via float32 and rounds).
@@ -72,3 +77,33 @@ def get_rng_state(device=None) -> torch.Tensor:
 
 def set_rng_state(new_state: torch.Tensor, device=None) -> None:
     torch.set_rng_state(new_state)
+
+
+def memory_device(device=None) -> int:
+    """Local index of `device`: None (device 0), an int, "lazyxla:1" or a torch.device."""
+    from .device import device_index, lazyxla_devices
+    if isinstance(device, int) and not isinstance(device, bool):
+        if not 0 <= device < len(lazyxla_devices()):
+            raise ValueError(f"lazyxla: device {device} does not exist; there are {len(lazyxla_devices())}")
+        return device
+    return device_index(device)
+
+
+def memory_allocated(device=None) -> int:
+    """Bytes of live device buffers held by lazyxla tensors on `device`."""
+    return memory.allocated(memory_device(device))
+
+
+def max_memory_allocated(device=None) -> int:
+    """Peak of `memory_allocated` since start or `reset_peak_memory_stats`, including
+    what executing graphs needed on top (outputs, temporaries)."""
+    return memory.peak(memory_device(device))
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    memory.reset_peak(memory_device(device))
+
+
+def memory_stats(device=None) -> dict:
+    """torch.cuda.memory_stats' names for the ledger's counters, plus `bytes_limit`."""
+    return memory.stats(memory_device(device))
