@@ -123,4 +123,9 @@ def set_rng_state(seed: int, device: Optional[str] = None) -> None:
     seeds from it), where upstream seeds the device only."""
     torch_xla.manual_seed(seed)
 
+
+def get_memory_info(device: Optional[torch.device] = None) -> Dict[str, int]:
+    """lx.memory_info: `bytes_used`, `bytes_limit`, `peak_bytes_used` (ints)."""
+    return lx.memory_info(device)
+
 __getattr__ = unsupported_names(__name__)
