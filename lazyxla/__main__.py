@@ -2,8 +2,9 @@
 
     python -m lazyxla [--workload gpt|mlp|convnet] [--steps N]
 
-Prints a progress bar, the loss curve summary, lx.metrics.short_report() and
-what the steady-state step graph donated.
+Prints a progress bar, the loss curve summary, lx.metrics.short_report(),
+what the steady-state step graph donated and what holds device memory
+(lx.debug.memory_report()).
 """
 from __future__ import annotations
 
@@ -67,6 +68,9 @@ def main(argv=None) -> None:
         print(f"  {report.donors} donated parameter buffers (weights and optimizer state), "
               f"{len(kept)} kept; first kept:")
         print("\n".join(kept[:3]))
+
+    print("\nmemory (lx.debug.memory_report()):")
+    print(lx.debug.memory_report(top=8))
 
 
 if __name__ == "__main__":

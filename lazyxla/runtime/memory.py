@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 import weakref
 from typing import Callable, Iterator, Optional
 
@@ -43,6 +44,8 @@ _ledgers: dict[int, _Ledger] = {}
 _live: dict[int, weakref.ref] = {}          # id(DeviceData) -> weak reference
 _limit_override: dict[int, int] = {}
 _reporter: list = [None]
+# Reentrant: a garbage collection inside charge() may release a dying handle (__del__).
+_lock = threading.RLock()
 
 
 def _ledger(device: int) -> _Ledger:
@@ -73,33 +76,37 @@ def charges(shape: tuple, dtype: torch.dtype, device: int, sharding) -> tuple:
 
 
 def charge(data, parts: tuple) -> None:
-    for device, n in parts:
-        led = _ledger(device)
-        led.current += n
-        led.allocated += n
-        led.buffers += 1
-        if led.current > led.peak:
-            led.peak = led.current
-        if led.buffers > led.peak_buffers:
-            led.peak_buffers = led.buffers
-    _live[id(data)] = weakref.ref(data)
+    with _lock:
+        for device, n in parts:
+            led = _ledger(device)
+            led.current += n
+            led.allocated += n
+            led.buffers += 1
+            if led.current > led.peak:
+                led.peak = led.current
+            if led.buffers > led.peak_buffers:
+                led.peak_buffers = led.buffers
+        _live[id(data)] = weakref.ref(data)
 
 
 def release(data_id: int, parts: tuple) -> None:
-    for device, n in parts:
-        led = _ledger(device)
-        led.current -= n
-        led.freed += n
-        led.buffers -= 1
-    _live.pop(data_id, None)
+    """(Called from DeviceData.__del__, in whichever thread drops the last reference.)"""
+    with _lock:
+        for device, n in parts:
+            led = _ledger(device)
+            led.current -= n
+            led.freed += n
+            led.buffers -= 1
+        _live.pop(data_id, None)
 
 
 def note_execution(devices, extra: int) -> None:
     """A graph is about to run and needs `extra` bytes beyond the live buffers."""
-    for device in devices:
-        led = _ledger(device)
-        if led.current + extra > led.peak:
-            led.peak = led.current + extra
+    with _lock:
+        for device in devices:
+            led = _ledger(device)
+            if led.current + extra > led.peak:
+                led.peak = led.current + extra
 
 
 def allocated(device: int) -> int:
