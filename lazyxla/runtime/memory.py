@@ -134,7 +134,13 @@ def stats(device: int) -> dict:
 
 def bytes_limit(device: int) -> int:
     override = _limit_override.get(device)
-    return override if override is not None else device_memory_bytes(device)
+    return override if override is not None else _device_limit(device)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_limit(device: int) -> int:
+    # fixed for the process; asked before every graph runs (check_fits)
+    return device_memory_bytes(device)
 
 
 def backend_stats(device: int) -> Optional[dict]:

@@ -45,7 +45,7 @@ _STRIDED = frozenset((
     _aten.as_strided.default, _aten.unfold.default))
 _RESHAPES = frozenset((_aten.view.default, _aten._unsafe_view.default, _aten._reshape_alias.default,
                        _aten.reshape.default))
-_REPLAYED_MAX = 256
+_CACHE_MAX = 256
 
 
 def read_view(data: DeviceData, base: Node, chain) -> torch.Tensor:
@@ -77,7 +77,7 @@ def strided_window(shape: tuple, dtype: torch.dtype, chain):
     return tuple(t.shape), tuple(t.stride()), t.storage_offset()
 
 
-@functools.lru_cache(maxsize=_REPLAYED_MAX)
+@functools.lru_cache(maxsize=_CACHE_MAX)
 def _gather(base_shape: tuple, base_dtype, size: tuple):
     def gather(base, offset, strides):
         index = jnp.broadcast_to(offset, size)
@@ -98,7 +98,7 @@ def _replayed(base: Node, chain):
     if fn is None:
         program, _ = build(graph)
         fn = _replayed_cache[graph.key] = jax.jit(lambda array: program(array)[0])
-        if len(_replayed_cache) > _REPLAYED_MAX:
+        if len(_replayed_cache) > _CACHE_MAX:
             _replayed_cache.popitem(last=False)
     else:
         _replayed_cache.move_to_end(graph.key)
