@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 
@@ -185,16 +186,27 @@ def test_constants_and_cpu_scalars(dev):
     fn(x, s)
     assert_close(fn(x, s), x0 * 3)
     assert s.item() == 3.0
-    on_device = _compile(lambda x: x + torch.tensor([1.0, 2.0, 3.0], device=x.device))
-    try:
-        got = on_device(x)
-    except RuntimeError as e:
-        # torch 2.13 to 2.15: dynamo's graph hands the data to lazyxla as a fake device
-        # tensor, which lazyxla refuses with what to do instead
-        assert re.search("from data .* is not supported yet", str(e)), str(e)
-    else:
-        # torch 2.11 builds the constant on the host and moves it: it must be right
-        assert_close(got, x0 + offset)
+
+
+def test_tensors_made_from_data_on_the_device(dev):
+    """Issue #23: transformers' cache code makes tensors from data on the model's
+    device inside the compiled forward. Every way of doing so equals eager, and the
+    steady state compiles nothing."""
+    def make(x):
+        a = torch.tensor([1.0, 2.0, 3.0], device=x.device)
+        b = torch.as_tensor([4.0, 5.0, 6.0], device=x.device)
+        c = torch.from_numpy(np.array([7.0, 8.0, 9.0], dtype=np.float32)).to(x.device)
+        d = torch.full((3,), 2.0, device=x.device) + torch.arange(3, device=x.device)
+        e = torch.tensor(0.5).to(x.device)
+        f = torch.tensor([[1, 2, 3]], dtype=torch.int64, device=x.device)
+        return x * a + b - c * d + e * f
+
+    x0 = rand(2, 3)
+    fn = _compile(make)
+    assert_close(fn(x0.to(dev)), make(x0))
+    lx.metrics.clear_all()
+    assert_close(fn(x0.to(dev)), make(x0))
+    assert counter("UncachedCompile") == 0 and counter("DynamoCompile") == 0
 
 
 def test_random_ops_draw_fresh_values_per_call(dev):
@@ -522,6 +534,9 @@ def test_cpu_and_lazy_tensors_mixed_raise(dev):
     fn = _compile(lambda a, b: a + b)
     with pytest.raises(RuntimeError, match=_two_devices("lazyxla:0", "cpu")):
         fn(rand(3).to(dev), rand(3))
+    made_on_cpu = _compile(lambda a: a + torch.tensor([1.0, 2.0, 3.0]))   # no device=: CPU, as in eager
+    with pytest.raises(RuntimeError, match=_two_devices("lazyxla:0", "cpu")):
+        made_on_cpu(rand(3).to(dev))
 
 
 def test_only_cpu_tensors_raise_clearly(dev):

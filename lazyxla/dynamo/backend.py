@@ -3,7 +3,11 @@
 dynamo hands the backend a torch-level FX graph (and real example inputs).
 The backend
 
-1. rewrites `torch.ops.lazyxla.set_buffer_donor_` calls (donor.py), then
+1. rewrites `torch.ops.lazyxla.set_buffer_donor_` calls (donor.py) and
+   tensors made from data on the lazyxla device (`torch.tensor(data,
+   device=dev)` becomes `torch.tensor(data).to(dev)`: AOTAutograd then sees a
+   CPU constant and a copy to the device, which the captured graph uploads
+   once, instead of a lazy tensor it cannot functionalize), then
 2. runs AOTAutograd on it, with lazy tensors seen as plain tensors on the
    lazyxla device (plain.py), keeping in-place updates
    of inputs inside inference graphs (`keep_inference_input_mutations`) so an
@@ -34,6 +38,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 
 from .. import metrics
+from ..frontend.device import DEVICE_TYPE
 from ..frontend.tensor import LazyTensor
 from ..frontend.torch_compat import AOT_MODULES
 from ..sync.api import sync_tensors
@@ -95,6 +100,7 @@ def lazyxla_backend(gm: torch.fx.GraphModule, example_inputs, options: Optional[
                          f"supported: {list(_OPTIONS)}")
     metrics.counter_add("DynamoCompile")
     _rewrite_donor_calls(gm)
+    _rewrite_data_tensors(gm)
     return _aot[bool(options.get("execute_at_call", False))](gm, example_inputs)
 
 
@@ -108,5 +114,42 @@ def _rewrite_donor_calls(gm: torch.fx.GraphModule) -> None:
             node.replace_all_uses_with(node.args[0] if node.args else node.kwargs["t"])
             gm.graph.erase_node(node)
             changed = True
+    if changed:
+        gm.recompile()
+
+
+_DATA_FACTORIES = (torch.tensor, torch.as_tensor)
+
+
+def _on_lazyxla(device) -> bool:
+    return device is not None and torch.device(device).type == DEVICE_TYPE
+
+
+def _device_of(node: torch.fx.Node):
+    """The `device=` of a data factory call: a constant, or `x.device` of a graph value."""
+    device = node.kwargs.get("device")
+    if isinstance(device, torch.fx.Node):
+        example = device.meta.get("example_value")
+        return example if isinstance(example, torch.device) else None
+    return device
+
+
+def _rewrite_data_tensors(gm: torch.fx.GraphModule) -> None:
+    """`torch.tensor(data, device=lazyxla)` / `torch.as_tensor(...)` ->
+    `torch.tensor(data, <other kwargs>).to(device)`."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _DATA_FACTORIES:
+            continue
+        if not _on_lazyxla(_device_of(node)):
+            continue
+        kwargs = dict(node.kwargs)
+        device = kwargs.pop("device")
+        with gm.graph.inserting_after(node):
+            moved = gm.graph.call_method("to", (node, device))
+        node.replace_all_uses_with(moved, delete_user_cb=lambda user: user is not moved)
+        node.kwargs = kwargs
+        moved.meta.update(node.meta)
+        changed = True
     if changed:
         gm.recompile()

@@ -140,6 +140,9 @@ class LazyTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if len(types) > 1:   # another tensor subclass in the call: torch.compile's fakes
+            from .fake_meet import dispatch_with_foreign
+            return dispatch_with_foreign(func, LazyTensor, args, kwargs or {})
         with LOCK:  # each traced op is atomic w.r.t. syncs in other threads (lazyxla/lock.py)
             return _dispatch(func, args, kwargs or {})
 

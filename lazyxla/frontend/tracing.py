@@ -72,12 +72,13 @@ def _tensor_operand(t: LazyTensor, parts: list, inputs: list, devs: list) -> Nod
 def _host_scalar_tensor(t: torch.Tensor, parts: list, inputs: list) -> Node:
     if t.ndim != 0 or not t.is_cpu:   # (attribute reads: 0.1 us instead of 0.37 per wrapped number)
         if t.device.type == DEVICE_TYPE:
-            # Only torch.compile's fake tensors are on the device without being lazy tensors;
-            # they meet a real one when a compiled function makes a device tensor from data.
+            # Only torch.compile's fake tensors are on the device without being lazy tensors,
+            # and LazyTensor.__torch_dispatch__ hands calls that hold them to fake mode
+            # (frontend/fake_meet.py): reaching here means a path that skipped that.
             raise DeviceMismatchError(
-                "lazyxla: torch.compile(...) of a function that creates a tensor on the lazyxla "
-                "device from data (torch.tensor(..., device=...)) is not supported yet: make it on "
-                "the CPU and move it, torch.tensor(...).to(x.device), or create it outside.")
+                f"lazyxla: internal error: a {type(t).__name__} on the lazyxla device reached "
+                "lazy tracing (torch.compile's fake tensors are handled by fake mode); please "
+                "report it with the traceback.")
         raise DeviceMismatchError(
             f"lazyxla: expected all tensors to be on the lazyxla device, but got a {t.device} tensor "
             f"of shape {list(t.shape)}. Move it first with t.to(lx.device()).")

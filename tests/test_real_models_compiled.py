@@ -1,0 +1,92 @@
+"""Model code nobody here wrote, in compiled mode (issue #23): Hugging Face models
+trained with the model and `opt.step` under `torch.compile(backend="lazyxla")`,
+value by value against eager CPU.
+
+The models, batches and optimizer are test_real_models.py's. What differs is how a
+step runs: dynamo captures the forward (and AOTAutograd its backward) and the
+optimizer step; lazyxla replays each captured graph into the pending step graph,
+so `lx.sync()` still runs the whole step as one graph.
+
+Counters asserted from step `WARM` on (docs/models.md gives the reasons):
+* 0 compiles: neither dynamo nor XLA compiles again once the step has settled;
+* graphs per step: one for the step (forward, backward and optimizer replayed into
+  one pending graph), plus one per host read the model makes in Python, as in lazy
+  mode (none for these configs without padding);
+* donors: every parameter and every optimizer state tensor, each updated in place
+  by the step graph.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import lazyxla as lx
+from lazyxla import metrics
+from test_real_models import ATOL, RTOL, adamw, batch, build, n_device_state
+
+STEPS = 4
+# Step 0 traces and compiles. Step 1 compiles once more: the first opt.step made
+# AdamW's state (exp_avg, exp_avg_sq, step), so dynamo's guards on the optimizer
+# fail and the step is traced again with the state present (as in eager torch.compile).
+WARM = 2
+
+slow = pytest.mark.slow
+
+
+def train_compiled(arch: str, attn: str):
+    dev = lx.device()
+    model = build(arch, attn)
+    model.train()
+    ref = copy.deepcopy(model)
+    opt_ref = adamw(ref.parameters())
+    opt = adamw(model.parameters())
+    model.to(dev)
+    kw_ref = batch(arch, padded=False)
+    kw = {k: v.to(dev) for k, v in kw_ref.items()}
+    forward = torch.compile(model, backend="lazyxla")
+    step = torch.compile(opt.step, backend="lazyxla")
+    lx.sync()
+    exp, got, per_step = [], [], []
+    for _ in range(STEPS):
+        opt_ref.zero_grad()
+        loss = ref(**kw_ref).loss
+        loss.backward()
+        opt_ref.step()
+        exp.append(loss.item())
+
+        metrics.clear_all()
+        opt.zero_grad()
+        loss = forward(**kw).loss
+        loss.backward()
+        step()
+        lx.sync()
+        got.append(loss.item())
+        per_step.append({
+            "graphs": metrics.counter_value("ExecuteComputation") or 0,
+            "xla_compiles": metrics.counter_value("UncachedCompile") or 0,
+            "dynamo_compiles": metrics.counter_value("DynamoCompile") or 0,
+            "donors": lx.debug.donation_report().donors,
+        })
+    return ref, model, opt, exp, got, per_step
+
+
+@pytest.mark.parametrize("arch,attn", [
+    ("gpt2", "eager"),
+    pytest.param("llama", "sdpa", marks=slow),
+    pytest.param("t5", "eager", marks=slow),
+    pytest.param("bert", "sdpa", marks=slow),
+    pytest.param("vit", "sdpa", marks=slow),
+])
+def test_compiled_trains_like_eager(arch, attn):
+    torch._dynamo.reset()
+    ref, model, opt, exp, got, per_step = train_compiled(arch, attn)
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(exp), rtol=RTOL, atol=ATOL)
+    for (name, p_ref), (_, p) in zip(ref.named_parameters(), model.named_parameters()):
+        torch.testing.assert_close(p.detach().cpu(), p_ref.detach(), rtol=RTOL, atol=ATOL, msg=name)
+    donors = len(list(model.parameters())) + n_device_state(opt)
+    for i, s in enumerate(per_step[WARM:], start=WARM):
+        assert s["xla_compiles"] == s["dynamo_compiles"] == 0, f"step {i} recompiled: {per_step}"
+        assert s["graphs"] == 1, f"step {i}: {per_step}"
+        assert s["donors"] == donors, f"step {i}: {per_step}"
