@@ -26,89 +26,21 @@ from lazyxla import metrics
 transformers = pytest.importorskip(
     "transformers", minversion="5.24",
     reason="transformers is an optional test dependency: pip install -e '.[test]'")
+from lazyxla.bench import hf_models  # noqa: E402
+from lazyxla.bench.hf_models import batch  # noqa: E402
 
 STEPS = 5
 WARM = 2  # step 0 compiles the graph(s); steps WARM.. must be steady state
 RTOL, ATOL = 1e-4, 1e-5
-VOCAB = 100
 
 
-# -- models ------------------------------------------------------------------------------
-# Tiny configs: every dimension small enough that a step costs milliseconds and the
-# first compile a few seconds on a shared 2-core machine.
-
-def gpt2(attn):
-    cfg = transformers.GPT2Config(
-        n_layer=2, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=32,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation=attn)
-    return transformers.GPT2LMHeadModel(cfg)
-
-
-def llama(attn):
-    # num_key_value_heads < num_attention_heads: grouped-query attention (repeat_kv)
-    cfg = transformers.LlamaConfig(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=32,
-        attn_implementation=attn)
-    return transformers.LlamaForCausalLM(cfg)
-
-
-def bert(attn):
-    cfg = transformers.BertConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        vocab_size=VOCAB, max_position_embeddings=32, hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0, attn_implementation=attn)
-    return transformers.BertForMaskedLM(cfg)
-
-
-def t5(attn):
-    cfg = transformers.T5Config(
-        d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2, vocab_size=VOCAB,
-        decoder_start_token_id=0, dropout_rate=0.0, attn_implementation=attn)
-    return transformers.T5ForConditionalGeneration(cfg)
-
-
-def resnet(attn):
-    cfg = transformers.ResNetConfig(
-        num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
-        layer_type="basic", num_labels=5)
-    return transformers.ResNetForImageClassification(cfg)
-
-
-def vit(attn):
-    cfg = transformers.ViTConfig(
-        image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2,
-        num_attention_heads=2, intermediate_size=64, num_labels=5, hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0, attn_implementation=attn)
-    return transformers.ViTForImageClassification(cfg)
-
+# -- models: lazyxla/bench/hf_models.py ----------------------------------------------------
 
 def build(arch, attn="eager"):
-    torch.manual_seed(0)
-    return globals()[arch](attn)
-
-
-def batch(arch, padded=None):
-    """A fixed CPU batch (keyword arguments of the model's forward). `padded`: pass a
-    2-D attention mask in which the second sequence is padded (the mask changes the
-    result); default: BERT yes, the others no."""
-    padded = arch == "bert" if padded is None else padded
-    g = torch.Generator().manual_seed(1)
-    if arch in ("resnet", "vit"):
-        return {"pixel_values": torch.randn(4, 3, 16, 16, generator=g),
-                "labels": torch.randint(0, 5, (4,), generator=g)}
-    ids = torch.randint(0, VOCAB, (2, 8), generator=g)
-    mask = torch.ones(2, 8, dtype=torch.long)
-    mask[1, 6:] = 0
-    masked = {"attention_mask": mask} if padded else {}
-    if arch == "t5":
-        return {"input_ids": ids, "labels": torch.randint(0, VOCAB, (2, 5), generator=g), **masked}
-    if arch == "bert":
-        labels = ids.clone()
-        labels[:, ::2] = -100  # masked-LM: only some positions are scored
-        return {"input_ids": ids, "token_type_ids": (torch.arange(8) >= 4).long().expand(2, 8).contiguous(),
-                "labels": labels, **masked}
-    return {"input_ids": ids, "labels": ids, **masked}  # causal LMs shift the labels themselves
+    if arch == "gpt2_checkpointed":
+        torch.manual_seed(0)
+        return gpt2_checkpointed(attn)
+    return hf_models.build(arch, attn)
 
 
 def ties(model):
@@ -273,7 +205,7 @@ def gpt2_checkpointed(attn):
     """GPT-2 with activation checkpointing: torch.utils.checkpoint re-runs each block's
     forward in backward (under torch.amp.autocast of the args' device type, which
     needs lazyxla's device module) from saved-tensor hooks."""
-    model = gpt2(attn)
+    model = hf_models.gpt2(attn)
     # transformers 5.24 renamed gradient_checkpointing_enable (deprecated, removed in v6)
     model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     return model
