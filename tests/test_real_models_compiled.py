@@ -27,9 +27,10 @@ from lazyxla import metrics
 from test_real_models import ATOL, RTOL, adamw, batch, build, n_device_state
 
 STEPS = 4
-# Step 0 traces and compiles. Step 1 compiles once more: the first opt.step made
-# AdamW's state (exp_avg, exp_avg_sq, step), so dynamo's guards on the optimizer
-# fail and the step is traced again with the state present (as in eager torch.compile).
+# Step 0 traces and compiles. Step 1 compiles once more (docs/models.md): for the
+# causal LMs and T5, step 0's graph also materialised the empty KV-cache tensors that
+# transformers made while dynamo traced (dynamo's graph keeps them); ViT's first
+# forward sets `config.problem_type`, a value dynamo guards on, so dynamo retraces.
 WARM = 2
 
 slow = pytest.mark.slow
