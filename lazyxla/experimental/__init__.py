@@ -1,8 +1,9 @@
-"""Experimental APIs (API.md "Gradient accumulation"): names follow
+"""Experimental APIs (API.md "Gradient accumulation", "Big models"): names follow
 `torch_xla.experimental`; behaviour may still change."""
 from __future__ import annotations
 
 from ..sync.capture import InputMutationError
 from .gradient_accumulation import gradient_accumulation
+from .scan import ScanError, scan, scan_layers
 
-__all__ = ["gradient_accumulation", "InputMutationError"]
+__all__ = ["gradient_accumulation", "InputMutationError", "scan", "scan_layers", "ScanError"]

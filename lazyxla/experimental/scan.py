@@ -1,0 +1,460 @@
+"""`scan(fn, init, xs)`: a Python loop over the leading dimension as one XLA loop
+(PyTorch/XLA's `torch_xla.experimental.scan`, API.md "Big models").
+
+`fn(carry, x) -> (new_carry, y)` is traced once, on placeholders shaped like
+the carry and one slice of `xs`, into a pure JAX body (sync/capture.py). One
+CALL node then runs that body over the leading dimension in a `lax.scan` and
+fuses into the step graph at the next sync, like gradient accumulation does.
+Tracing and compile cost are one iteration's, whatever the length.
+
+Autograd. The loop is one `torch.autograd.Function` whose inputs are the
+leaves of `init` and `xs` and every leaf tensor that `fn` closes over and that
+requires grad (found by walking the autograd graph the traced iteration
+built: the `AccumulateGrad` nodes it reaches that are not placeholders). Its
+backward is a second loop, in reverse: per iteration it re-runs `fn` on that
+iteration's saved carry and takes the vector-Jacobian product with torch's
+own autograd inside a second captured body, so gradients follow PyTorch's
+derivative formulas exactly as the plain Python loop would.
+
+Options considered for the backward:
+- save every iteration's activations (AOTAutograd's partition, PyTorch/XLA's
+  default): fastest backward, but activation memory grows with the length;
+- differentiate the lowered JAX body with `jax.vjp`: no second trace, but
+  gradients then follow JAX's formulas (ties in max, kinks at 0), which can
+  differ from eager's;
+- re-run the iteration in the backward (chosen): memory for the carries only
+  (N x carry, as activation checkpointing of every iteration), one extra
+  forward per iteration, torch's formulas.
+
+Random ops get a seed per call, mixed with the iteration index, and the
+backward replays the same seeds, so its recomputation sees the forward's
+random values.
+
+`scan_layers(layers, *inputs)` stacks the layers' parameters and buffers
+along a new leading dimension (one traced op per tensor name, whatever the
+depth) and scans `torch.func.functional_call` of the first layer over them.
+The stack's backward is one `unbind` per tensor name, handing each layer its
+own `.grad`; autograd then stores each of them (one `detach` per parameter
+tensor, the only traced work that grows with depth).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import jax.numpy as jnp
+import torch
+from jax import lax
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from .._jax import jax_dtype
+from ..frontend.tensor import LazyTensor
+from ..frontend.tracing import contiguous_strides
+from ..ir.call import Subprogram
+from ..sync.capture import Capture, CaptureError, capture, insert_call
+from .gradient_accumulation import _SEED_MIX
+
+
+class ScanError(ValueError):
+    """Bad input to scan / scan_layers (the message names the problem and the fix)."""
+
+
+# -- the public functions -------------------------------------------------------------
+
+def scan(fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any) -> tuple[Any, Any]:
+    """`(final_carry, ys)`: `fn` applied along dim 0 of `xs`, threading the carry;
+    equal to the Python loop, in one compiled loop (module docstring)."""
+    if not callable(fn):
+        raise ScanError(f"scan: fn must be callable, got {type(fn).__name__}")
+    init_leaves, init_spec = tree_flatten(init)
+    xs_leaves, xs_spec = tree_flatten(xs)
+    device = _check_leaves(init_leaves, xs_leaves)
+    length = xs_leaves[0].shape[0]
+    body = _Body(fn, init_spec, xs_spec, len(init_leaves))
+    x_examples = [x[0] for x in xs_leaves]
+    grad_mode = torch.is_grad_enabled()
+    forward = _capture(body.traced, init_leaves + x_examples, "scan")
+    closures = _closure_leaves(body.results, body.placeholders, body.start_seq) if grad_mode else []
+    need_grad = grad_mode and (bool(closures) or any(t.requires_grad for t in init_leaves + xs_leaves))
+    plan = _Plan(body, forward, length, device, init_leaves, xs_leaves, closures, need_grad)
+    if need_grad:
+        outs = _ScanFunction.apply(plan, *init_leaves, *xs_leaves, *closures)
+    else:
+        outs = plan.run_forward(init_leaves, xs_leaves)[:plan.n_out]
+    outs = list(outs)
+    carry = tree_unflatten(outs[:len(init_leaves)], body.carry_spec)
+    ys = body.unflatten_ys(outs[len(init_leaves):])
+    return carry, ys
+
+
+def scan_layers(layers: Sequence[torch.nn.Module], *inputs: Any) -> Any:
+    """Run `inputs` through every module of `layers` in turn, as one loop over their
+    stacked parameters; the same as `for layer in layers: inputs = layer(*inputs)`."""
+    layers = list(layers)
+    if not layers:
+        return inputs[0] if len(inputs) == 1 else inputs
+    if not inputs:
+        raise ScanError("scan_layers: give the first layer's input(s): scan_layers(layers, x)")
+    names = _check_same_structure(layers)
+    stacked = {name: _StackLayers.apply(*[_tensor(layer, name) for layer in layers]) for name in names}
+    template = layers[0]
+
+    def one_layer(carry, weights):
+        args = carry if isinstance(carry, tuple) else (carry,)
+        return torch.func.functional_call(template, weights, args, strict=True), None
+
+    carry = tuple(inputs) if len(inputs) > 1 else inputs[0]
+    final, _ = scan(one_layer, carry, stacked)
+    return final
+
+
+class _StackLayers(torch.autograd.Function):
+    """`torch.stack` of one tensor of every layer, with a backward that is a single
+    `unbind` (torch's own stack backward dispatches two ops per layer)."""
+
+    @staticmethod
+    def forward(ctx, *tensors: torch.Tensor) -> torch.Tensor:
+        return torch.stack(tensors)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad.unbind(0)
+
+
+# -- checks --------------------------------------------------------------------------
+
+def _check_leaves(init_leaves: list, xs_leaves: list) -> int:
+    if not xs_leaves:
+        raise ScanError("scan: xs has no tensors; the loop length is xs's leading dimension")
+    for where, leaves in (("init", init_leaves), ("xs", xs_leaves)):
+        for i, t in enumerate(leaves):
+            if not isinstance(t, LazyTensor):
+                kind = f"a {t.device} tensor" if isinstance(t, torch.Tensor) else f"a {type(t).__name__}"
+                raise ScanError(f"scan: every leaf of {where} must be a lazyxla tensor; leaf {i} is {kind}. "
+                                "Move tensors with t.to(lx.device()).")
+    lengths = [x.shape[0] if x.dim() else None for x in xs_leaves]
+    if None in lengths:
+        raise ScanError("scan: every leaf of xs needs a leading dimension to iterate over; "
+                        f"leaf {lengths.index(None)} is 0-d")
+    if len(set(lengths)) > 1:
+        raise ScanError(f"scan: the leaves of xs have different lengths along dim 0 ({lengths}); "
+                        "they must all have the loop's length")
+    if lengths[0] == 0:
+        raise ScanError("scan: xs has length 0; there is no iteration to run")
+    devices = {t._st.device for t in init_leaves + xs_leaves}
+    if len(devices) > 1:
+        raise ScanError(f"scan: init and xs are on several lazyxla devices {sorted(devices)}; use one")
+    return devices.pop()
+
+
+def _tensor(module: torch.nn.Module, name: str) -> torch.Tensor:
+    return module.get_parameter(name) if name in dict(module.named_parameters()) else module.get_buffer(name)
+
+
+def _check_same_structure(layers: list) -> list[str]:
+    """The names of the tensors to stack; an error naming the first difference."""
+    first = layers[0]
+    ref = _signature(first)
+    for i, layer in enumerate(layers[1:], start=1):
+        if type(layer) is not type(first):
+            raise ScanError(f"scan_layers: layer {i} is a {type(layer).__name__}, layer 0 a "
+                            f"{type(first).__name__}; every layer must have the same structure")
+        sig = _signature(layer)
+        for name in list(ref) + [n for n in sig if n not in ref]:
+            if name not in sig:
+                raise ScanError(f"scan_layers: layer {i} has no {name!r}, which layer 0 has; "
+                                "every layer must have the same parameters and buffers")
+            if name not in ref:
+                raise ScanError(f"scan_layers: layer {i} has {name!r}, which layer 0 has not; "
+                                "every layer must have the same parameters and buffers")
+            if sig[name] != ref[name]:
+                raise ScanError(f"scan_layers: {name!r} differs between layer 0 {ref[name]} and layer {i} "
+                                f"{sig[name]}; every layer must have the same shapes, dtypes and kinds")
+    return list(ref)
+
+
+def _signature(module: torch.nn.Module) -> dict:
+    sig = {n: ("parameter", tuple(p.shape), p.dtype) for n, p in module.named_parameters()}
+    sig.update({n: ("buffer", tuple(b.shape), b.dtype) for n, b in module.named_buffers()})
+    return sig
+
+
+# -- the traced iteration ----------------------------------------------------------------
+
+class _Body:
+    """`fn` over flat leaves: (*carry, *x slice) -> (*new carry, *y). Records, on its
+    traced call, the placeholders, results and the specs of the carry and y."""
+
+    def __init__(self, fn: Callable, carry_spec, x_spec, n_carry: int) -> None:
+        self.fn = fn
+        self.carry_spec = carry_spec
+        self.x_spec = x_spec
+        self.n_carry = n_carry
+        self.y_spec = None
+        self.y_nones: list[bool] = []
+        self.placeholders: list = []
+        self.results: list = []
+        self.start_seq = 0
+
+    def __call__(self, *leaves: LazyTensor) -> list:
+        carry = tree_unflatten(list(leaves[:self.n_carry]), self.carry_spec)
+        x = tree_unflatten(list(leaves[self.n_carry:]), self.x_spec)
+        out = self.fn(carry, x)
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise ScanError(f"scan: fn must return (new_carry, y), got {type(out).__name__}")
+        new_carry, y = out
+        carry_leaves, carry_spec = tree_flatten(new_carry)
+        if carry_spec != self.carry_spec:
+            raise ScanError(f"scan: fn's new carry has structure {carry_spec}, the carry {self.carry_spec}; "
+                            "it must keep the carry's structure")
+        for i, (new, old) in enumerate(zip(carry_leaves, leaves)):
+            if not isinstance(new, torch.Tensor) or new.shape != old.shape or new.dtype != old.dtype:
+                got = f"{new.dtype} {list(new.shape)}" if isinstance(new, torch.Tensor) else type(new).__name__
+                raise ScanError(f"scan: carry leaf {i} goes in as {old.dtype} {list(old.shape)} and comes back "
+                                f"from fn as {got}; a carry must keep its shape and dtype")
+        y_leaves, self.y_spec = tree_flatten(y)
+        for i, t in enumerate(y_leaves):
+            if not isinstance(t, torch.Tensor) and t is not None:
+                raise ScanError(f"scan: leaf {i} of fn's y is a {type(t).__name__}; y must hold tensors "
+                                "(or None)")
+        self.y_nones = [t is None for t in y_leaves]
+        return carry_leaves + [t for t in y_leaves if t is not None]
+
+    def unflatten_ys(self, ys: list) -> Any:
+        it = iter(ys)
+        return tree_unflatten([None if none else next(it) for none in self.y_nones], self.y_spec)
+
+    def traced(self, *leaves: LazyTensor) -> list:
+        """The call `capture` makes: also records what the closure walk needs."""
+        self.placeholders = list(leaves)
+        self.start_seq = _next_sequence_nr()
+        self.results = self(*leaves)
+        return self.results
+
+
+def _capture(fn: Callable, examples: list, name: str, requires_grad=None) -> Capture:
+    try:
+        return capture(fn, examples, name=name, requires_grad=requires_grad)
+    except CaptureError as e:
+        raise type(e)(f"{name}: {e} (scan traces fn once, on placeholders, so its body must be pure "
+                      "tensor code: no host reads, no writes to outside tensors)") from e
+
+
+def _next_sequence_nr() -> int:
+    """Autograd nodes made from now on have sequence numbers from this one on."""
+    with torch.enable_grad():
+        return torch.zeros((), requires_grad=True).neg().grad_fn._sequence_nr() + 1
+
+
+def _closure_leaves(results: list, placeholders: list, start_seq: int) -> list[torch.Tensor]:
+    """Leaf tensors requiring grad that the traced iteration read from outside: the
+    AccumulateGrad nodes its autograd graph reaches, less the placeholders'."""
+    own = {id(p) for p in placeholders}
+    leaves: dict = {}
+    seen: set = set()
+    stack = [r.grad_fn for r in results if isinstance(r, torch.Tensor) and r.grad_fn is not None]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)
+        if variable is not None:   # AccumulateGrad: a leaf
+            if id(variable) not in own:
+                leaves.setdefault(id(variable), variable)
+            continue
+        if node._sequence_nr() < start_seq:
+            raise ScanError("scan: fn reads a tensor from outside that requires grad and was computed "
+                            "(it is not a leaf such as a parameter); pass it in init or xs, or detach it")
+        stack.extend(next_fn for next_fn, _ in node.next_functions)
+    for t in leaves.values():
+        if not isinstance(t, LazyTensor):
+            raise ScanError(f"scan: fn closes over a {t.device} tensor that requires grad; "
+                            "move it to the lazyxla device")
+    return list(leaves.values())
+
+
+def _differentiable(t: torch.Tensor) -> bool:
+    return t.dtype.is_floating_point or t.dtype.is_complex
+
+
+# -- the loops ---------------------------------------------------------------------------
+
+class _Plan:
+    """One scan call: the captured iteration and how to run it forward and backward."""
+
+    def __init__(self, body: _Body, forward: Capture, length: int, device: int, init: list,
+                 xs: list, closures: list, need_grad: bool) -> None:
+        self.body, self.forward, self.length, self.device = body, forward, length, device
+        self.n_carry, self.n_xs = len(init), len(xs)
+        self.n_out = len(body.results)
+        self.closures = closures
+        self.save_carries = need_grad
+        self.seeds: list = []
+
+    def run_forward(self, init: list, xs: list) -> list[LazyTensor]:
+        """Insert the forward loop: (*final carry, *ys, [*carries at each iteration's start])."""
+        operands = self.forward.operands(list(init) + [x for x in xs])
+        n_seeds = self.forward.n_seeds
+        self.seeds = operands[len(operands) - n_seeds:] if n_seeds else []
+        program = _forward_loop(self.forward, self.length, self.n_carry, self.n_xs, self.save_carries)
+        specs = [(shape, contiguous_strides(shape), dtype) for shape, dtype in program.out_avals]
+        return insert_call(program, operands, specs, self.device)
+
+    def run_backward(self, carries: list, xs: list, g_carry: list, g_ys: list) -> list:
+        """Insert the backward loop; the gradients of (*init, *xs, *closures), None where
+        a leaf is not differentiable."""
+        carry_examples = [c[0] for c in carries]
+        x_examples = [x[0] for x in xs]
+        diff_c = [i for i, c in enumerate(carry_examples) if _differentiable(c)]
+        diff_x = [i for i, x in enumerate(x_examples) if _differentiable(x)]
+        ys_examples = [y[0] for y in g_ys]
+        grad_fn = _VjpBody(self.body, len(carry_examples), len(x_examples), diff_c, diff_x, self.closures)
+        examples = carry_examples + x_examples + [carry_examples[i] for i in diff_c] + ys_examples
+        requires = ([i in diff_c for i in range(len(carry_examples))]
+                    + [i in diff_x for i in range(len(x_examples))] + [False] * (len(diff_c) + len(ys_examples)))
+        backward = _capture(grad_fn, examples, "scan_backward", requires_grad=requires)
+        if backward.n_seeds != len(self.seeds):
+            raise CaptureError(f"scan: the backward re-run of fn draws {backward.n_seeds} random seeds where "
+                               f"the forward drew {len(self.seeds)}; not supported yet")
+        inputs = list(carries) + list(xs) + [g_carry[i] for i in diff_c] + list(g_ys)
+        operands = [t.checked_value() for t in inputs]
+        outer = backward.extra_operands()
+        operands += outer[:len(outer) - backward.n_seeds] + list(self.seeds)
+        program = _backward_loop(backward, self.length, len(carries), len(xs), len(diff_c), len(diff_x),
+                                 len(g_ys))
+        specs = [(shape, contiguous_strides(shape), dtype) for shape, dtype in program.out_avals]
+        outs = insert_call(program, operands, specs, self.device)
+        g_init = [None] * len(carries)
+        g_xs = [None] * len(xs)
+        for i, g in zip(diff_c, outs[:len(diff_c)]):
+            g_init[i] = g
+        for i, g in zip(diff_x, outs[len(diff_c):len(diff_c) + len(diff_x)]):
+            g_xs[i] = g
+        return g_init + g_xs + list(outs[len(diff_c) + len(diff_x):])
+
+
+class _VjpBody:
+    """The backward iteration: (*carry in, *x slice, *d carry out, *d y) ->
+    (*d carry in, *d x slice, *d closures), by re-running fn and torch.autograd.grad."""
+
+    def __init__(self, body: _Body, n_carry: int, n_xs: int, diff_c: list, diff_x: list,
+                 closures: list) -> None:
+        self.body, self.n_carry, self.n_xs = body, n_carry, n_xs
+        self.diff_c, self.diff_x, self.closures = diff_c, diff_x, closures
+
+    def __call__(self, *phs: LazyTensor) -> list:
+        carry_in = phs[:self.n_carry]
+        x = phs[self.n_carry:self.n_carry + self.n_xs]
+        cotangents = phs[self.n_carry + self.n_xs:]
+        with torch.enable_grad():
+            outs = self.body(*carry_in, *x)
+        outputs = [outs[i] for i in self.diff_c] + outs[self.n_carry:]
+        pairs = [(o, g) for o, g in zip(outputs, cotangents) if o.requires_grad]
+        wrt = [carry_in[i] for i in self.diff_c] + [x[i] for i in self.diff_x] + list(self.closures)
+        grads = [None] * len(wrt)
+        if pairs and wrt:
+            grads = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True)
+        return [torch.zeros_like(w) if g is None else g for g, w in zip(grads, wrt)]
+
+
+def _forward_loop(body: Capture, length: int, n_carry: int, n_xs: int, save_carries: bool) -> Subprogram:
+    body_fn = body.program.fn
+    n_seeds = body.n_seeds
+    avals = body.program.out_avals
+    carry_avals, y_avals = avals[:n_carry], avals[n_carry:]
+    out_avals = (list(carry_avals) + [((length, *s), d) for s, d in y_avals]
+                 + ([((length, *s), d) for s, d in carry_avals] if save_carries else []))
+
+    def fn(*operands):
+        carry0 = tuple(operands[:n_carry])
+        xs = tuple(operands[n_carry:n_carry + n_xs])
+        rest = operands[n_carry + n_xs:]
+        outer, seeds = rest[:len(rest) - n_seeds], rest[len(rest) - n_seeds:]
+
+        def step(carry, inp):
+            x, i = inp
+            index = i.astype(jnp.int64) * _SEED_MIX
+            outs = body_fn(*carry, *x, *outer, *(s ^ index for s in seeds))
+            saved = carry if save_carries else ()
+            return tuple(outs[:n_carry]), (tuple(outs[n_carry:]), saved)
+
+        final, (ys, carries) = lax.scan(step, carry0, (xs, jnp.arange(length)))
+        return (*final, *ys, *carries)
+
+    return Subprogram(fn, ("scan", body.program.key, length, n_carry, n_xs, save_carries),
+                      f"scan[{length}]", out_avals)
+
+
+def _backward_loop(body: Capture, length: int, n_carry: int, n_xs: int, n_dc: int, n_dx: int,
+                   n_dy: int) -> Subprogram:
+    """(*carries [N,...], *xs, *d final carry, *d ys, *outer, *seeds) ->
+    (*d init, *d xs stacked, *d closures summed), the body run from the last iteration."""
+    body_fn = body.program.fn
+    n_seeds = body.n_seeds
+    avals = body.program.out_avals     # d carry in, d x slices, d closures
+    dc_avals, dx_avals, dcl_avals = avals[:n_dc], avals[n_dc:n_dc + n_dx], avals[n_dc + n_dx:]
+    out_avals = list(dc_avals) + [((length, *s), d) for s, d in dx_avals] + list(dcl_avals)
+
+    def fn(*operands):
+        carries = operands[:n_carry]
+        xs = operands[n_carry:n_carry + n_xs]
+        g_final = tuple(operands[n_carry + n_xs:n_carry + n_xs + n_dc])
+        g_ys = operands[n_carry + n_xs + n_dc:n_carry + n_xs + n_dc + n_dy]
+        rest = operands[n_carry + n_xs + n_dc + n_dy:]
+        outer, seeds = rest[:len(rest) - n_seeds], rest[len(rest) - n_seeds:]
+
+        def step(state, inp):
+            g_carry, g_closures = state
+            carry_in, x, g_y, i = inp
+            index = i.astype(jnp.int64) * _SEED_MIX
+            outs = body_fn(*carry_in, *x, *g_carry, *g_y, *outer, *(s ^ index for s in seeds))
+            summed = tuple(a + b for a, b in zip(g_closures, outs[n_dc + n_dx:]))
+            return (tuple(outs[:n_dc]), summed), tuple(outs[n_dc:n_dc + n_dx])
+
+        zeros = tuple(jnp.zeros(s, jax_dtype(d)) for s, d in dcl_avals)
+        (g_init, g_closures), g_xs = lax.scan(step, (g_final, zeros),
+                                              (carries, xs, g_ys, jnp.arange(length)), reverse=True)
+        return (*g_init, *g_xs, *g_closures)
+
+    return Subprogram(fn, ("scan_backward", body.program.key, length, n_carry, n_xs, n_dc, n_dx, n_dy),
+                      f"scan_backward[{length}]", out_avals)
+
+
+class _ScanFunction(torch.autograd.Function):
+    """The loop as one autograd node: inputs (*init, *xs, *closures), outputs
+    (*final carry, *ys); backward is the reverse loop (module docstring)."""
+
+    @staticmethod
+    def forward(ctx, plan: _Plan, *tensors: LazyTensor):
+        init = tensors[:plan.n_carry]
+        xs = tensors[plan.n_carry:plan.n_carry + plan.n_xs]
+        outs = plan.run_forward(init, xs)
+        carries = outs[plan.n_out:]
+        ctx.plan = plan
+        ctx.save_for_backward(*carries, *xs)
+        results = outs[:plan.n_out]
+        ctx.mark_non_differentiable(*[r for r in results if not _differentiable(r)])
+        return tuple(results)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        plan: _Plan = ctx.plan
+        saved = ctx.saved_tensors
+        carries, xs = saved[:plan.n_carry], saved[plan.n_carry:]
+        n_carry = plan.n_carry
+        g_carry = [_zeros_if_none(g, c[0]) for g, c in zip(grads[:n_carry], carries)]
+        ys = grads[n_carry:]
+        y_avals = plan.forward.program.out_avals[n_carry:]
+        g_ys = [_zeros_if_none(g, None, (plan.length, *shape), dtype, plan.device)
+                for g, (shape, dtype) in zip(ys, y_avals)]
+        with torch.no_grad():
+            return (None, *plan.run_backward(list(carries), list(xs), g_carry, g_ys))
+
+
+def _zeros_if_none(g, like, shape=None, dtype=None, device=None):
+    """A zero cotangent for an output the loss does not depend on."""
+    if g is not None:
+        return g
+    if like is not None:
+        return torch.zeros_like(like)
+    return torch.zeros(shape, dtype=dtype, device=torch.device("lazyxla", device))

@@ -1,0 +1,236 @@
+"""lx.experimental.scan / scan_layers (issue #22) against the plain Python loop in
+eager PyTorch: values, gradients (to init, xs and closed-over tensors), an optimizer
+over 3 steps, counters (traced ops flat in depth, no steady-state compiles) and the
+errors for bad input."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import lazyxla as lx
+from lazyxla import metrics
+from lazyxla.experimental import ScanError, scan, scan_layers
+from helpers import assert_close
+
+
+def python_scan(fn, init, xs):
+    """The loop scan stands for, in eager."""
+    carry, ys = init, []
+    leaves, spec = torch.utils._pytree.tree_flatten(xs)
+    for i in range(leaves[0].shape[0]):
+        carry, y = fn(carry, torch.utils._pytree.tree_unflatten([x[i] for x in leaves], spec))
+        ys.append(y)
+    if ys[0] is None:
+        return carry, None
+    return carry, torch.utils._pytree.tree_map(lambda *t: torch.stack(t), *ys)
+
+
+def leaves(*trees):
+    return [t for tree in trees for t in torch.utils._pytree.tree_leaves(tree) if t is not None]
+
+
+def grads_of(tensors):
+    return [t.grad.cpu() if t.grad is not None else None for t in tensors]
+
+
+def run_both(dev, make_fn, init, xs, closure):
+    """Eager python loop and lazy scan from the same CPU values; returns both results and
+    the gradients of a loss over everything, for init, xs and the closure."""
+    out = {}
+    for side in ("eager", "lazy"):
+        move = (lambda t: t.to(dev)) if side == "lazy" else (lambda t: t.clone())
+        req = lambda t: move(t).requires_grad_(t.dtype.is_floating_point)   # noqa: E731
+        i, x, w = [torch.utils._pytree.tree_map(req, v) for v in (init, xs, closure)]
+        fn = make_fn(w)
+        carry, ys = (scan if side == "lazy" else python_scan)(fn, i, x)
+        loss = sum((t.float() ** 2).sum() for t in leaves(carry, ys) if t.dtype.is_floating_point)
+        loss.backward()
+        out[side] = ([t.detach().cpu() for t in leaves(carry, ys)], grads_of(leaves(i, x, w)))
+    return out["eager"], out["lazy"]
+
+
+def test_scan_values_and_gradients(dev):
+    torch.manual_seed(0)
+    def make_fn(w):
+        def fn(c, x):
+            h = torch.tanh(c @ w + x)
+            return h, h.sum(-1)
+        return fn
+    (values, grads), (lvalues, lgrads) = run_both(dev, make_fn, torch.randn(2, 4), torch.randn(5, 2, 4),
+                                                  torch.randn(4, 4))
+    for a, b in zip(lvalues + lgrads, values + grads):
+        assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_scan_pytrees_int_carry_and_no_y(dev):
+    torch.manual_seed(0)
+    def make_fn(w):
+        def fn(carry, x):
+            h, count = carry["h"], carry["n"]
+            h = torch.sigmoid(h * w + x[0] - x[1])
+            return {"h": h, "n": count + 1}, None
+        return fn
+    init = {"h": torch.randn(3), "n": torch.tensor(0)}
+    xs = (torch.randn(4, 3), torch.randn(4, 3))
+    (values, grads), (lvalues, lgrads) = run_both(dev, make_fn, init, xs, torch.randn(3))
+    for a, b in zip(lvalues + lgrads, values + grads):
+        if b is None:
+            assert a is None
+        else:
+            assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert lvalues[1].item() == 4   # the int carry counted the iterations
+
+
+def test_scan_without_grad(dev):
+    xs = torch.randn(6, 3)
+    with torch.no_grad():
+        carry, ys = scan(lambda c, x: (c + x, c * x), torch.zeros(3).to(dev), xs.to(dev))
+    ref_c, ref_y = python_scan(lambda c, x: (c + x, c * x), torch.zeros(3), xs)
+    assert_close(carry, ref_c)
+    assert_close(ys, ref_y)
+
+
+def test_random_ops_replay_their_values_in_backward(dev):
+    """The backward re-runs fn: it must see the forward's dropout masks."""
+    x = torch.ones(4, 1000).to(dev).requires_grad_()
+    _, ys = scan(lambda c, x: (c, torch.nn.functional.dropout(x, 0.5, training=True)), torch.zeros(1).to(dev), x)
+    ys.sum().backward()
+    kept = (ys != 0).float().cpu()
+    assert 0.4 < kept.mean().item() < 0.6
+    assert not torch.equal(kept[0], kept[1])   # each iteration draws its own mask
+    assert_close(x.grad.cpu(), kept * 2.0)
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(16)
+        self.fc = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return x + torch.relu(self.fc(self.ln(x)))
+
+
+def blocks(n):
+    torch.manual_seed(0)
+    return torch.nn.ModuleList([Block() for _ in range(n)])
+
+
+def test_scan_layers_trains_like_the_plain_loop(dev):
+    ref = blocks(4)
+    lazy = copy.deepcopy(ref).to(dev)
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(lazy.parameters(), lr=1e-2)
+    x = torch.randn(3, 16)
+    xl = x.to(dev)
+    per_step = []
+    for _ in range(3):
+        h = x
+        for block in ref:
+            h = block(h)
+        loss = (h ** 2).mean()
+        opt_ref.zero_grad()
+        loss.backward()
+        opt_ref.step()
+
+        metrics.clear_all()
+        lazy_loss = (scan_layers(lazy, xl) ** 2).mean()
+        opt.zero_grad()
+        lazy_loss.backward()
+        for p, q in zip(lazy.parameters(), ref.parameters()):
+            assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
+        opt.step()
+        lx.sync()
+        assert_close(lazy_loss, loss.detach(), rtol=1e-5)
+        per_step.append(metrics.counter_value("UncachedCompile") or 0)
+    for p, q in zip(lazy.parameters(), ref.parameters()):
+        assert_close(p, q.detach(), rtol=1e-4, atol=1e-6)
+    assert per_step[1:] == [0, 0], per_step
+
+
+def traced_ops(dev, n):
+    layers = blocks(n).to(dev)
+    x = torch.randn(3, 16).to(dev)
+    lx.sync()
+    metrics.clear_all()
+    loss = (scan_layers(layers, x) ** 2).mean()
+    forward = metrics.counter_value("TracedOps")
+    loss.backward()
+    return forward, metrics.counter_value("TracedOps") - forward
+
+
+def test_traced_ops_do_not_grow_with_depth(dev):
+    fwd2, bwd2 = traced_ops(dev, 2)
+    fwd12, bwd12 = traced_ops(dev, 12)
+    assert fwd2 == fwd12
+    # The backward traces the layer once too; what grows is autograd storing each layer's
+    # .grad: one detach per parameter tensor (4 per Block).
+    assert bwd12 - bwd2 == 10 * 4
+
+
+def test_scan_layers_empty_and_several_inputs(dev):
+    x = torch.randn(2, 3).to(dev)
+    assert scan_layers([], x) is x
+
+    class Pair(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(3))
+
+        def forward(self, a, b):
+            return a * self.w + b, b - a
+
+    torch.manual_seed(1)
+    layers = [Pair() for _ in range(3)]
+    a, b = torch.randn(3), torch.randn(3)
+    ref = (a, b)
+    for layer in layers:
+        ref = layer(*ref)
+    got = scan_layers([copy.deepcopy(layer).to(dev) for layer in layers], a.to(dev), b.to(dev))
+    assert_close(got[0], ref[0].detach())
+    assert_close(got[1], ref[1].detach())
+
+
+# -- bad input ------------------------------------------------------------------------
+
+def test_layers_that_differ_are_named(dev):
+    same = blocks(2).to(dev)
+    other = torch.nn.ModuleList([same[0], torch.nn.Linear(16, 16).to(dev)])
+    x = torch.randn(3, 16).to(dev)
+    with pytest.raises(ScanError, match="layer 1 is a Linear, layer 0 a Block"):
+        scan_layers(other, x)
+    wide = Block()
+    wide.fc = torch.nn.Linear(16, 16, bias=False)
+    with pytest.raises(ScanError, match="layer 1 has no 'fc.bias'"):
+        scan_layers([same[0], wide.to(dev)], x)
+    shaped = Block()
+    shaped.ln = torch.nn.LayerNorm(16, elementwise_affine=True).double()
+    with pytest.raises(ScanError, match="'ln.weight' differs"):
+        scan_layers([same[0], shaped.to(dev)], x)
+
+
+def test_host_read_inside_fn_is_refused(dev):
+    def fn(c, x):
+        if x.sum().item() > 0:
+            return c + x, None
+        return c, None
+    with pytest.raises(RuntimeError, match="read on the host"):
+        scan(fn, torch.zeros(3).to(dev), torch.randn(4, 3).to(dev))
+    # nothing was left behind: the device still works
+    assert_close(torch.ones(2).to(dev) * 2, torch.full((2,), 2.0))
+
+
+def test_xs_of_different_lengths(dev):
+    with pytest.raises(ScanError, match=r"different lengths along dim 0 \(\[4, 5\]\)"):
+        scan(lambda c, x: (c, None), torch.zeros(3).to(dev), (torch.randn(4, 3).to(dev), torch.randn(5, 3).to(dev)))
+
+
+def test_other_bad_input(dev):
+    with pytest.raises(ScanError, match="must be a lazyxla tensor"):
+        scan(lambda c, x: (c, None), torch.zeros(3), torch.randn(4, 3).to(dev))
+    with pytest.raises(ScanError, match="must keep its shape and dtype"):
+        scan(lambda c, x: (c.sum(), None), torch.zeros(3).to(dev), torch.randn(4, 3).to(dev))
+    with pytest.raises(ScanError, match="fn must be callable"):
+        scan(None, torch.zeros(3).to(dev), torch.randn(4, 3).to(dev))
