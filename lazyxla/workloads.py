@@ -33,6 +33,7 @@ class GPTConfig:
     heads: int = 4
     layers: int = 4
     seq: int = 128
+    scan: bool = False   # run the blocks with lx.experimental.scan_layers (one loop)
 
 
 class Block(nn.Module):
@@ -46,8 +47,10 @@ class Block(nn.Module):
         self.fc = nn.Linear(cfg.d, 4 * cfg.d)
         self.out = nn.Linear(4 * cfg.d, cfg.d)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         b, t, d = x.shape
+        if mask is None:   # under scan_layers the carry is x alone: the mask is built inside
+            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
         q = q.view(b, t, self.heads, d // self.heads).transpose(1, 2)
         k = k.view(b, t, self.heads, d // self.heads).transpose(1, 2)
@@ -77,8 +80,12 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         t = idx.shape[1]
         x = self.tok(idx) + self.pos(self.positions[:t])
-        for block in self.blocks:
-            x = block(x, self.mask)
+        if self.cfg.scan:
+            from .experimental import scan_layers   # lazy: bench children of other systems never import lazyxla
+            x = scan_layers(self.blocks, x)
+        else:
+            for block in self.blocks:
+                x = block(x, self.mask)
         return self.head(self.ln(x))
 
 

@@ -1,0 +1,118 @@
+"""Compile time against depth (issue #22): the reference GPT (lazyxla/workloads.py)
+at several depths, its blocks run as a Python loop or with
+`lx.experimental.scan_layers`, beside eager and, optionally, PyTorch/XLA.
+
+    python scripts/depth_bench.py [--layers 4,16,32] [--steps 6]
+        [--torch-xla-python /opt/txla/bin/python]
+
+Each cell runs in its own process with the persistent compile cache off (cold first
+steps). Reported per cell: the first step (trace + compile + run), the median of the
+later steps, the median host time before the step barrier (tracing), and the peak
+device memory lazyxla's ledger saw (`torch.lazyxla.max_memory_allocated`).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKLOADS = os.path.join(HERE, "..", "lazyxla", "workloads.py")
+SYSTEMS = ("eager", "lazyxla", "lazyxla-scan", "torch_xla")
+
+
+def _workloads():
+    """workloads.py by file path, so the eager and PyTorch/XLA cells never import lazyxla."""
+    spec = importlib.util.spec_from_file_location("workloads", WORKLOADS)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["workloads"] = module   # dataclasses look their module up while it executes
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_cell(system: str, layers: int, steps: int) -> dict:
+    import torch
+    if system.startswith("lazyxla"):
+        import lazyxla as lx
+        from lazyxla import workloads
+        device, barrier = lx.device(), lx.sync
+    else:
+        workloads = _workloads()
+        if system == "torch_xla":
+            import torch_xla
+            device, barrier = torch_xla.device(), torch_xla.sync
+        else:
+            device, barrier = torch.device("cpu"), (lambda: None)
+    cfg = workloads.GPTConfig(layers=layers, scan=system == "lazyxla-scan")
+    wl = workloads.make("gpt")
+    torch.manual_seed(0)
+    model = workloads.gpt(cfg).to(device)
+    opt = wl.optimizer(model.parameters())
+    inputs, targets = wl.inputs.to(device), wl.targets.to(device)
+    barrier()
+    times, tracing, losses = [], [], []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = wl.loss(model, inputs, targets)
+        loss.backward()
+        opt.step()
+        t1 = time.perf_counter()
+        barrier()
+        losses.append(loss.item())
+        times.append(time.perf_counter() - t0)
+        tracing.append(t1 - t0)
+    out = {"system": system, "layers": layers, "first_s": times[0], "step_ms": 1e3 * statistics.median(times[1:]),
+           "tracing_ms": 1e3 * statistics.median(tracing[1:]), "loss": losses[-1]}
+    if system.startswith("lazyxla"):
+        out["peak_mb"] = torch.lazyxla.max_memory_allocated() / 2**20
+    return out
+
+
+def _child(python: str, system: str, layers: int, steps: int) -> dict:
+    env = dict(os.environ, LAZYXLA_CACHE_DIR="", PJRT_DEVICE="CPU")
+    run = subprocess.run([python, os.path.abspath(__file__), "--cell", system, str(layers), "--steps", str(steps)],
+                         capture_output=True, text=True, env=env)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
+    if run.returncode or not lines:
+        return {"system": system, "layers": layers, "error": (run.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(lines[-1])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cell", nargs=2, metavar=("SYSTEM", "LAYERS"))
+    p.add_argument("--layers", default="4,16,32")
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--torch-xla-python")
+    args = p.parse_args(argv)
+    if args.cell:
+        print(json.dumps(run_cell(args.cell[0], int(args.cell[1]), args.steps)))
+        return 0
+    rows = []
+    for layers in map(int, args.layers.split(",")):
+        for system in SYSTEMS:
+            if system == "torch_xla" and not args.torch_xla_python:
+                continue
+            python = args.torch_xla_python if system == "torch_xla" else sys.executable
+            rows.append(_child(python, system, layers, args.steps))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    print("| layers | system | first step (s) | step (ms) | tracing (ms) | peak device MB | loss |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['layers']} | {r['system']} | failed: {r['error'][:80]} | | | | |")
+            continue
+        peak = f"{r['peak_mb']:.0f}" if "peak_mb" in r else "-"
+        print(f"| {r['layers']} | {r['system']} | {r['first_s']:.2f} | {r['step_ms']:.0f} | {r['tracing_ms']:.1f} "
+              f"| {peak} | {r['loss']:.4f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
