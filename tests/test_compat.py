@@ -59,11 +59,29 @@ def test_modules_and_names_are_lazyxla_public_api(torch_xla):
     assert (xr.world_size(), xr.global_ordinal(), xm.get_ordinal(), xm.xrt_world_size()) == (1, 0, 0, 1)
     assert xm.is_master_ordinal() and xr.process_index() == 0 and xr.process_count() == 1
     assert xr.global_runtime_device_count() == lx.device_count()
-    assert gradient_accumulation is lx.experimental.gradient_accumulation
+    assert gradient_accumulation.__wrapped__ is lx.experimental.gradient_accumulation
     assert alias_with_buffer_donor_config is ctx2
-    assert met.metric_data is lx.metrics.metric_data and met.counter_value is lx.metrics.counter_value
+    assert met.metric_data is lx.metrics.metric_data
     assert torch_xla._XLAC._xla_get_default_device() == str(lx.device())
     assert xm.is_xla_tensor(torch.zeros(1, device=lx.device())) and not xm.is_xla_tensor(torch.zeros(1))
+
+
+def test_mutating_train_step_raises_an_assertion_error_under_the_torch_xla_name(torch_xla):
+    from torch_xla.experimental.gradient_accumulation import InputMutationError, gradient_accumulation
+    dev = torch_xla.device()
+    model = torch.nn.Linear(3, 1).to(dev)
+    xs = torch.randn(2, 4, 3).to(dev)
+    before = xs.cpu()
+
+    def train_step(x):
+        x.mul_(2)
+        return model(x).sum()
+
+    with pytest.raises(AssertionError) as info:   # upstream's assert, raised so that -O keeps it
+        gradient_accumulation(train_step, [xs], model)
+    assert isinstance(info.value, InputMutationError)
+    assert isinstance(info.value, lx.experimental.InputMutationError)
+    assert xs.cpu().equal(before)
 
 
 def test_sync_and_metrics_names(torch_xla):
@@ -156,13 +174,21 @@ def test_openxla_backend_runs_each_call_and_maps_the_donor_op(torch_xla):
         torch.ops.xla.dynamo_set_buffer_donor_(x, True)
         return x * 1.5
 
+    import torch_xla.debug.metrics as met
     dev = torch_xla.device()
     x = torch.randn(5).to(dev)
     expected = x.cpu() * 1.5
+    met.clear_all()
     res = torch.compile(f, backend="openxla")(x)
     # executed at the call, as PyTorch/XLA's bridge does: no sync needed
     assert lx.debug.tensor_info(res)["state"] == "device data"
     assert lx.is_donated(x) and lx.get_buffer_donation(x)
+    # upstream's count under torch_xla's name (the fake-tensor call too); lazyxla's own is 1
+    assert met.counter_value("XlaSetBufferDonation") == 2
+    assert lx.metrics.counter_value("XlaSetBufferDonation") == 1
+    assert "Counter: XlaSetBufferDonation\n  Value: 2" in met.metrics_report()
+    met.clear_counters()
+    assert met.counter_value("XlaSetBufferDonation") is None
     assert_close(res, expected)
     y = torch.randn(5).to(dev)
     pending = torch.compile(lambda v: v * 1.5, backend="lazyxla")(y)
@@ -170,8 +196,9 @@ def test_openxla_backend_runs_each_call_and_maps_the_donor_op(torch_xla):
     with pytest.raises(Exception, match="unknown torch.compile option"):
         torch.compile(lambda v: v + 1, backend="lazyxla", options={"nope": 1})(y)
     from torch._dynamo import lookup_backend
+    from lazyxla.compat.dynamo_backends import openxla
     for name in ("openxla", "openxla_eval"):   # torch's own entries of these names replaced
-        assert lookup_backend(name).keywords == {"options": {"execute_at_call": True}}
+        assert lookup_backend(name) is openxla
     torch._dynamo.reset()
 
 

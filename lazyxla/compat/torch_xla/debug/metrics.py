@@ -1,26 +1,83 @@
-"""`torch_xla.debug.metrics` (met): lx.metrics under upstream's names. Counter and
-metric names are upstream's where lazyxla has the same quantity (API.md
-"Introspection"); lazyxla-only ones (TracedOps, DonatedBytes) appear too."""
+"""`torch_xla.debug.metrics` (met): lx.metrics under upstream's names and counting rules.
+
+Counter and metric names are upstream's where lazyxla has the same quantity (API.md
+"Introspection"); lazyxla-only ones (TracedOps, DonatedBytes) appear too. Where
+upstream counts an event that lazyxla's own counter does not (API.md "Coming from
+PyTorch/XLA": under torch_xla names, upstream's counter semantics), the layer keeps
+the difference in an overlay that only these functions read, so `lx.metrics` keeps
+lazyxla's semantics:
+
+* `XlaSetBufferDonation` +1 per `dynamo_set_buffer_donor_` call in a graph dynamo hands
+  the "openxla" backend (upstream also runs the binding on dynamo's fake tensors);
+* whatever `torch_xla._XLAC._xla_increment_counter` adds.
+"""
 from __future__ import annotations
 
-from typing import Iterable, Optional
+import collections
+import re
+from typing import Iterable, List, Optional
 
 from lazyxla import metrics as _m
-from lazyxla.metrics import (clear_all, clear_counters, clear_metrics, counter_names,  # noqa: F401
-                             counter_value, metric_data, metric_names)
+from lazyxla.metrics import clear_metrics, metric_data, metric_names  # noqa: F401
 
 from ...unsupported import unsupported_names
 
+_overlay: "collections.Counter[str]" = collections.Counter()
+
+
+def add_upstream_count(name: str, value: int = 1) -> None:
+    """Count `value` more under `name` as seen through this module only."""
+    _overlay[name] += value
+
+
+def counter_value(name: str) -> Optional[int]:
+    """lazyxla's value plus the overlay; None when zero or unknown, as upstream."""
+    value = (_m.counter_value(name) or 0) + _overlay.get(name, 0)
+    return value or None
+
+
+def counter_names() -> List[str]:
+    return sorted(set(_m.counter_names()) | {n for n, v in _overlay.items() if v})
+
+
+def clear_counters() -> None:
+    _m.clear_counters()
+    _overlay.clear()
+
+
+def clear_all() -> None:
+    clear_counters()
+    clear_metrics()
+
+
+def executed_fallback_ops() -> List[str]:
+    """The ops run on the host since the last clear: lazyxla's `aten::<op>` counters
+    (host fallbacks and host reads such as `.item()`, with op records on)."""
+    return [n for n in counter_names() if n.startswith("aten::")]
+
+
+def _with_overlay(report: str, wanted: Optional[Iterable[str]] = None) -> str:
+    """lazyxla's report (metrics, then counters) with its counters block redone from the
+    merged values; `wanted`: the counter names asked for (None: all)."""
+    found = re.search(r"^Counter: ", report, re.M)
+    head = report if found is None else report[:found.start()]
+    shown = set(re.findall(r"^Counter: (.+)$", report, re.M))
+    asked = None if wanted is None else set(wanted)
+    names = [n for n in counter_names() if n in shown or (_overlay.get(n) and (asked is None or n in asked))]
+    return head + "".join(f"Counter: {n}\n  Value: {counter_value(n)}\n" for n in names)
+
 
 def metrics_report() -> str:
-    return _m.report()
+    return _with_overlay(_m.report())
 
 
 def short_metrics_report(counter_names: Optional[Iterable[str]] = None,
                          metric_names: Optional[Iterable[str]] = None) -> str:
     """lx.metrics.short_report: falsy arguments mean lazyxla's default names (upstream's
     defaults plus UncachedCompile, TracedOps, InputOutputAliasCount, DonatedBytes)."""
-    return _m.short_report(counter_names, metric_names)
+    counter_names = list(counter_names or [])
+    return _with_overlay(_m.short_report(counter_names, metric_names),
+                         counter_names or _m.DEFAULT_SHORT_COUNTERS)
 
 
 __getattr__ = unsupported_names(__name__)
