@@ -53,8 +53,9 @@ def test_modules_and_names_are_lazyxla_public_api(torch_xla):
     assert torch_xla.__name__ == "lazyxla.compat.torch_xla"
     assert xm is sys.modules["torch_xla.core.xla_model"]
     assert xm is importlib.import_module("lazyxla.compat.torch_xla.core.xla_model")
-    assert torch_xla.device() == xm.xla_device() == lx.device()
-    assert torch_xla.devices() == lx.devices() and torch_xla.device_count() == lx.device_count()
+    assert torch_xla.device() == xm.xla_device() == torch.device("xla", 0)   # upstream's names
+    assert torch_xla.devices() == [torch.device("xla", i) for i in range(lx.device_count())]
+    assert torch_xla.device_count() == lx.device_count()
     assert xr.device_type() == {"cpu": "CPU", "gpu": "CUDA", "tpu": "TPU"}[lx.platform()]
     assert (xr.world_size(), xr.global_ordinal(), xm.get_ordinal(), xm.xrt_world_size()) == (1, 0, 0, 1)
     assert xm.is_master_ordinal() and xr.process_index() == 0 and xr.process_count() == 1
@@ -62,7 +63,7 @@ def test_modules_and_names_are_lazyxla_public_api(torch_xla):
     assert gradient_accumulation.__wrapped__ is lx.experimental.gradient_accumulation
     assert alias_with_buffer_donor_config is ctx2
     assert met.metric_data is lx.metrics.metric_data
-    assert torch_xla._XLAC._xla_get_default_device() == str(lx.device())
+    assert torch_xla._XLAC._xla_get_default_device() == "xla:0"
     assert xm.is_xla_tensor(torch.zeros(1, device=lx.device())) and not xm.is_xla_tensor(torch.zeros(1))
 
 
@@ -82,6 +83,20 @@ def test_mutating_train_step_raises_an_assertion_error_under_the_torch_xla_name(
     assert isinstance(info.value, InputMutationError)
     assert isinstance(info.value, lx.experimental.InputMutationError)
     assert xs.cpu().equal(before)
+
+
+def test_upstream_device_names_mean_lazyxla_devices(torch_xla):
+    # "xla" wherever torch takes a device: factories, Tensor.to, Module.to, new_*, compiled code
+    assert torch.zeros(2, device="xla").device == lx.device()
+    assert torch.ones(2, device=torch.device("xla:0")).device == lx.device()
+    t = torch.arange(3.0).to("xla", torch.float64)
+    assert t.device == lx.device() and t.dtype == torch.float64
+    assert t.new_zeros(2, device=torch_xla.device()).device == lx.device()
+    model = torch.nn.Linear(3, 2).to(torch_xla.device())
+    assert model.weight.device == lx.device()
+    compiled = torch.compile(lambda v: v + torch.ones(3, device=torch_xla.device()), backend="openxla")
+    assert_close(compiled(t.float()).cpu(), torch.arange(3.0) + 1)
+    assert torch.zeros(1, device="cpu").device.type == "cpu" and torch.zeros(1).to("cpu").device.type == "cpu"
 
 
 def test_sync_and_metrics_names(torch_xla):
@@ -283,7 +298,7 @@ def test_real_torch_xla_is_not_shadowed_without_force(fake_real_torch_xla, capsy
     compat.install(force=True)
     assert "shadowing the installed torch_xla" in capsys.readouterr().err
     import torch_xla
-    assert torch_xla.device() == lx.device()
+    assert torch_xla.device() == torch.device("xla", 0)
 
 
 def test_install_refuses_after_a_real_torch_xla_was_imported(fake_real_torch_xla):
@@ -375,7 +390,7 @@ def test_cli_runs_a_module_with_argv(tmp_path, monkeypatch, capsys):
     finally:
         compat.uninstall()
         sys.modules.pop("xla_job", None)
-    assert "module argv ['--steps', '3'] __main__ lazyxla:0" in capsys.readouterr().out
+    assert "module argv ['--steps', '3'] __main__ xla:0" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, message", [([], "give a SCRIPT"), (["--bogus", "x.py"], "unknown option --bogus"),

@@ -122,6 +122,9 @@ def install(force: bool = False) -> None:
     from .registrations import register
     register()
     sys.meta_path.insert(0, TorchXlaFinder())
+    names = sys.modules.get(_ALIAS + "._device_names")
+    if names is not None:
+        names.enable()   # installed again: importing torch_xla will not run its enable()
 
 
 def uninstall() -> None:
@@ -130,6 +133,9 @@ def uninstall() -> None:
     finder = _finder()
     if finder is not None:
         sys.meta_path.remove(finder)
+    names = sys.modules.get(_ALIAS + "._device_names")
+    if names is not None:
+        names.disable()   # "xla" device names stop meaning lazyxla's
     for name in [n for n in sys.modules if n == "torch_xla" or n.startswith("torch_xla.")]:
         if getattr(sys.modules[name], "__name__", "").startswith(_ALIAS):
             del sys.modules[name]

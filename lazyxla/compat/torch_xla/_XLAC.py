@@ -7,7 +7,7 @@ the sync bindings name replication devices, which lazyxla has no use for.
 """
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 
@@ -85,7 +85,38 @@ def _xla_wait_device_ops(devices: Sequence[str] = ()) -> None:
 
 
 def _xla_get_default_device() -> str:
-    return str(lx.device())
+    """Upstream's name of the default device, "xla:0"."""
+    from . import device
+    return str(device())
+
+
+# -- ops -------------------------------------------------------------------------------
+
+def _xla_dot_general(lhs: torch.Tensor, rhs: torch.Tensor, dim_vectors,
+                     preferred_element_type: Optional[torch.dtype] = None) -> torch.Tensor:
+    """XLA's DotGeneral as a torch op on lazyxla tensors (`torch.einsum`, which lazyxla
+    lowers to one dot_general): `dim_vectors = ((lhs_contract, rhs_contract),
+    (lhs_batch, rhs_batch))`, an empty tuple for none; the result's dimensions are the batch dimensions, then
+    lhs's free ones, then rhs's. With `preferred_element_type` the operands are cast to
+    it first (XLA accumulates in that type)."""
+    contracting, batching = (tuple(dim_vectors) + ((), ()))[:2]
+    lhs_contract, rhs_contract = tuple(contracting) or ((), ())
+    lhs_batch, rhs_batch = tuple(batching) or ((), ())
+    if len(lhs_contract) != len(rhs_contract) or len(lhs_batch) != len(rhs_batch):
+        raise ValueError(f"_xla_dot_general: contracting {list(lhs_contract)}/{list(rhs_contract)} and batch "
+                         f"{list(lhs_batch)}/{list(rhs_batch)} dimensions must pair up")
+    letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    lhs_sub = [next(letters) for _ in range(lhs.dim())]
+    rhs_sub = [next(letters) for _ in range(rhs.dim())]
+    for l, r in zip([*lhs_contract, *lhs_batch], [*rhs_contract, *rhs_batch]):
+        rhs_sub[r] = lhs_sub[l]
+    batch = [lhs_sub[d] for d in lhs_batch]
+    lhs_free = [c for d, c in enumerate(lhs_sub) if d not in lhs_contract and d not in lhs_batch]
+    rhs_free = [c for d, c in enumerate(rhs_sub) if d not in rhs_contract and d not in rhs_batch]
+    if preferred_element_type is not None:
+        lhs, rhs = lhs.to(preferred_element_type), rhs.to(preferred_element_type)
+    equation = f"{''.join(lhs_sub)},{''.join(rhs_sub)}->{''.join(batch + lhs_free + rhs_free)}"
+    return torch.einsum(equation, lhs, rhs)
 
 
 # -- graph introspection (SPEC §1.4) ------------------------------------------------

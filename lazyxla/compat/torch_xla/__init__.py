@@ -11,7 +11,8 @@ import lazyxla as lx
 
 from ..unsupported import refuse, unsupported_names
 from . import _XLAC, runtime  # noqa: F401  (upstream's `torch_xla._XLAC`, `torch_xla.runtime`)
-from . import _closures
+from . import _closures, _device_names
+from ._device_names import lazyxla_device, to_upstream
 
 __version__ = f"2.9.0+lazyxla.{lx.__version__}"   # the PyTorch/XLA release whose API is mapped
 
@@ -21,21 +22,29 @@ if "XLA_ENABLE_PARAM_ALIASING" in os.environ and "LAZYXLA_ALIASING" not in os.en
     lx.set_aliasing(os.environ["XLA_ENABLE_PARAM_ALIASING"].strip().lower() not in ("0", "false"))
 
 
+# "xla" devices name lazyxla's wherever torch takes a device (_device_names.py).
+_device_names.enable()
+
+
 def device(index: Optional[int] = None) -> torch.device:
-    """The lazyxla device `index` (default 0); upstream's 'xla:N' is 'lazyxla:N' here."""
-    return lx.device(0 if index is None else index)
+    """`torch.device("xla", index)` (default 0), as upstream: lazyxla's device `index`
+    under upstream's name. Tensors on it report lazyxla's name (`lazyxla:N`)."""
+    return to_upstream(lazyxla_device(0 if index is None else index))
 
 
 def devices() -> List[torch.device]:
-    return lx.devices()
+    lazyxla_device()
+    return [to_upstream(d) for d in lx.devices()]
 
 
 def device_count() -> int:
+    lazyxla_device()
     return lx.device_count()
 
 
 def real_devices() -> List[str]:
     """Upstream names the runtime devices ('CPU:0'); here: the JAX platform and index."""
+    lazyxla_device()
     return [f"{lx.platform().upper()}:{i}" for i in range(lx.device_count())]
 
 

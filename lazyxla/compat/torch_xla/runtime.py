@@ -6,18 +6,32 @@ the replica world is: one replica per process, or one in SPMD mode (as upstream)
 """
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import lazyxla as lx
 
 from ..unsupported import refuse, unsupported_names
+from ._device_names import lazyxla_device
 
 _HW = {"cpu": "CPU", "gpu": "CUDA", "tpu": "TPU"}
 
 
 def device_type() -> Optional[str]:
     """'CPU', 'CUDA' or 'TPU': the JAX platform behind lazyxla (lx.platform)."""
-    return _HW.get(lx.platform(), lx.platform().upper())
+    lazyxla_device()
+    requested = os.environ.get("PJRT_DEVICE")
+    actual = _HW.get(lx.platform(), lx.platform().upper())
+    if requested and requested.upper() != actual:
+        refuse(f"PJRT_DEVICE={requested} (torch_xla.runtime.set_device_type)",
+               f"lazyxla runs on the platform JAX chose, {actual}; pick it with JAX_PLATFORMS")
+    return actual
+
+
+def set_device_type(pjrt_device: str) -> None:
+    """Sets `PJRT_DEVICE`, as upstream; the platform itself is JAX's choice, so a type
+    other than it raises UnsupportedError at the next device query (device_type())."""
+    os.environ["PJRT_DEVICE"] = pjrt_device
 
 
 def using_pjrt() -> bool:
@@ -30,6 +44,7 @@ def is_bf16_supported() -> bool:
 
 def local_device_count() -> int:
     """lazyxla devices of this process: 1 in SPMD mode (the virtual device, as upstream)."""
+    lazyxla_device()
     return lx.device_count()
 
 

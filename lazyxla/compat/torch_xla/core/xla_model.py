@@ -11,6 +11,7 @@ import lazyxla as lx
 from ... import torch_xla
 from ...unsupported import refuse, unsupported_names
 from .. import _closures, runtime as xr
+from .._device_names import to_lazyxla
 
 
 def xla_device(n: Optional[int] = None, devkind: Optional[str] = None) -> torch.device:
@@ -26,7 +27,7 @@ def is_xla_tensor(tensor: torch.Tensor) -> bool:
 
 
 def get_xla_supported_devices(devkind: Optional[str] = None, max_devices: Optional[int] = None) -> List[str]:
-    names = [str(d) for d in lx.devices()]
+    names = [str(d) for d in torch_xla.devices()]
     return names[:max_devices] if max_devices is not None else names
 
 
@@ -126,6 +127,6 @@ def set_rng_state(seed: int, device: Optional[str] = None) -> None:
 
 def get_memory_info(device: Optional[torch.device] = None) -> Dict[str, int]:
     """lx.memory_info: `bytes_used`, `bytes_limit`, `peak_bytes_used` (ints)."""
-    return lx.memory_info(device)
+    return lx.memory_info(to_lazyxla(device))
 
 __getattr__ = unsupported_names(__name__)
