@@ -11,6 +11,10 @@ from .frontend import device as _device  # noqa: E402
 
 _device.register()
 
+from .compile import disk_cache as _disk_cache  # noqa: E402
+
+_disk_cache.enable()   # the persistent compile cache, before anything compiles
+
 from .lower.registry import load_all as _load_lowerings  # noqa: E402
 
 _load_lowerings()
@@ -46,7 +50,7 @@ from . import dynamo as _dynamo  # noqa: E402
 
 _dynamo.register()   # torch.compile(backend="lazyxla"), torch.ops.lazyxla.set_buffer_donor_
 
-__version__ = "0.1.0"
+from ._versions import LAZYXLA_VERSION as __version__  # noqa: E402
 
 __all__ = [
     "device", "devices", "device_count", "platform", "memory_info",

@@ -39,14 +39,6 @@ def check_version() -> bool:
 
 jax.config.update("jax_enable_x64", True)
 
-# LAZYXLA_CACHE_DIR: keep compiled executables on disk (JAX's persistent
-# compilation cache), so a second run of the same program skips XLA compiles.
-_cache_dir = os.environ.get("LAZYXLA_CACHE_DIR")
-if _cache_dir:
-    jax.config.update("jax_compilation_cache_dir", _cache_dir)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-
 import jax.numpy as jnp  # noqa: E402  (must come after the x64 switch)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -8,6 +8,9 @@ import warnings
 
 Minor = tuple[int, int]
 
+# lazyxla's own release: lx.__version__, and part of the persistent compile cache's key.
+LAZYXLA_VERSION = "0.1.0"
+
 
 def minor(version: str) -> Minor:
     """(major, minor) of a version string: "2.15.0+cu132" -> (2, 15), "0.11.0" -> (0, 11)."""

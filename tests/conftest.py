@@ -1,9 +1,18 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
-import lazyxla as lx
+# The persistent compile cache is on by default: the suite uses a directory of its own,
+# empty at the start and removed at the end, never the user's ~/.cache/lazyxla.
+_CACHE_DIR = tempfile.mkdtemp(prefix="lazyxla-test-cache-")
+os.environ["LAZYXLA_CACHE_DIR"] = _CACHE_DIR
+atexit.register(shutil.rmtree, _CACHE_DIR, True)
+
+import lazyxla as lx  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 

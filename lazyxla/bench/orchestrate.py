@@ -45,6 +45,7 @@ def run_cell(cell: Cell, settings: Settings, out_dir: str, torch_xla_python: str
     """Run one cell in a fresh interpreter; any failure becomes an error record."""
     python = torch_xla_python if cell.system == "torch_xla" else sys.executable
     env = dict(os.environ)
+    env["LAZYXLA_CACHE_DIR"] = ""   # no persistent compile cache: cold first steps stay cold
     if cell.system == "torch_xla":
         env.setdefault("PJRT_DEVICE", "CPU")
     if cell.spmd:   # the device count is fixed when JAX starts

@@ -1,0 +1,198 @@
+"""The persistent compile cache: compiled executables kept on disk across processes.
+
+Choice: this is JAX's own persistent compilation cache pointed at a directory lazyxla
+chooses and guards, not a second store built on `jax.experimental.serialize_executable`.
+JAX keys an entry on the lowered module, the compile options (so lazyxla's
+`compiler_options()` of a graph are in the key), the backend and the XLA flags; on a
+damaged entry it warns and compiles (a miss); it writes entries atomically. A store of our
+own would need a key that survives the process, which the in-memory cache's graph key
+(a Python hash) is not, so it would hash the lowered module too: the same work, less tested.
+What lazyxla adds:
+
+* where: `$LAZYXLA_CACHE_DIR`, else `$XDG_CACHE_HOME/lazyxla`, else `~/.cache/lazyxla`;
+  `LAZYXLA_CACHE_DIR=""` turns the cache off. Entries live in a `v-<hash>` subdirectory whose
+  hash covers the lazyxla, torch, jax and jaxlib versions and `XLA_FLAGS`, so another release
+  or other flags never read an entry (JAX's key covers some of these; ours covers all, and an
+  upgrade leaves the old entries in a directory of their own, removed by the size bound).
+* safety: entries are native code that the process loads and runs, so the directory lazyxla
+  creates is private (0700), and a directory that other users can write to, or that belongs to
+  another user, is refused with a warning (no cache). A directory that cannot be written warns
+  and the run goes on without the cache.
+* size: `LAZYXLA_CACHE_MAX_MB` (default 2048) bounds the whole cache directory; the oldest
+  entries (by write time, over every `v-*` subdirectory) are removed at start and every
+  `_PRUNE_EVERY` compiles. JAX's own LRU bound is left off: it lists the directory at every
+  write, which a long run with thousands of small graphs pays for quadratically.
+* counter `PersistentCacheHit`: executables loaded from disk instead of compiled. JAX's
+  cache is process-wide, so JAX code run beside lazyxla shares the directory and the count.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import threading
+import warnings
+from typing import Optional
+
+import jax
+import jaxlib
+import torch
+
+from .. import metrics
+from .._versions import LAZYXLA_VERSION
+
+_PRUNE_EVERY = 64
+_ENTRY_SUFFIX = "-cache"   # JAX's file name for an entry (lru_cache._CACHE_SUFFIX)
+
+
+class _State:
+    directory: Optional[str] = None   # the v-<hash> directory in use, None when off
+    max_bytes: int = 0
+    requests = 0
+    lock = threading.Lock()
+    listening = False
+
+
+def base_dir() -> Optional[str]:
+    """The cache root the environment asks for, None when `LAZYXLA_CACHE_DIR=""`."""
+    env = os.environ.get("LAZYXLA_CACHE_DIR")
+    if env is not None:
+        return os.path.abspath(os.path.expanduser(env)) if env else None
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    root = xdg if xdg else os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "lazyxla")
+
+
+def version_tag() -> str:
+    """`v-<hash>` of everything that makes an executable unusable by another setup."""
+    parts = [f"lazyxla={LAZYXLA_VERSION}", f"torch={torch.__version__}", f"jax={jax.__version__}",
+             f"jaxlib={jaxlib.__version__}", f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')}",
+             f"LIBTPU_INIT_ARGS={os.environ.get('LIBTPU_INIT_ARGS', '')}"]
+    return "v-" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _max_bytes() -> int:
+    raw = os.environ.get("LAZYXLA_CACHE_MAX_MB", "2048")
+    try:
+        mb = float(raw)
+    except ValueError:
+        raise ValueError(f"lazyxla: LAZYXLA_CACHE_MAX_MB={raw!r} is not a number; set it to the "
+                         "cache's size bound in megabytes, e.g. LAZYXLA_CACHE_MAX_MB=2048.") from None
+    return int(mb * 2**20)
+
+
+def _unsafe_reason(path: str) -> Optional[str]:
+    """Why `path` must not hold executables (None if it may)."""
+    st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory"
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"it belongs to another user (uid {st.st_uid})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"other users can write to it (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def _prepare(root: str) -> Optional[str]:
+    """Create and check root and its version subdirectory; the subdirectory, or None
+    (with a warning) when the cache cannot be used safely."""
+    try:
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        why = _unsafe_reason(root)
+        if why is None:
+            sub = os.path.join(root, version_tag())
+            os.makedirs(sub, mode=0o700, exist_ok=True)
+            why = _unsafe_reason(sub)
+            if why is None and not os.access(sub, os.W_OK | os.X_OK):
+                why = "it cannot be written"
+            root = sub
+    except OSError as e:
+        why = f"it cannot be created or written ({e.strerror or e})"
+    if why is None:
+        return root
+    warnings.warn(
+        f"lazyxla: the persistent compile cache is off for this run: {root} is not usable because "
+        f"{why}. Compiled executables are native code loaded into this process, so lazyxla keeps "
+        "them only in a directory that is yours alone and writable (mode 0700). Point "
+        "LAZYXLA_CACHE_DIR at such a directory, fix this one (chmod 700), or set "
+        "LAZYXLA_CACHE_DIR=\"\" to turn the cache off without this warning.", stacklevel=3)
+    return None
+
+
+def prune(root: Optional[str] = None, max_bytes: Optional[int] = None) -> int:
+    """Remove the oldest entries under the cache root until it fits the bound; bytes removed."""
+    root = root or (os.path.dirname(_State.directory) if _State.directory else None)
+    if root is None:
+        return 0
+    bound = _State.max_bytes if max_bytes is None else max_bytes
+    entries = []
+    for sub in os.scandir(root):
+        if not (sub.is_dir(follow_symlinks=False) and sub.name.startswith("v-")):
+            continue
+        for f in os.scandir(sub.path):
+            if f.is_file(follow_symlinks=False):
+                st = f.stat(follow_symlinks=False)
+                entries.append((st.st_mtime_ns, f.path, st.st_size))
+    total = sum(size for _, _, size in entries)
+    removed = 0
+    for _, path, size in sorted(entries):
+        if total <= bound:
+            break
+        try:
+            os.remove(path)
+        except OSError:
+            continue   # another process removed it first
+        total -= size
+        removed += size
+    return removed
+
+
+def _on_event(event: str, **_kwargs) -> None:
+    if _State.directory is None:
+        return
+    if event == "/jax/compilation_cache/cache_hits":
+        metrics.counter_add("PersistentCacheHit")
+    elif event == "/jax/compilation_cache/compile_requests_use_cache":
+        with _State.lock:
+            _State.requests += 1
+            due = _State.requests % _PRUNE_EVERY == 0
+        if due:
+            try:
+                prune()
+            except OSError:
+                pass   # the bound is kept at the next try
+
+
+def enable() -> Optional[str]:
+    """Point JAX's persistent cache at lazyxla's directory (called once at import);
+    the directory in use, or None when the cache is off."""
+    root = base_dir()
+    directory = _prepare(root) if root else None
+    _State.directory = directory
+    if directory is None:
+        return None
+    _State.max_bytes = _max_bytes()
+    jax.config.update("jax_compilation_cache_dir", directory)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    try:
+        prune()
+    except OSError:
+        pass
+    if not _State.listening:
+        jax.monitoring.register_event_listener(_on_event)
+        _State.listening = True
+    return directory
+
+
+def directory() -> Optional[str]:
+    """The `v-<hash>` directory this process reads and writes, None when the cache is off."""
+    return _State.directory
+
+
+def entry_paths() -> list[str]:
+    """Entry files in this process's cache directory (tests, `lx.debug`)."""
+    d = _State.directory
+    if d is None:
+        return []
+    return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(_ENTRY_SUFFIX))
