@@ -42,6 +42,24 @@ DEFAULT_SHORT_METRICS = (
 )
 
 
+# Per-op records: a counter per traced op (`xla::<op>`, upstream's names; ops whose
+# result is a host value, such as `.item()`'s `_local_scalar_dense`, count as
+# `aten::<op>`, as upstream's fallback counters do), `CreateXlaTensor` per fresh lazyxla
+# tensor an op returns, and the `LazyTracing` time of each op. Off by default, so the
+# per-op path pays one flag test; `set_op_records(True)` (lazyxla.compat does) turns
+# them on. The list is read by frontend/dispatch.py.
+op_records = [False]
+
+
+def set_op_records(enabled: bool) -> None:
+    """Record a counter and the tracing time per traced op (see above); off by default."""
+    op_records[0] = bool(enabled)
+
+
+def op_records_enabled() -> bool:
+    return op_records[0]
+
+
 # -- recording (internal) ---------------------------------------------------------------
 
 def counter_add(name: str, value: int = 1) -> None:

@@ -27,6 +27,10 @@ fi
 
 # Tests that assert upstream's behaviour where lazyxla deliberately differs.
 EXPECTED_FAILURES=(
+    "MetricsTest.test_metrics_report"        # upstream's runtime internals (cache misses, data wrapping)
+    "MetricsTest.test_execute_time_metric"   # lazyxla's ExecuteTime: the dispatch, not the async run
+    "MetricsTest.test_eager_metrics"         # torch_xla.experimental.eager_mode is not mapped
+    "MetricsTest.test_get_fallback_ops"      # imports torchvision
 )
 # file -> tests that pass under lazyxla (PyTorch/XLA 2.9 itself on CPU in the comment).
 # A file without a test runner counts 1 when it exits 0.
@@ -37,9 +41,10 @@ declare -A PASSES=(
     [test/test_devices.py]=10                       # 2.9: 10
     [test/test_inplace_update.py]=5                 # 2.9: 5
     [test/test_as_stride_use_slice.py]=4            # 2.9: 4
+    [test/test_metrics.py]=7                        # 2.9: 10
 )
 FILES=(test/test_input_output_aliases.py test/dynamo/test_dynamo_aliasing.py test/test_gradient_accumulation.py
-       test/test_devices.py test/test_inplace_update.py test/test_as_stride_use_slice.py)
+       test/test_devices.py test/test_inplace_update.py test/test_as_stride_use_slice.py test/test_metrics.py)
 
 LOG=$(mktemp -d)
 status=0
@@ -62,7 +67,7 @@ for file in "${FILES[@]}"; do
     while read -r test; do
         [ -z "$test" ] && continue
         if printf '%s\n' "${EXPECTED_FAILURES[@]}" | grep -qxF "$test"; then
-            echo "  $test: fails as expected (deliberate difference, docs/compat.md)"
+            echo "  $test: fails as expected (a known difference or gap, docs/compat.md)"
         else
             echo "  $test: UNEXPECTED failure (log: $out)"
             status=1

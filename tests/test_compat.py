@@ -62,7 +62,7 @@ def test_modules_and_names_are_lazyxla_public_api(torch_xla):
     assert xr.global_runtime_device_count() == lx.device_count()
     assert gradient_accumulation.__wrapped__ is lx.experimental.gradient_accumulation
     assert alias_with_buffer_donor_config is ctx2
-    assert met.metric_data is lx.metrics.metric_data
+    assert met.clear_metrics is lx.metrics.clear_metrics
     assert torch_xla._XLAC._xla_get_default_device() == "xla:0"
     assert xm.is_xla_tensor(torch.zeros(1, device=lx.device())) and not xm.is_xla_tensor(torch.zeros(1))
 
@@ -114,6 +114,33 @@ def test_sync_and_metrics_names(torch_xla):
     assert "Counter: MarkStep" in met.metrics_report() and "MarkStep" in met.counter_names()
     assert "MarkStep" in met.short_metrics_report()
     assert_close(t, expected)
+
+
+def test_upstream_counters_metrics_and_fallback_ops(torch_xla):
+    import torch_xla.debug.metrics as met
+    assert lx.metrics.op_records_enabled()   # upstream counts every op
+    met.clear_all()
+    t = torch.tensor([2.0, 3.0], device="xla")
+    assert met.counter_value("CreateXlaTensor") == 1
+    assert "TensorToData" in met.metric_names()   # lazyxla's TransferToDeviceTime
+    assert met.metric_data("TensorToData") == lx.metrics.metric_data("TransferToDeviceTime")
+    report = met.metrics_report()
+    assert "Metric: TensorToData\n  TotalSamples: 1" in report and "Metric: TransferToDeviceTime" in report
+    assert "TensorToData" not in met.short_metrics_report()
+    assert "Metric: TensorToData" in met.short_metrics_report(metric_names=["TensorToData"])
+    t += 2
+    assert met.counter_value("xla::add_") == 1 and "xla::add_" in met.metrics_report()
+    assert met.executed_fallback_ops() == []
+    assert t.sum().item() == 9.0
+    assert met.executed_fallback_ops() == ["aten::_local_scalar_dense"]
+    created = met.counter_value("CreateXlaTensor")
+    torch_xla._XLAC._xla_increment_counter("CreateXlaTensor", 3)
+    torch_xla._XLAC._xla_increment_counter("FakeCounter", 2)
+    assert met.counter_value("CreateXlaTensor") == created + 3 and met.counter_value("FakeCounter") == 2
+    assert lx.metrics.counter_value("FakeCounter") is None   # lazyxla's own counters unchanged
+    assert "Counter: FakeCounter\n  Value: 2" in met.metrics_report()
+    met.clear_counters()
+    assert met.counter_names() == [] and met.counter_value("FakeCounter") is None
 
 
 def test_optimizer_step_and_step_closures(torch_xla):

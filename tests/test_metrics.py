@@ -123,3 +123,26 @@ def test_report_format_and_time_metrics(dev):
     assert m.metric_names() == sorted(m.metric_names())
     m.clear_all()
     assert m.report() == "" and m.counter_names() == [] and m.metric_names() == []
+
+
+def test_op_records_are_off_by_default_and_count_each_traced_op(dev):
+    assert not m.op_records_enabled()
+    m.clear_all()
+    x = torch.ones(3, device=dev)
+    (x + 1).sum()
+    assert not [n for n in m.counter_names() if n.startswith("xla::")]
+    assert m.metric_data("LazyTracing") is None
+    m.set_op_records(True)
+    try:
+        m.clear_all()
+        t = torch.tensor([1.0, 2.0], device=dev)   # one fresh tensor (the upload)
+        assert m.counter_value("CreateXlaTensor") == 1
+        t += 2
+        u = t * 3
+        assert m.counter_value("xla::add_") == 1 and m.counter_value("xla::mul") == 1
+        assert m.counter_value("CreateXlaTensor") == 2   # add_ returns t itself
+        assert u.sum().item() == 21.0                    # a host value: upstream's fallback name
+        assert m.counter_value("aten::_local_scalar_dense") == 1
+        assert m.metric_data("LazyTracing")[0] >= 4
+    finally:
+        m.set_op_records(False)

@@ -123,8 +123,10 @@ def install(force: bool = False) -> None:
     register()
     sys.meta_path.insert(0, TorchXlaFinder())
     names = sys.modules.get(_ALIAS + "._device_names")
-    if names is not None:
-        names.enable()   # installed again: importing torch_xla will not run its enable()
+    if names is not None:   # installed again: importing torch_xla will not run its code
+        names.enable()
+        import lazyxla
+        lazyxla.metrics.set_op_records(True)
 
 
 def uninstall() -> None:
@@ -136,6 +138,8 @@ def uninstall() -> None:
     names = sys.modules.get(_ALIAS + "._device_names")
     if names is not None:
         names.disable()   # "xla" device names stop meaning lazyxla's
+        import lazyxla
+        lazyxla.metrics.set_op_records(False)
     for name in [n for n in sys.modules if n == "torch_xla" or n.startswith("torch_xla.")]:
         if getattr(sys.modules[name], "__name__", "").startswith(_ALIAS):
             del sys.modules[name]

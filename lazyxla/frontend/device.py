@@ -66,6 +66,7 @@ def register_kernels() -> None:
     """Python kernels on the PrivateUse1 key (called once, after dispatch exists)."""
     from ..ir.node import Node
     from ..lock import LOCK
+    from ..metrics import _counters as counters, op_records
     from .dispatch import dispatch as _dispatch
     from .special import copy_from_host
     from .storage import Storage
@@ -95,6 +96,8 @@ def register_kernels() -> None:
         check_allocation(size, dtype)
         node = _zeros_node(size, dtype)
         spec = (size, stride if stride is not None else contiguous_strides(size), 0, dtype)
+        if op_records[0]:   # lx.metrics.set_op_records: a fresh lazyxla tensor
+            counters["CreateXlaTensor"] += 1
         with LOCK:
             return LazyTensor.wrap(Storage(node, index), None, node, spec)
 

@@ -12,6 +12,7 @@ plus a few special handlers (copies, detach, RNG, foreach, host reads).
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 
@@ -28,6 +29,7 @@ from .tracing import DeviceMismatchError, convert_call, lookup, make_node, trace
 aten = torch.ops.aten
 _INFOS: dict = {}
 _counters = metrics._counters
+_op_records = metrics.op_records
 
 # Graph size cap: after this many traced ops without a sync, pending work is cut
 # into a graph and run (like a step barrier, minus MarkStep), so a long loop
@@ -45,7 +47,35 @@ def dispatch(func, args, kwargs):
     budget[0] += 1
     if budget[0] > GRAPH_OP_LIMIT:
         cut_graphs()
+    if _op_records[0]:
+        return _recorded(func, info, args, kwargs)
     return info.handler(func, info, args, kwargs)
+
+
+# Ops whose result is a host value: upstream counts them as fallbacks (`aten::<op>`).
+_HOST_RESULT_OPS = frozenset((aten._local_scalar_dense.default,))
+_record_names: dict = {}
+
+
+def _recorded(func, info, args, kwargs):
+    """`dispatch` with lx.metrics' per-op records (metrics.set_op_records)."""
+    name = _record_names.get(func)
+    if name is None:
+        op = func._schema.name.split("::", 1)[-1]
+        name = _record_names[func] = (f"aten::{op}" if func in _HOST_RESULT_OPS
+                                      else None if info.handler is _fallback   # counts itself
+                                      else f"xla::{op}")
+    if name is not None:
+        _counters[name] += 1
+    start = time.perf_counter_ns()
+    out = info.handler(func, info, args, kwargs)
+    metrics.metric_add("LazyTracing", time.perf_counter_ns() - start)
+    inputs = {id(a) for a in args if isinstance(a, LazyTensor)}
+    fresh = sum(1 for t in (out if isinstance(out, (tuple, list)) else (out,))
+                if isinstance(t, LazyTensor) and id(t) not in inputs)
+    if fresh:
+        _counters["CreateXlaTensor"] += fresh
+    return out
 
 
 def op_info(func) -> OpInfo:

@@ -90,6 +90,14 @@ def _xla_get_default_device() -> str:
     return str(device())
 
 
+# -- metrics ---------------------------------------------------------------------------
+
+def _xla_increment_counter(name: str, value: int = 1) -> None:
+    """Adds to the counter as `torch_xla.debug.metrics` reads it (lx.metrics keeps its own)."""
+    from .debug.metrics import add_upstream_count
+    add_upstream_count(name, value)
+
+
 # -- ops -------------------------------------------------------------------------------
 
 def _xla_dot_general(lhs: torch.Tensor, rhs: torch.Tensor, dim_vectors,

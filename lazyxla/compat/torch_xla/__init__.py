@@ -24,6 +24,8 @@ if "XLA_ENABLE_PARAM_ALIASING" in os.environ and "LAZYXLA_ALIASING" not in os.en
 
 # "xla" devices name lazyxla's wherever torch takes a device (_device_names.py).
 _device_names.enable()
+# Upstream counts every traced op (`xla::<op>`) and times its tracing (`LazyTracing`).
+lx.metrics.set_op_records(True)
 
 
 def device(index: Optional[int] = None) -> torch.device:

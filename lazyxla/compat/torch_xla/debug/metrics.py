@@ -10,6 +10,11 @@ lazyxla's semantics:
 * `XlaSetBufferDonation` +1 per `dynamo_set_buffer_donor_` call in a graph dynamo hands
   the "openxla" backend (upstream also runs the binding on dynamo's fake tensors);
 * whatever `torch_xla._XLAC._xla_increment_counter` adds.
+
+Metrics upstream keeps under a second name for the same measurement read lazyxla's:
+`TensorToData` (host tensors made device data) is `TransferToDeviceTime`. Per-op
+counters (`xla::<op>`), `CreateXlaTensor` and `LazyTracing` are lazyxla's op records,
+which `import torch_xla` switches on (lx.metrics.set_op_records).
 """
 from __future__ import annotations
 
@@ -18,11 +23,21 @@ import re
 from typing import Iterable, List, Optional
 
 from lazyxla import metrics as _m
-from lazyxla.metrics import clear_metrics, metric_data, metric_names  # noqa: F401
+from lazyxla.metrics import clear_metrics  # noqa: F401
 
 from ...unsupported import unsupported_names
 
 _overlay: "collections.Counter[str]" = collections.Counter()
+METRIC_ALIASES = {"TensorToData": "TransferToDeviceTime"}   # upstream name -> lazyxla's
+
+
+def metric_names() -> List[str]:
+    names = _m.metric_names()
+    return sorted(set(names) | {a for a, n in METRIC_ALIASES.items() if n in names})
+
+
+def metric_data(name: str):
+    return _m.metric_data(METRIC_ALIASES.get(name, name))
 
 
 def add_upstream_count(name: str, value: int = 1) -> None:
@@ -56,11 +71,16 @@ def executed_fallback_ops() -> List[str]:
     return [n for n in counter_names() if n.startswith("aten::")]
 
 
-def _with_overlay(report: str, wanted: Optional[Iterable[str]] = None) -> str:
-    """lazyxla's report (metrics, then counters) with its counters block redone from the
-    merged values; `wanted`: the counter names asked for (None: all)."""
+def _with_overlay(report: str, wanted: Optional[Iterable[str]] = None, aliases: Iterable[str] = ()) -> str:
+    """lazyxla's report (metrics, then counters) with the metric `aliases` shown under
+    their own names too and the counters redone from the merged values; `wanted`: the
+    counter names asked for (None: all)."""
     found = re.search(r"^Counter: ", report, re.M)
     head = report if found is None else report[:found.start()]
+    for alias in aliases:
+        block = re.search(rf"^Metric: {METRIC_ALIASES[alias]}\n(?:  .*\n)*", head, re.M)
+        if block:
+            head += f"Metric: {alias}\n" + block.group(0).split("\n", 1)[1]
     shown = set(re.findall(r"^Counter: (.+)$", report, re.M))
     asked = None if wanted is None else set(wanted)
     names = [n for n in counter_names() if n in shown or (_overlay.get(n) and (asked is None or n in asked))]
@@ -68,7 +88,7 @@ def _with_overlay(report: str, wanted: Optional[Iterable[str]] = None) -> str:
 
 
 def metrics_report() -> str:
-    return _with_overlay(_m.report())
+    return _with_overlay(_m.report(), aliases=METRIC_ALIASES)
 
 
 def short_metrics_report(counter_names: Optional[Iterable[str]] = None,
@@ -76,8 +96,11 @@ def short_metrics_report(counter_names: Optional[Iterable[str]] = None,
     """lx.metrics.short_report: falsy arguments mean lazyxla's default names (upstream's
     defaults plus UncachedCompile, TracedOps, InputOutputAliasCount, DonatedBytes)."""
     counter_names = list(counter_names or [])
+    asked = list(metric_names or [])
+    aliases = [n for n in asked if n in METRIC_ALIASES]
+    metric_names = [METRIC_ALIASES[n] if n in METRIC_ALIASES else n for n in asked]
     return _with_overlay(_m.short_report(counter_names, metric_names),
-                         counter_names or _m.DEFAULT_SHORT_COUNTERS)
+                         counter_names or _m.DEFAULT_SHORT_COUNTERS, aliases)
 
 
 __getattr__ = unsupported_names(__name__)
