@@ -1,0 +1,77 @@
+"""`torch_xla.experimental.scan`: lx.experimental.scan.
+
+Differences: `partition_fn` is accepted and not used: lazyxla's backward always
+re-runs each iteration (the memory of `min_cut_rematerialization_partition` or
+better, the values of any partition). `is_fn_pure` is accepted; lazyxla traces
+`fn` once per call (one iteration's ops, whatever the length) and keys the
+compiled loop by structure, so a pure and an impure `fn` compile alike.
+`_SCAN_COMPUTATION_CACHE` exists for code that clears it; lazyxla keeps nothing
+in it.
+
+`value_and_grad_partitioned(fn, init, xs)` returns one iteration's forward and
+backward as lazyxla runs them: the saved activations are the iteration's inputs
+`(carry, x)` (the backward re-runs `fn`), so `forward` saves the carry and
+`alias_input` adds `x` back, as upstream does for activations that alias inputs.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+from weakref import WeakKeyDictionary
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from lazyxla.experimental import scan as _scan
+
+from ...unsupported import unsupported_names
+
+_SCAN_COMPUTATION_CACHE: WeakKeyDictionary = WeakKeyDictionary()
+
+
+def scan(fn: Callable, init: Any, xs: Any, partition_fn: Optional[Callable] = None,
+         is_fn_pure: bool = False) -> tuple[Any, Any]:
+    return _scan(fn, init, xs)
+
+
+def tree_flatten_none(pytree: Any) -> tuple[list, Callable[[Sequence], Any]]:
+    """The leaves of `pytree` without its `None`s, and a function that puts them back."""
+    flat, spec = tree_flatten(pytree)
+    nones = [v is None for v in flat]
+
+    def unflatten(leaves: Sequence) -> Any:
+        it = iter(leaves)
+        return tree_unflatten([None if none else next(it) for none in nones], spec)
+
+    return [v for v in flat if v is not None], unflatten
+
+
+def value_and_grad_partitioned(fn: Callable, init: Any, xs: Any, partition_fn: Optional[Callable] = None,
+                               is_fn_pure: bool = False) -> tuple[Callable, Callable, Callable]:
+    """(forward, alias_input, backward) of one iteration (module docstring)."""
+
+    def forward(carry: Any, x: Any) -> tuple[Any, tuple[Any, Any]]:
+        with torch.no_grad():
+            new_carry, y = fn(carry, x)
+        return new_carry, (y, carry)
+
+    def alias_input(partial_activations: Any, x: Any) -> tuple[Any, Any]:
+        return partial_activations, x
+
+    def backward(grad_carry: Any, grad_y_and_activations: tuple) -> tuple[Any, Any]:
+        grad_y, (carry, x) = grad_y_and_activations
+        carry, x = (tree_map(lambda t: t.detach().requires_grad_(t.dtype.is_floating_point), v) for v in (carry, x))
+        with torch.enable_grad():
+            new_carry, y = fn(carry, x)
+        outs, _ = tree_flatten_none((new_carry, y))
+        grads, _ = tree_flatten_none((grad_carry, grad_y))
+        wrt, unflatten = tree_flatten_none((carry, x))
+        pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
+        got = torch.autograd.grad([o for o, _ in pairs], [w for w in wrt if w.requires_grad],
+                                  [g for _, g in pairs], allow_unused=True)
+        it = iter(got)
+        return unflatten([next(it) if w.requires_grad else None for w in wrt])
+
+    return forward, alias_input, backward
+
+
+__getattr__ = unsupported_names(__name__)
