@@ -10,12 +10,12 @@ Time metrics are in nanoseconds.
 from __future__ import annotations
 
 import collections
-import os
 import threading
 import time
 from typing import Iterable, Optional
 
-_MAX_SAMPLES = int(os.environ.get("LAZYXLA_METRICS_SAMPLES", "1024"))
+from . import config
+
 _lock = threading.Lock()
 _counters: dict[str, int] = collections.defaultdict(int)
 
@@ -26,7 +26,7 @@ class _Metric:
     def __init__(self) -> None:
         self.total = 0
         self.accumulator = 0.0
-        self.samples: collections.deque = collections.deque(maxlen=_MAX_SAMPLES)
+        self.samples: collections.deque = collections.deque(maxlen=config.SETTINGS.metrics_samples)
 
 
 _metrics: dict[str, _Metric] = {}

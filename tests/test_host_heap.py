@@ -137,8 +137,10 @@ def test_tune_takes_effect_on_glibc():
 
 
 def test_tuning_can_be_switched_off(monkeypatch):
-    monkeypatch.setenv("LAZYXLA_HEAP_TUNING", "0")
-    assert host_heap.tune("cpu") is False
+    libc = _RecordingLibc()
+    monkeypatch.setattr(host_heap, "_LIBC", libc)
+    assert host_heap.tune("cpu", enabled=False) is False
+    assert libc.calls == []
 
 
 class _RecordingLibc:

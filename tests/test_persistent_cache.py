@@ -51,13 +51,14 @@ def test_empty_dir_setting_turns_it_off(tmp_path):
 
 
 def test_default_location_is_xdg_cache_home_then_home(monkeypatch, tmp_path):
+    from lazyxla import config
     from lazyxla.compile import disk_cache
-    monkeypatch.delenv("LAZYXLA_CACHE_DIR")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert disk_cache.base_dir() == str(tmp_path / "lazyxla")
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    monkeypatch.setenv("HOME", str(tmp_path))
-    assert disk_cache.base_dir() == str(tmp_path / ".cache" / "lazyxla")
+    with config.override(cache_dir=None):   # LAZYXLA_CACHE_DIR unset
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+        assert disk_cache.base_dir() == str(tmp_path / "lazyxla")
+        monkeypatch.delenv("XDG_CACHE_HOME")
+        monkeypatch.setenv("HOME", str(tmp_path))
+        assert disk_cache.base_dir() == str(tmp_path / ".cache" / "lazyxla")
 
 
 def test_other_flags_or_versions_use_another_directory(monkeypatch):

@@ -95,15 +95,16 @@ def test_graph_size_cap_cuts_long_traces(dev, monkeypatch):
     assert x.tolist() == [180.0] * 3
 
 
-def test_compile_cache_is_bounded(dev, monkeypatch):
+def test_compile_cache_is_bounded(dev):
     import lazyxla.compile.cache as cache
-    monkeypatch.setattr(cache, "_MAX", 3)
+    from lazyxla import config
     x = torch.ones(2).to(dev)
-    for k in range(6):
-        y = x
-        for _ in range(k + 1):
-            y = y * 2
-        lx.sync()
+    with config.override(compile_cache_size=3):
+        for k in range(6):
+            y = x
+            for _ in range(k + 1):
+                y = y * 2
+            lx.sync()
     assert cache.cache_size() <= 3
 
 

@@ -2,7 +2,7 @@
 
 * aliasing: master switch for all donation (PyTorch/XLA's
   XLA_ENABLE_PARAM_ALIASING, but changeable at run time). Initial value from
-  the environment variable LAZYXLA_ALIASING (0 turns it off).
+  the setting LAZYXLA_ALIASING (lazyxla/config.py; 0 turns it off).
 * explicit donation: donate explicitly marked buffers at every sync, not only
   at step barriers (PyTorch/XLA's "alias with buffer donor config").
 
@@ -14,10 +14,11 @@ turns torch devices into indices, so this layer needs nothing from the frontend.
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Iterator, Optional
 
-_aliasing = {None: os.environ.get("LAZYXLA_ALIASING", "1").strip().lower() not in ("0", "false", "no", "off")}
+from .. import config as settings
+
+_aliasing = {None: settings.SETTINGS.aliasing}
 _explicit = {None: False}
 
 

@@ -7,7 +7,6 @@ LAZYXLA_COMPILE_CACHE_SIZE (default 1024), least recently used evicted.
 from __future__ import annotations
 
 import collections
-import os
 import time
 import warnings
 from typing import Optional
@@ -15,7 +14,7 @@ from typing import Optional
 import jax
 from jax.sharding import SingleDeviceSharding
 
-from .. import metrics
+from .. import config, metrics
 from .._jax import jax_devices, jax_dtype
 from ..errors import LoweringError
 from ..runtime import placement
@@ -23,10 +22,6 @@ from ..runtime.host_heap import release_free_heap
 from ..ir.graph import Graph
 from .explain import explain
 from .program import build, scalar_avals
-
-_MAX = int(os.environ.get("LAZYXLA_COMPILE_CACHE_SIZE", "1024"))
-# LAZYXLA_EXPLAIN_RECOMPILES=1 warns with the reason at every compile.
-_EXPLAIN = os.environ.get("LAZYXLA_EXPLAIN_RECOMPILES", "0") not in ("0", "")
 
 
 class LastCompile:
@@ -90,11 +85,12 @@ def get_or_compile(graph: Graph, donors: tuple) -> Executable:
     metrics.counter_add("UncachedCompile")
     reason = explain(graph.key, donors)
     LastCompile.reason = reason
-    if _EXPLAIN:
+    settings = config.SETTINGS
+    if settings.explain_recompiles:   # LAZYXLA_EXPLAIN_RECOMPILES
         warnings.warn(f"lazyxla: compiling graph {key_hex(graph.key + (donors,))}: {reason}", stacklevel=4)
     exe = compile_graph(graph, donors)
     _cache[(graph.key, donors)] = exe
-    while len(_cache) > _MAX:
+    while len(_cache) > settings.compile_cache_size:
         _cache.popitem(last=False)
     return exe
 

@@ -38,7 +38,7 @@ import jax
 import jaxlib
 import torch
 
-from .. import metrics
+from .. import config, metrics
 from .._versions import LAZYXLA_VERSION
 
 _PRUNE_EVERY = 64
@@ -54,13 +54,8 @@ class _State:
 
 
 def base_dir() -> Optional[str]:
-    """The cache root the environment asks for, None when `LAZYXLA_CACHE_DIR=""`."""
-    env = os.environ.get("LAZYXLA_CACHE_DIR")
-    if env is not None:
-        return os.path.abspath(os.path.expanduser(env)) if env else None
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    root = xdg if xdg else os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "lazyxla")
+    """The cache root the settings ask for, None when `LAZYXLA_CACHE_DIR=""`."""
+    return config.SETTINGS.cache_root
 
 
 def version_tag() -> str:
@@ -69,16 +64,6 @@ def version_tag() -> str:
              f"jaxlib={jaxlib.__version__}", f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')}",
              f"LIBTPU_INIT_ARGS={os.environ.get('LIBTPU_INIT_ARGS', '')}"]
     return "v-" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
-
-
-def _max_bytes() -> int:
-    raw = os.environ.get("LAZYXLA_CACHE_MAX_MB", "2048")
-    try:
-        mb = float(raw)
-    except ValueError:
-        raise ValueError(f"lazyxla: LAZYXLA_CACHE_MAX_MB={raw!r} is not a number; set it to the "
-                         "cache's size bound in megabytes, e.g. LAZYXLA_CACHE_MAX_MB=2048.") from None
-    return int(mb * 2**20)
 
 
 def _unsafe_reason(path: str) -> Optional[str]:
@@ -171,7 +156,7 @@ def enable() -> Optional[str]:
     _State.directory = directory
     if directory is None:
         return None
-    _State.max_bytes = _max_bytes()
+    _State.max_bytes = int(config.SETTINGS.cache_max_mb * 2**20)   # LAZYXLA_CACHE_MAX_MB
     jax.config.update("jax_compilation_cache_dir", directory)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

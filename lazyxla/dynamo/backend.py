@@ -31,13 +31,12 @@ else still needs it.
 from __future__ import annotations
 
 import itertools
-import os
 from typing import Optional
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
 
-from .. import metrics
+from .. import config, metrics
 from ..frontend.device import DEVICE_TYPE
 from ..frontend.tensor import LazyTensor
 from ..frontend.torch_compat import AOT_MODULES
@@ -69,7 +68,7 @@ def _compiler(kind: str, execute_at_call: bool = False):
 
 treat_as_plain(AOT_MODULES)
 
-if os.environ.get("LAZYXLA_EXPLAIN_RECOMPILES") == "1":
+if config.SETTINGS.explain_recompiles:
     torch._logging.set_logs(recompiles=True)   # dynamo then says which guard failed
 
 def _materialise(results: list, args: list) -> None:

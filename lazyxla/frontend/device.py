@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import config
 from .._jax import jax_devices
 from ..runtime import host_heap, placement
 from .torch_compat import setup_python_backend
@@ -37,7 +38,7 @@ def lazyxla_devices() -> list[torch.device]:
         DEVICES.extend(torch.device(DEVICE_TYPE, i) for i in range(count))
         # Here rather than at import: the platform is known only once JAX's backend
         # runs. On CPU, freed buffers then stay in the heap for the next step.
-        host_heap.tune(jax_devices()[0].platform)
+        host_heap.tune(jax_devices()[0].platform, config.SETTINGS.heap_tuning)
     return DEVICES
 
 

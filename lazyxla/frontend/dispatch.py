@@ -11,12 +11,11 @@ plus a few special handlers (copies, detach, RNG, foreach, host reads).
 """
 from __future__ import annotations
 
-import os
 import time
 
 import torch
 
-from .. import metrics
+from .. import config, metrics
 from ..ir.node import Node, intern_sig
 from ..lower.registry import DECOMPOSITIONS, LOWERINGS
 from .device import DEVICE_TYPE
@@ -34,7 +33,7 @@ _op_records = metrics.op_records
 # Graph size cap: after this many traced ops without a sync, pending work is cut
 # into a graph and run (like a step barrier, minus MarkStep), so a long loop
 # without lx.sync() neither grows an unbounded graph nor compiles forever.
-GRAPH_OP_LIMIT = int(os.environ.get("LAZYXLA_GRAPH_OP_LIMIT", "20000"))
+GRAPH_OP_LIMIT = config.SETTINGS.graph_op_limit   # LAZYXLA_GRAPH_OP_LIMIT
 traced_since_sync = [0]
 
 

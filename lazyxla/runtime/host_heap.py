@@ -54,7 +54,6 @@ library (musl, macOS) both functions do nothing.
 from __future__ import annotations
 
 import ctypes
-import os
 from typing import Optional
 
 _M_TRIM_THRESHOLD = -1   # glibc's <malloc.h> parameter numbers
@@ -78,18 +77,17 @@ def _load_glibc() -> Optional[ctypes.CDLL]:
 _LIBC = _load_glibc()
 
 
-def tuning_enabled() -> bool:
-    return os.environ.get("LAZYXLA_HEAP_TUNING", "1") not in ("0", "")
-
-
-def tune(platform: str) -> bool:
+def tune(platform: str, enabled: bool = True) -> bool:
     """Keep freed buffers in the heap for reuse; True when the settings took.
+
+    `enabled` is the caller's LAZYXLA_HEAP_TUNING (this module reads no settings, so the
+    tests can load it alone, without importing torch or JAX).
 
     `platform` is lazyxla's JAX platform (`lx.platform()`). Only on "cpu" are device
     buffers heap blocks; on a GPU or TPU they live in the device allocator, and the
     settings would only make the host heap keep more memory for nothing, so they are
     not applied there (`release_free_heap` still applies: compiles run on the host)."""
-    if _LIBC is None or not tuning_enabled() or platform != "cpu":
+    if _LIBC is None or not enabled or platform != "cpu":
         return False
     settings = ((_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD),
                 (_M_TOP_PAD, TOP_PAD))

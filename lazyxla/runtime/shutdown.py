@@ -28,10 +28,10 @@ hangs on a thread stuck inside lazyxla.
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 import time
 
+from .. import config
 from ..lock import LOCK
 
 # idents of threads blocked in wait_all() (maintained by runtime/execute.py)
@@ -40,7 +40,7 @@ waiting: set = set()
 
 def quiesce(timeout: float | None = None) -> None:
     if timeout is None:
-        timeout = float(os.environ.get("LAZYXLA_EXIT_TIMEOUT", "60"))
+        timeout = config.SETTINGS.exit_timeout   # LAZYXLA_EXIT_TIMEOUT
     deadline = time.monotonic() + timeout
     if not LOCK.acquire(timeout=timeout):
         return  # another thread is stuck holding the lock: exit anyway rather than hang

@@ -8,6 +8,7 @@ from typing import Callable, Iterator, List, Optional
 import torch
 
 import lazyxla as lx
+from lazyxla import config
 
 from ..unsupported import refuse, unsupported_names
 from . import _XLAC, runtime  # noqa: F401  (upstream's `torch_xla._XLAC`, `torch_xla.runtime`)
@@ -18,7 +19,7 @@ __version__ = f"2.9.0+lazyxla.{lx.__version__}"   # the PyTorch/XLA release whos
 
 # Upstream's switch for all donation, read once per process (SPEC §1.3); lazyxla's
 # own LAZYXLA_ALIASING, when set too, wins.
-if "XLA_ENABLE_PARAM_ALIASING" in os.environ and "LAZYXLA_ALIASING" not in os.environ:
+if "XLA_ENABLE_PARAM_ALIASING" in os.environ and not config.is_set("aliasing"):
     lx.set_aliasing(os.environ["XLA_ENABLE_PARAM_ALIASING"].strip().lower() not in ("0", "false"))
 
 

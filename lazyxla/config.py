@@ -1,0 +1,137 @@
+"""lazyxla's settings: every `LAZYXLA_*` environment variable, read here and only here.
+
+Why one module: settings used to be read in eight modules, each with its own
+parsing (`LAZYXLA_EXPLAIN_RECOMPILES` meant one thing to the compile cache and
+another to the dynamo backend). Here each variable is one field of `Config`, its
+name is `LAZYXLA_` + the field name in capitals, its type says how it is parsed,
+and every flag goes through the one `parse_bool`. README's "Environment
+variables" table lists the same names; tests/test_config.py keeps the two in step.
+
+`SETTINGS` is read once, at import. Modules read `config.SETTINGS.<field>` when
+they need it, so `override` (tests) and `reload` reach them; the few values that
+a module takes once at import (noted on the field) need a new process.
+
+A leaf module: it imports nothing from lazyxla, so every layer may use it.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import typing
+from typing import Iterator, Mapping, Optional
+
+PREFIX = "LAZYXLA_"
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One field per `LAZYXLA_<FIELD>` variable; the defaults are what an unset (or empty)
+    variable means, except for `cache_dir`, where the empty string is a value of its own."""
+
+    aliasing: bool = True
+    """Initial value of `lx.aliasing_enabled()`; off turns all donation off (read at import)."""
+    graph_op_limit: int = 20000
+    """Traced ops after which pending work is cut into a graph (read at import: hot path)."""
+    compile_cache_size: int = 1024
+    """Executables kept in the in-memory compile cache (least recently used evicted)."""
+    metrics_samples: int = 1024
+    """Samples kept per metric (for metrics created after a change)."""
+    cache_dir: Optional[str] = None
+    """Root of the persistent compile cache; unset: the user's cache directory
+    (`cache_root`), empty: no cache (read at import)."""
+    cache_max_mb: float = 2048.0
+    """Size bound of the persistent compile cache, in MiB (read at import)."""
+    explain_recompiles: bool = False
+    """Warn at every compile with the reason, and have dynamo log why it recompiles."""
+    heap_tuning: bool = True
+    """Set glibc's malloc so freed device buffers (CPU backend) stay in the heap for reuse."""
+    exit_timeout: float = 60.0
+    """Seconds interpreter exit waits for running work and the lock before going on."""
+    provenance: bool = False
+    """Record the user's file and line on each IR node (reserved: nothing reads it yet)."""
+
+    @property
+    def cache_root(self) -> Optional[str]:
+        """The persistent compile cache's root directory, None when `LAZYXLA_CACHE_DIR=""`:
+        the variable's path, else `$XDG_CACHE_HOME/lazyxla`, else `~/.cache/lazyxla`."""
+        if self.cache_dir is not None:
+            return os.path.abspath(os.path.expanduser(self.cache_dir)) if self.cache_dir else None
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        return os.path.join(xdg or os.path.join(os.path.expanduser("~"), ".cache"), "lazyxla")
+
+
+def env_name(field: str) -> str:
+    """The environment variable behind a `Config` field."""
+    return PREFIX + field.upper()
+
+
+def parse_bool(name: str, raw: str) -> bool:
+    """The one way a flag is read: 1/true/yes/on or 0/false/no/off, any case."""
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"lazyxla: {name}={raw!r} is not a flag; set it to 1 (or true/yes/on) "
+                     "to turn it on, 0 (or false/no/off) to turn it off, or unset it for the default.")
+
+
+def _parse(field: dataclasses.Field, hint, raw: str):
+    name = env_name(field.name)
+    if hint is bool:
+        return parse_bool(name, raw)
+    if hint in (int, float):
+        try:
+            return hint(raw.strip())
+        except ValueError:
+            kind = "an integer" if hint is int else "a number"
+            raise ValueError(f"lazyxla: {name}={raw!r} is not {kind}; unset it for the default "
+                             f"({name}={field.default}) or give {kind}.") from None
+    return raw   # Optional[str]: kept as given, the empty string included
+
+
+def from_env(environ: Optional[Mapping[str, str]] = None) -> Config:
+    """A `Config` from `environ` (default: the process environment)."""
+    environ = os.environ if environ is None else environ
+    hints = typing.get_type_hints(Config)
+    values = {}
+    for field in dataclasses.fields(Config):
+        raw = environ.get(env_name(field.name))
+        if raw is None:
+            continue
+        hint = hints[field.name]
+        if raw.strip() == "" and hint is not Optional[str]:
+            continue   # an empty flag or number means the default
+        values[field.name] = _parse(field, hint, raw)
+    return Config(**values)
+
+
+SETTINGS: Config = from_env()
+
+
+def is_set(field: str) -> bool:
+    """Whether the environment names `LAZYXLA_<FIELD>` at all (compat: lazyxla's own
+    variable wins over upstream's equivalent only when the user set it)."""
+    return env_name(field) in os.environ
+
+
+def reload() -> Config:
+    """Read the environment again (tests, or a program that set a variable after import)."""
+    global SETTINGS
+    SETTINGS = from_env()
+    return SETTINGS
+
+
+@contextlib.contextmanager
+def override(**changes) -> Iterator[Config]:
+    """`SETTINGS` with `changes` for the body, restored after (tests)."""
+    global SETTINGS
+    saved = SETTINGS
+    SETTINGS = dataclasses.replace(saved, **changes)
+    try:
+        yield SETTINGS
+    finally:
+        SETTINGS = saved
