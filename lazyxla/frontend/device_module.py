@@ -13,8 +13,13 @@ torch's generic device code (`torch.get_device_module`, checkpointing, DDP) asks
 The memory figures (`memory_allocated`, `max_memory_allocated`,
 `reset_peak_memory_stats`, `memory_stats`) answer as torch.cuda's do, from the
 runtime's ledger of live device buffers (runtime/memory.py).
+`current_stream` / `stream` serve torch code written for stream devices, such as
+torch.distributed.checkpoint's file writer (filesystem.py `_OverlappingCpuLoader`):
+lazyxla has one implicit stream per device, since JAX orders the work it runs.
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -107,3 +112,36 @@ def reset_peak_memory_stats(device=None) -> None:
 def memory_stats(device=None) -> dict:
     """torch.cuda.memory_stats' names for the ledger's counters, plus `bytes_limit`."""
     return memory.stats(memory_device(device))
+
+
+class Stream:
+    """The one implicit stream of the lazyxla devices: `synchronize` waits for the
+    work scheduled so far; there is nothing to order between streams."""
+
+    device_type = "lazyxla"
+
+    def synchronize(self) -> None:
+        from ..runtime.execute import wait_all
+        wait_all()
+
+    def wait_stream(self, stream: "Stream") -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+
+_STREAM = Stream()
+
+
+def current_stream(device=None) -> Stream:
+    return _STREAM
+
+
+def stream(s: Stream) -> "contextlib.AbstractContextManager":
+    """`with torch.lazyxla.stream(s):` changes nothing (one stream)."""
+    return contextlib.nullcontext()
+
+
+def synchronize(device=None) -> None:
+    _STREAM.synchronize()
