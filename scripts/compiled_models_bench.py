@@ -1,12 +1,13 @@
-"""Compiled Hugging Face models: lazyxla's lazy mode, lazyxla compiled and
-PyTorch/XLA's `openxla` backend, side by side (issue #23).
+"""Compiled Hugging Face models: eager, lazyxla's lazy mode, lazyxla compiled and
+PyTorch/XLA's `openxla` backend, side by side (issues #22, #23).
 
     python scripts/compiled_models_bench.py [--models gpt2,llama,t5,bert,vit]
         [--steps 8] [--torch-xla-python /opt/txla/bin/python]
 
 Each (system, model) cell runs in its own process (`--cell SYSTEM MODEL`, which
 prints one JSON line), so compile caches and imports are its own. A cell trains
-the tiny random-init model of lazyxla/bench/hf_models.py with AdamW; in the
+the random-init model of lazyxla/bench/hf_models.py with AdamW (`gpt2_small`:
+GPT-2 small's real size, batch 2 x 128; the others tiny); in the
 compiled systems both the model and `opt.step` are compiled. Reported: the first
 step (trace + compile + run), the median steady step, and the median host time
 spent before the step barrier (tracing, or dynamo's guards and replay). The
@@ -25,8 +26,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HF_MODELS = os.path.join(HERE, "..", "lazyxla", "bench", "hf_models.py")
-ATTN = {"gpt2": "eager", "llama": "sdpa", "t5": "eager", "bert": "sdpa", "vit": "sdpa"}
-SYSTEMS = ("lazy", "compiled", "openxla")
+ATTN = {"gpt2": "eager", "llama": "sdpa", "t5": "eager", "bert": "sdpa", "vit": "sdpa", "gpt2_small": "sdpa"}
+DEFAULT_MODELS = ("gpt2", "llama", "t5", "bert", "vit")
+SYSTEMS = ("eager", "lazy", "compiled", "openxla")
 
 
 def _hf_models():
@@ -40,6 +42,8 @@ def _hf_models():
 def _runtime(system: str):
     """(device, barrier, compile) for a system."""
     import torch
+    if system == "eager":
+        return torch.device("cpu"), (lambda: None), (lambda f: f)
     if system == "openxla":
         import torch_xla
         return torch_xla.device(), torch_xla.sync, lambda f: torch.compile(f, backend="openxla")
@@ -101,7 +105,7 @@ def _table(rows: list) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cell", nargs=2, metavar=("SYSTEM", "MODEL"))
-    p.add_argument("--models", default=",".join(ATTN))
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS), help=f"any of {','.join(ATTN)}")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--torch-xla-python", default=None)
     args = p.parse_args(argv)

@@ -13,13 +13,19 @@ import torch
 import transformers
 
 VOCAB = 100
-ARCHS = ("gpt2", "llama", "bert", "t5", "resnet", "vit")
+ARCHS = ("gpt2", "llama", "bert", "t5", "resnet", "vit", "gpt2_small")
 
 
 def gpt2(attn):
     cfg = transformers.GPT2Config(
         n_layer=2, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=32,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation=attn)
+    return transformers.GPT2LMHeadModel(cfg)
+
+
+def gpt2_small(attn):
+    """GPT-2 small's real size (124M parameters, 12 layers, d 768), random init."""
+    cfg = transformers.GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation=attn)
     return transformers.GPT2LMHeadModel(cfg)
 
 
@@ -79,6 +85,9 @@ def batch(arch, padded=None):
     if arch in ("resnet", "vit"):
         return {"pixel_values": torch.randn(4, 3, 16, 16, generator=g),
                 "labels": torch.randint(0, 5, (4,), generator=g)}
+    if arch == "gpt2_small":   # batch 2 x 128 over the real vocabulary
+        ids = torch.randint(0, 50257, (2, 128), generator=g)
+        return {"input_ids": ids, "labels": ids}
     ids = torch.randint(0, VOCAB, (2, 8), generator=g)
     mask = torch.ones(2, 8, dtype=torch.long)
     mask[1, 6:] = 0
