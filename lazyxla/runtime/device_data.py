@@ -58,9 +58,10 @@ class DeviceData:
 
     def __del__(self) -> None:
         charged = self.charged
-        if charged is not None and memory is not None:   # None: at interpreter exit
+        release = getattr(memory, "release", None)   # None at interpreter exit (module or its globals)
+        if charged is not None and release is not None:
             self.charged = None
-            memory.release(id(self), charged)
+            release(id(self), charged)
 
     @property
     def array(self):

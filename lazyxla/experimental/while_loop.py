@@ -1,0 +1,243 @@
+"""`while_loop(cond_fn, body_fn, carried_inputs)` and `fori_loop(lower, upper, body_fn, *values)`:
+a loop whose trip count is computed on the device, as one XLA `while` (PyTorch/XLA's
+`torch_xla.experimental.fori_loop` module, and torch's own
+`torch._higher_order_ops.while_loop.while_loop` on lazy tensors).
+
+`cond_fn` and `body_fn` are each traced once, on placeholders shaped like the
+carried values (sync/capture.py), into pure JAX functions; one CALL node runs
+them in a `lax.while_loop` and fuses into the step graph at the next sync, as
+scan's loop does (experimental/scan.py). Tensors the functions close over are
+operands of that node, re-read at every call; random ops draw a seed per call,
+mixed with an iteration counter the loop carries, so iterations differ.
+
+Options considered:
+- unroll in Python, reading `cond_fn` on the host each iteration (torch's dense
+  kernel): a sync per iteration and one graph per trip count;
+- a scan with a fixed bound and a mask: needs an upper bound the caller may not
+  have, and does all iterations' work;
+- `lax.while_loop` (chosen): one program whatever the trip count. Its price is
+  autograd: XLA cannot reverse a loop whose length it learns only at run time,
+  so a loop over values that require grad is refused with an error naming
+  `scan` (fixed length, differentiable) as the way out.
+
+torch's `while_loop` reaches lazyxla through its higher-order operator: the
+rule registered here for `LazyTensor` (the subclass handler of
+`HigherOrderOperator.dispatch`) runs the loop above.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence, Union
+
+import jax.numpy as jnp
+import torch
+from jax import lax
+from torch._higher_order_ops.while_loop import while_loop_op
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from ..frontend.tensor import LazyTensor
+from ..frontend.tracing import contiguous_strides
+from ..ir.call import Subprogram
+from ..sync.capture import Capture, CaptureError, capture, insert_call
+from .gradient_accumulation import _SEED_MIX
+
+
+class WhileLoopError(ValueError):
+    """Bad input to while_loop / fori_loop (the message names the problem and the fix)."""
+
+
+def while_loop(cond_fn: Callable[..., torch.Tensor], body_fn: Callable[..., Sequence[torch.Tensor]],
+               carried_inputs: Sequence[Any], additional_inputs: Sequence[torch.Tensor] = ()) -> tuple:
+    """Run `carried = body_fn(*carried, *additional_inputs)` while
+    `cond_fn(*carried, *additional_inputs)` (a 0-d bool tensor) is true; the final
+    carried values, as a tuple like `carried_inputs`. Equal to the Python loop."""
+    if not callable(cond_fn) or not callable(body_fn):
+        raise WhileLoopError("while_loop: cond_fn and body_fn must be callable")
+    if not isinstance(carried_inputs, (tuple, list)):
+        raise WhileLoopError(f"while_loop: carried_inputs must be a tuple or list, got "
+                             f"{type(carried_inputs).__name__}")
+    carried, spec = tree_flatten(tuple(carried_inputs))
+    # Numbers among the additional inputs (torch's while_loop lifts sizes as ints) are
+    # constants of the traced functions; the tensors are operands.
+    fixed = list(additional_inputs)
+    slots = [i for i, a in enumerate(fixed) if isinstance(a, torch.Tensor)]
+    extra = [fixed[i] for i in slots]
+    device = _check_inputs(carried, extra)
+    n = len(carried)
+
+    def unflat(leaves: Sequence) -> tuple:
+        args = list(fixed)
+        for i, t in zip(slots, leaves[n:]):
+            args[i] = t
+        return tree_unflatten(list(leaves[:n]), spec) + tuple(args)
+
+    def traced_cond(*leaves: LazyTensor) -> list:
+        return [_check_pred(cond_fn(*unflat(leaves)))]
+
+    def traced_body(*leaves: LazyTensor) -> list:
+        out = body_fn(*unflat(leaves))
+        return _check_body_out(out, leaves[:n], spec)
+
+    examples = carried + extra
+    no_grad = [False] * len(examples)
+    cond = _capture(traced_cond, examples, "while_loop_cond", no_grad)
+    body = _capture(traced_body, examples, "while_loop_body", no_grad)
+    if torch.is_grad_enabled() and (any(t.requires_grad for t in examples) or body.grad_closures):
+        raise WhileLoopError(
+            "while_loop: the loop reads tensors that require grad, and a loop whose trip count is "
+            "computed on the device has no backward in XLA. Run it under torch.no_grad(), or use "
+            "lx.experimental.scan (fixed length, differentiable)")
+    operands = cond.cap.operands(examples) + body.cap.extra_operands()
+    program = _loop_program(cond.cap, body.cap, n, len(extra))
+    specs = [(shape, contiguous_strides(shape), dtype) for shape, dtype in program.out_avals]
+    outs = insert_call(program, operands, specs, device)
+    return tuple(tree_unflatten(outs, spec))
+
+
+def fori_loop(lower: Union[int, torch.Tensor], upper: Union[int, torch.Tensor],
+              body_fn: Callable[..., Any], *values: torch.Tensor) -> Any:
+    """`values = body_fn(*values)` run `upper - lower` times (none if upper <= lower):
+    the final values, one tensor if one was given, else a tuple. `lower` and `upper`
+    are ints or 0-d integer lazy tensors (the count is then computed on the device)."""
+    final = count_down(lower, upper, body_fn, values)[1:]
+    return final[0] if len(values) == 1 else final
+
+
+def count_down(lower: Union[int, torch.Tensor], upper: Union[int, torch.Tensor], body_fn: Callable[..., Any],
+               values: Sequence[torch.Tensor]) -> tuple:
+    """fori_loop's loop with its counter: (remaining count, *final values); the count
+    starts at `upper - lower` and ends at 0 (or where it started, if not positive)."""
+    if not values:
+        raise WhileLoopError("fori_loop: give the loop's values: fori_loop(lower, upper, body_fn, x, ...)")
+    device = torch.device("lazyxla", _check_inputs(list(values), []))
+    count = _as_count(upper, device) - _as_count(lower, device)
+
+    def cond(i: torch.Tensor, *vals: torch.Tensor) -> torch.Tensor:
+        return i > 0
+
+    def body(i: torch.Tensor, *vals: torch.Tensor) -> tuple:
+        out = body_fn(*vals)
+        return (i - 1, *(out if isinstance(out, (tuple, list)) else (out,)))
+
+    return while_loop(cond, body, (count, *values))
+
+
+# -- checks ----------------------------------------------------------------------------
+
+def _check_inputs(carried: list, extra: list) -> int:
+    if not carried:
+        raise WhileLoopError("while_loop: carried_inputs is empty; the loop needs a value to carry")
+    for where, leaves in (("carried_inputs", carried), ("additional_inputs", extra)):
+        for i, t in enumerate(leaves):
+            if not isinstance(t, LazyTensor):
+                kind = f"a {t.device} tensor" if isinstance(t, torch.Tensor) else f"a {type(t).__name__}"
+                raise WhileLoopError(f"while_loop: every leaf of {where} must be a lazyxla tensor; leaf {i} "
+                                     f"is {kind}. Move tensors with t.to(lx.device()); make a Python number "
+                                     "a 0-d tensor on the device")
+    devices = {t._st.device for t in carried + extra}
+    if len(devices) > 1:
+        raise WhileLoopError(f"while_loop: the inputs are on several lazyxla devices {sorted(devices)}; use one")
+    return devices.pop()
+
+
+def _check_pred(pred: Any) -> torch.Tensor:
+    if not isinstance(pred, torch.Tensor) or pred.dim() != 0 or pred.dtype != torch.bool:
+        got = f"a {pred.dtype} tensor of shape {list(pred.shape)}" if isinstance(pred, torch.Tensor) \
+            else f"a {type(pred).__name__}"
+        raise WhileLoopError(f"while_loop: cond_fn must return a 0-d bool tensor computed from its "
+                             f"arguments, got {got}")
+    return pred
+
+
+def _check_body_out(out: Any, carried: Sequence[LazyTensor], spec) -> list:
+    if not isinstance(out, (tuple, list)):
+        out = (out,)
+    leaves, out_spec = tree_flatten(tuple(out))
+    if out_spec != spec:
+        raise WhileLoopError(f"while_loop: body_fn returns {out_spec}, the carried inputs are {spec}; "
+                             "it must return one value per carried input, in the same structure")
+    for i, (new, old) in enumerate(zip(leaves, carried)):
+        if not isinstance(new, torch.Tensor) or new.shape != old.shape or new.dtype != old.dtype:
+            got = f"{new.dtype} {list(new.shape)}" if isinstance(new, torch.Tensor) else type(new).__name__
+            raise WhileLoopError(f"while_loop: carried value {i} goes in as {old.dtype} {list(old.shape)} and "
+                                 f"comes back from body_fn as {got}; it must keep its shape and dtype")
+    return leaves
+
+
+def _as_count(bound: Union[int, torch.Tensor], device: torch.device) -> torch.Tensor:
+    if isinstance(bound, bool) or not isinstance(bound, (int, torch.Tensor)):
+        raise WhileLoopError(f"fori_loop: lower and upper must be ints or 0-d integer tensors, got "
+                             f"{type(bound).__name__}")
+    if isinstance(bound, int):
+        return torch.tensor(bound, dtype=torch.int64, device=device)
+    if bound.dim() != 0 or bound.dtype.is_floating_point or bound.dtype.is_complex or bound.dtype == torch.bool:
+        raise WhileLoopError(f"fori_loop: a tensor bound must be a 0-d integer tensor, got {bound.dtype} "
+                             f"{list(bound.shape)}")
+    return bound.to(device=device, dtype=torch.int64)
+
+
+# -- capture and the loop --------------------------------------------------------------
+
+class _Traced:
+    """A captured cond or body, and whether it read closed-over tensors requiring grad."""
+
+    def __init__(self, cap: Capture, grad_closures: bool) -> None:
+        self.cap, self.grad_closures = cap, grad_closures
+
+
+def _capture(fn: Callable, examples: list, name: str, requires_grad: list) -> _Traced:
+    results: list = []
+
+    def recorded(*leaves: LazyTensor) -> list:
+        results.extend(fn(*leaves))
+        return results
+
+    try:
+        cap = capture(recorded, examples, name=name, requires_grad=requires_grad)
+    except CaptureError as e:
+        raise type(e)(f"{name}: {e} (while_loop traces cond_fn and body_fn once, on placeholders, so they "
+                      "must be pure tensor code: no host reads such as .item() or if on a tensor, no "
+                      "writes to outside tensors)") from e
+    return _Traced(cap, any(r.requires_grad for r in results))
+
+
+def _loop_program(cond: Capture, body: Capture, n_carry: int, n_extra: int) -> Subprogram:
+    """(*carried, *additional, *cond's outer, *cond's seeds, *body's outer, *body's seeds)
+    -> (*final carried): cond and body in one lax.while_loop."""
+    cond_fn, body_fn = cond.program.fn, body.program.fn
+    n_cond = len(cond.operand_plan)
+    cond_seeds, body_seeds = cond.n_seeds, body.n_seeds
+
+    def fn(*operands):
+        carry0 = tuple(operands[:n_carry])
+        extra = operands[n_carry:n_carry + n_extra]
+        cond_rest = operands[n_carry + n_extra:n_carry + n_extra + n_cond]
+        body_rest = operands[n_carry + n_extra + n_cond:]
+
+        def mixed(rest: Sequence, n_seeds: int, i) -> list:
+            index = i * _SEED_MIX
+            return list(rest[:len(rest) - n_seeds]) + [s ^ index for s in rest[len(rest) - n_seeds:]]
+
+        def keep_going(state):
+            i, carry = state
+            return cond_fn(*carry, *extra, *mixed(cond_rest, cond_seeds, i))[0]
+
+        def step(state):
+            i, carry = state
+            return i + 1, tuple(body_fn(*carry, *extra, *mixed(body_rest, body_seeds, i)))
+
+        _, final = lax.while_loop(keep_going, step, (jnp.zeros((), jnp.int64), carry0))
+        return final
+
+    return Subprogram(fn, ("while_loop", cond.program.key, body.program.key, n_carry, n_extra),
+                      "while_loop", body.program.out_avals)
+
+
+@while_loop_op.py_impl(LazyTensor)
+def _torch_while_loop(cond_fn: Callable, body_fn: Callable, carried_inputs: Sequence, additional_inputs: Sequence,
+                      **kwargs: Any) -> tuple:
+    """torch's while_loop higher-order operator on lazy tensors."""
+    if kwargs.get("stack_output"):
+        raise WhileLoopError("while_loop: torch's stacked-output form (its autograd of while_loop) is not "
+                             "supported on lazyxla; run the loop under torch.no_grad(), or use "
+                             "lx.experimental.scan for a differentiable loop of fixed length")
+    return while_loop(cond_fn, body_fn, carried_inputs, additional_inputs)
