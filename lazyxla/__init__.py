@@ -42,6 +42,10 @@ from .donation import (  # noqa: E402,F401
     aliasing_enabled, explicit_donation, explicit_donation_enabled, get_buffer_donation, is_donated,
     set_aliasing, set_buffer_donation, set_explicit_donation)
 from .utils import optimization_barrier_, save  # noqa: E402,F401
+from . import utils  # noqa: E402,F401  (lx.utils.checkpoint)
+from .recompute import patch_torch_checkpoint as _patch_torch_checkpoint  # noqa: E402
+
+_patch_torch_checkpoint()   # torch.utils.checkpoint.checkpoint saves memory on lazyxla tensors
 from . import debug  # noqa: E402,F401
 from . import experimental  # noqa: E402,F401
 from . import distributed, spmd  # noqa: E402,F401
@@ -58,7 +62,7 @@ __all__ = [
     "set_buffer_donation", "get_buffer_donation", "is_donated",
     "set_explicit_donation", "explicit_donation_enabled", "explicit_donation",
     "set_aliasing", "aliasing_enabled",
-    "graph_hash", "metrics", "debug", "experimental", "save", "optimization_barrier_",
+    "graph_hash", "metrics", "debug", "experimental", "save", "optimization_barrier_", "utils",
     "spmd", "distributed",
     "DonatedBufferError", "LoweringError", "LazyTensor",
 ]

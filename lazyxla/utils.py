@@ -1,4 +1,4 @@
-"""lx.save and lx.optimization_barrier_."""
+"""lx.save, lx.optimization_barrier_ and lx.utils.checkpoint."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -9,7 +9,6 @@ from .frontend.tensor import LazyTensor, lazy_tensors_in
 from .ir.node import OPT_BARRIER, Node, getitem_node, intern_sig
 from .lock import LOCK
 from .sync.api import host_values
-
 
 
 def save(obj, path, **kwargs) -> None:
@@ -54,3 +53,11 @@ def optimization_barrier_(tensors: Sequence[torch.Tensor]) -> None:
             t.write(getitem_node(node, i))
 
 
+
+
+def checkpoint(function, *args, use_reentrant: bool = True, **kwargs):
+    """PyTorch/XLA's `torch_xla.utils.checkpoint`: `torch.utils.checkpoint.checkpoint`
+    (reentrant by default, as there) with the backward's re-run kept apart from the forward,
+    so the region's activations are not kept (lazyxla/recompute.py)."""
+    from .recompute import checkpoint as lazyxla_checkpoint  # recompute imports this module
+    return lazyxla_checkpoint(function, *args, use_reentrant=use_reentrant, **kwargs)

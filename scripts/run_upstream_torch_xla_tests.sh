@@ -45,10 +45,12 @@ declare -A PASSES=(
     [test/scan/test_scan.py]=26                     # 2.9: 32
     [test/scan/test_scan_layers.py]=2               # 2.9: 11
     [test/test_while_loop.py]=3                     # 2.9: 3 (+1 skipped)
+    [test/test_grad_checkpoint.py]=1                # no test runner: exits 0
 )
 FILES=(test/test_input_output_aliases.py test/dynamo/test_dynamo_aliasing.py test/test_gradient_accumulation.py
        test/test_devices.py test/test_inplace_update.py test/test_as_stride_use_slice.py test/test_metrics.py
-       test/scan/test_scan.py test/scan/test_scan_layers.py test/test_while_loop.py)
+       test/scan/test_scan.py test/scan/test_scan_layers.py test/test_while_loop.py
+       test/test_grad_checkpoint.py)
 
 LOG=$(mktemp -d)
 status=0

@@ -1,7 +1,9 @@
 """The bounded executable cache and the compile step (jax.jit -> lower -> compile).
 
 Cache key = (graph key, donor indices). Config switches are not part of it:
-two syncs that end with the same donors share one executable. Size bound:
+two syncs that end with the same donors share one executable. XLA compiler options
+are a function of the graph (`compiler_options`), so the graph key covers them; JAX's
+persistent cache keys on them itself. Size bound:
 LAZYXLA_COMPILE_CACHE_SIZE (default 1024), least recently used evicted.
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ..errors import LoweringError
 from ..runtime import placement
 from ..runtime.host_heap import release_free_heap
 from ..ir.graph import Graph
+from ..ir.node import OPT_BARRIER
 from .explain import explain
 from .program import build, scalar_avals
 
@@ -124,6 +127,19 @@ def _check_one_device_order(graph: Graph, shardings: list) -> None:
             "unmarked tensors use that mesh's order. Nothing was run; the tensors keep their values.")
 
 
+# XLA:CPU expands optimization barriers before CSE, which then merges an activation
+# checkpoint's re-run back into the forward (lazyxla/recompute.py): graphs with a barrier
+# keep it to the end.
+_KEEP_BARRIERS = {"xla_disable_hlo_passes": "cse_barrier_expander"}
+
+
+def compiler_options(graph: Graph) -> dict:
+    """XLA options this graph is compiled with: barriers that hold, when it has any."""
+    if any(node.op is OPT_BARRIER for node in graph.order):
+        return dict(_KEEP_BARRIERS)
+    return {}
+
+
 def compile_graph(graph: Graph, donors: tuple) -> Executable:
     program, n_params = build(graph)
     in_shardings, scalar_sharding, out_shardings = _placements(graph)
@@ -136,7 +152,7 @@ def compile_graph(graph: Graph, donors: tuple) -> Executable:
         with warnings.catch_warnings():
             # Explicit donors without a matching output are freed, not reused; JAX warns.
             warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
-            compiled = jitted.lower(*avals).compile()
+            compiled = jitted.lower(*avals).compile(compiler_options(graph) or None)
     except LoweringError:
         raise
     except Exception as e:
