@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.utils.checkpoint
 from torch import nn
 from torch.nn import functional as F
 
@@ -34,6 +35,7 @@ class GPTConfig:
     layers: int = 4
     seq: int = 128
     scan: bool = False   # run the blocks with lx.experimental.scan_layers (one loop)
+    checkpoint: bool = False   # torch.utils.checkpoint around each block (non-reentrant)
 
 
 class Block(nn.Module):
@@ -85,7 +87,10 @@ class GPT(nn.Module):
             x = scan_layers(self.blocks, x)
         else:
             for block in self.blocks:
-                x = block(x, self.mask)
+                if self.cfg.checkpoint:
+                    x = torch.utils.checkpoint.checkpoint(block, x, self.mask, use_reentrant=False)
+                else:
+                    x = block(x, self.mask)
         return self.head(self.ln(x))
 
 
