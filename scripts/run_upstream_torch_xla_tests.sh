@@ -42,8 +42,8 @@ declare -A PASSES=(
     [test/test_inplace_update.py]=5                 # 2.9: 5
     [test/test_as_stride_use_slice.py]=4            # 2.9: 4
     [test/test_metrics.py]=7                        # 2.9: 10
-    [test/scan/test_scan.py]=26                     # 2.9: 32
-    [test/scan/test_scan_layers.py]=2               # 2.9: 11
+    [test/scan/test_scan.py]=28                     # 2.9: 32
+    [test/scan/test_scan_layers.py]=6               # 2.9: 11
     [test/test_while_loop.py]=3                     # 2.9: 3 (+1 skipped)
     [test/test_grad_checkpoint.py]=1                # no test runner: exits 0
 )

@@ -199,16 +199,26 @@ def test_layers_that_differ_are_named(dev):
     same = blocks(2).to(dev)
     other = torch.nn.ModuleList([same[0], torch.nn.Linear(16, 16).to(dev)])
     x = torch.randn(3, 16).to(dev)
-    with pytest.raises(ScanError, match="layer 1 is a Linear, layer 0 a Block"):
+    with pytest.raises(ScanError, match=r"mismatched keys: layer 0 \(Block\) has 'ln.weight', layer 1 "
+                                        r"\(Linear\) has not"):
         scan_layers(other, x)
     wide = Block()
     wide.fc = torch.nn.Linear(16, 16, bias=False)
-    with pytest.raises(ScanError, match="layer 1 has no 'fc.bias'"):
+    with pytest.raises(ScanError, match=r"layer 0 \(Block\) has 'fc.bias', layer 1 \(Block\) has not"):
         scan_layers([same[0], wide.to(dev)], x)
+
+    class Twin(Block):
+        pass
+    with pytest.raises(ScanError, match="layer 1 is a Twin, layer 0 a Block"):
+        scan_layers([same[0], Twin().to(dev)], x)
     shaped = Block()
     shaped.ln = torch.nn.LayerNorm(16, elementwise_affine=True).double()
-    with pytest.raises(ScanError, match="'ln.weight' differs"):
+    with pytest.raises(ScanError, match="'ln.weight' is a torch.float32 parameter in layer 0 and a torch.float64"):
         scan_layers([same[0], shaped.to(dev)], x)
+    narrow = Block()
+    narrow.fc = torch.nn.Linear(16, 8)
+    with pytest.raises(ScanError, match=r"Shape mismatch of 'fc.weight': \[16, 16\] in layer 0, \[8, 16\] in layer 1"):
+        scan_layers([same[0], narrow.to(dev)], x)
 
 
 def test_host_read_inside_fn_is_refused(dev):
@@ -234,3 +244,71 @@ def test_other_bad_input(dev):
         scan(lambda c, x: (c.sum(), None), torch.zeros(3).to(dev), torch.randn(4, 3).to(dev))
     with pytest.raises(ScanError, match="fn must be callable"):
         scan(None, torch.zeros(3).to(dev), torch.randn(4, 3).to(dev))
+
+
+# -- pure functions: traced once across calls ------------------------------------------
+
+def test_pure_fn_is_traced_once_across_calls(dev):
+    torch.manual_seed(0)
+    w_ref = torch.randn(4, 4, requires_grad=True)
+    w = w_ref.detach().to(dev).requires_grad_()
+    calls = [0]
+
+    def make_fn(weight):
+        def fn(c, x):
+            calls[0] += 1
+            h = torch.tanh(c @ weight + x)
+            return h, h.sum()
+        return fn
+
+    fn, fn_ref = make_fn(w), make_fn(w_ref)
+    opt, opt_ref = torch.optim.SGD([w], lr=0.1), torch.optim.SGD([w_ref], lr=0.1)
+    traces = []
+    for length in (5, 5, 7):
+        xs = torch.randn(length, 4)
+        for side, f, o, weight in (("eager", fn_ref, opt_ref, w_ref), ("lazy", fn, opt, w)):
+            move = (lambda t: t.to(dev)) if side == "lazy" else (lambda t: t)
+            run = (lambda *a: scan(*a, is_fn_pure=True)) if side == "lazy" else python_scan
+            before = calls[0]
+            carry, ys = run(f, move(torch.zeros(4)), move(xs))
+            if side == "lazy":
+                lazy_calls = calls[0] - before
+            loss = (carry ** 2).sum() + ys.sum()
+            o.zero_grad()
+            loss.backward()
+            o.step()
+        lx.sync()
+        assert_close(w.grad, w_ref.grad, rtol=1e-4, atol=1e-6)
+        assert_close(w, w_ref.detach(), rtol=1e-4, atol=1e-6)
+        traces.append(lazy_calls)
+    # the first call traces forward and backward; later calls (any length) trace nothing
+    assert traces == [2, 0, 0], traces
+
+
+def test_pure_layers_are_traced_once_across_steps(dev):
+    ref = blocks(3)
+    lazy = copy.deepcopy(ref).to(dev)
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(lazy.parameters(), lr=1e-2)
+    x = torch.randn(3, 16)
+    traced = []
+    for _ in range(3):
+        h = x
+        for block in ref:
+            h = block(h)
+        loss = (h ** 2).mean()
+        opt_ref.zero_grad()
+        loss.backward()
+        opt_ref.step()
+
+        metrics.clear_all()
+        lazy_loss = (scan_layers(lazy, x.to(dev), is_layer_pure=True) ** 2).mean()
+        opt.zero_grad()
+        lazy_loss.backward()
+        opt.step()
+        traced.append(metrics.counter_value("TracedOps"))
+        lx.sync()
+        assert_close(lazy_loss, loss.detach(), rtol=1e-5)
+    for p, q in zip(lazy.parameters(), ref.parameters()):
+        assert_close(p, q.detach(), rtol=1e-4, atol=1e-6)
+    assert traced[1] == traced[2] < traced[0], traced

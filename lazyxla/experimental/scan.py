@@ -39,7 +39,9 @@ tensor, the only traced work that grows with depth).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import weakref
+from typing import Any, Callable, Hashable, NamedTuple, Optional, Sequence
+from weakref import WeakKeyDictionary
 
 import jax.numpy as jnp
 import torch
@@ -60,22 +62,54 @@ class ScanError(ValueError):
 
 # -- the public functions -------------------------------------------------------------
 
-def scan(fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any) -> tuple[Any, Any]:
+# fn -> {structural key: _Trace}: the traces of pure functions (is_fn_pure=True).
+_TRACES: WeakKeyDictionary = WeakKeyDictionary()
+
+
+def scan(fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any, *,
+         is_fn_pure: bool = False) -> tuple[Any, Any]:
     """`(final_carry, ys)`: `fn` applied along dim 0 of `xs`, threading the carry;
-    equal to the Python loop, in one compiled loop (module docstring)."""
+    equal to the Python loop, in one compiled loop (module docstring).
+
+    `is_fn_pure=True` promises that `fn`'s traced ops depend only on the shapes and
+    dtypes of its arguments (not on Python state or on which outer tensors it reads):
+    its forward and backward iterations are then traced at the first call and reused
+    by later calls with the same structure, whatever the length."""
+    return scan_cached(fn, init, xs, _trace_cache(fn) if is_fn_pure else None)
+
+
+def _trace_cache(fn: Callable) -> dict:
+    try:
+        return _TRACES.setdefault(fn, {})
+    except TypeError:
+        raise ScanError(f"scan: is_fn_pure=True keeps fn's traces keyed by fn, and a "
+                        f"{type(fn).__name__} cannot be weakly referenced; wrap it in a function") from None
+
+
+def scan_cached(fn: Callable, init: Any, xs: Any, cache: Optional[dict], tag: Hashable = None) -> tuple[Any, Any]:
+    """scan, reusing the traces in `cache` (a dict this function fills; None: trace
+    anew) under keys that start with `tag`."""
     if not callable(fn):
         raise ScanError(f"scan: fn must be callable, got {type(fn).__name__}")
     init_leaves, init_spec = tree_flatten(init)
     xs_leaves, xs_spec = tree_flatten(xs)
     device = _check_leaves(init_leaves, xs_leaves)
     length = xs_leaves[0].shape[0]
-    body = _Body(fn, init_spec, xs_spec, len(init_leaves))
-    x_examples = [x[0] for x in xs_leaves]
     grad_mode = torch.is_grad_enabled()
-    forward = _capture(body.traced, init_leaves + x_examples, "scan")
-    closures = _closure_leaves(body.results, body.placeholders, body.start_seq) if grad_mode else []
+    trace = None
+    if cache is not None:
+        key = (tag, device, grad_mode, init_spec, xs_spec,
+               tuple((tuple(t.shape), t.dtype, t.requires_grad) for t in init_leaves),
+               tuple((tuple(x.shape[1:]), x.dtype, x.requires_grad) for x in xs_leaves))
+        trace = cache.get(key)
+    if trace is None:
+        trace = _trace(fn, init_spec, xs_spec, init_leaves, xs_leaves, grad_mode, eager_backward=cache is not None)
+        if cache is not None:
+            cache[key] = trace
+    body = trace.body
+    closures = body.closures
     need_grad = grad_mode and (bool(closures) or any(t.requires_grad for t in init_leaves + xs_leaves))
-    plan = _Plan(body, forward, length, device, init_leaves, xs_leaves, closures, need_grad)
+    plan = _Plan(trace, length, device, init_leaves, xs_leaves, need_grad)
     if need_grad:
         outs = _ScanFunction.apply(plan, *init_leaves, *xs_leaves, *closures)
     else:
@@ -86,24 +120,48 @@ def scan(fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any) -> tuple
     return carry, ys
 
 
-def scan_layers(layers: Sequence[torch.nn.Module], *inputs: Any) -> Any:
+# first layer -> its one-layer function, kept for layers declared pure.
+_ONE_LAYER: WeakKeyDictionary = WeakKeyDictionary()
+
+
+def scan_layers(layers: Sequence[torch.nn.Module], *inputs: Any, is_layer_pure: bool = False) -> Any:
     """Run `inputs` through every module of `layers` in turn, as one loop over their
-    stacked parameters; the same as `for layer in layers: inputs = layer(*inputs)`."""
+    stacked parameters; the same as `for layer in layers: inputs = layer(*inputs)`.
+
+    `is_layer_pure=True` promises that the layers' forward depends only on their
+    tensors and the inputs' shapes (no Python state that changes between calls):
+    the layer is then traced, forward and backward, at the first call only."""
     layers = list(layers)
+    if is_layer_pure and layers:
+        fn = _ONE_LAYER.get(layers[0]) or _ONE_LAYER.setdefault(layers[0], layer_function(layers[0]))
+        return scan_layers_with(fn, layers, inputs, _trace_cache(fn))
+    return scan_layers_with(layer_function(layers[0]) if layers else None, layers, inputs, None)
+
+
+def layer_function(template: torch.nn.Module) -> Callable:
+    """`fn(carry, weights) -> (template run with weights on carry, None)`: one
+    iteration of scan_layers. Holds `template` weakly (it may key a cache)."""
+    ref = weakref.ref(template)
+
+    def one_layer(carry, weights):
+        args = carry if isinstance(carry, tuple) else (carry,)
+        return torch.func.functional_call(ref(), weights, args, strict=True), None
+
+    return one_layer
+
+
+def scan_layers_with(fn: Optional[Callable], layers: list, inputs: Sequence, cache: Optional[dict],
+                     tag: Hashable = None) -> Any:
+    """scan_layers with a given one-layer function (`layer_function(layers[0])`) and
+    trace cache (see scan_cached)."""
     if not layers:
-        return inputs[0] if len(inputs) == 1 else inputs
+        return inputs[0] if len(inputs) == 1 else tuple(inputs)
     if not inputs:
         raise ScanError("scan_layers: give the first layer's input(s): scan_layers(layers, x)")
     names = _check_same_structure(layers)
     stacked = {name: _StackLayers.apply(*[_tensor(layer, name) for layer in layers]) for name in names}
-    template = layers[0]
-
-    def one_layer(carry, weights):
-        args = carry if isinstance(carry, tuple) else (carry,)
-        return torch.func.functional_call(template, weights, args, strict=True), None
-
     carry = tuple(inputs) if len(inputs) > 1 else inputs[0]
-    final, _ = scan(one_layer, carry, stacked)
+    final, _ = scan_cached(fn, carry, stacked, cache, tag)
     return final
 
 
@@ -151,24 +209,29 @@ def _tensor(module: torch.nn.Module, name: str) -> torch.Tensor:
 
 
 def _check_same_structure(layers: list) -> list[str]:
-    """The names of the tensors to stack; an error naming the first difference."""
+    """The names of the tensors to stack; an error naming the first difference
+    (tensor names, then the module class, then shapes and dtypes)."""
     first = layers[0]
     ref = _signature(first)
     for i, layer in enumerate(layers[1:], start=1):
+        sig = _signature(layer)
+        kinds = f"layer {i} ({type(layer).__name__})", f"layer 0 ({type(first).__name__})"
+        for name in list(ref) + [n for n in sig if n not in ref]:
+            if name not in sig or name not in ref:
+                has, lacks = kinds if name in sig else kinds[::-1]
+                raise ScanError(f"scan_layers: mismatched keys: {has} has {name!r}, {lacks} has not; "
+                                "every layer must have the same parameters and buffers")
         if type(layer) is not type(first):
             raise ScanError(f"scan_layers: layer {i} is a {type(layer).__name__}, layer 0 a "
                             f"{type(first).__name__}; every layer must have the same structure")
-        sig = _signature(layer)
-        for name in list(ref) + [n for n in sig if n not in ref]:
-            if name not in sig:
-                raise ScanError(f"scan_layers: layer {i} has no {name!r}, which layer 0 has; "
-                                "every layer must have the same parameters and buffers")
-            if name not in ref:
-                raise ScanError(f"scan_layers: layer {i} has {name!r}, which layer 0 has not; "
-                                "every layer must have the same parameters and buffers")
-            if sig[name] != ref[name]:
-                raise ScanError(f"scan_layers: {name!r} differs between layer 0 {ref[name]} and layer {i} "
-                                f"{sig[name]}; every layer must have the same shapes, dtypes and kinds")
+        for name in ref:
+            (kind0, shape0, dtype0), (kind, shape, dtype) = ref[name], sig[name]
+            if shape != shape0:
+                raise ScanError(f"scan_layers: Shape mismatch of {name!r}: {list(shape0)} in layer 0, "
+                                f"{list(shape)} in layer {i}; every layer must have the same shapes")
+            if (kind, dtype) != (kind0, dtype0):
+                raise ScanError(f"scan_layers: {name!r} is a {dtype0} {kind0} in layer 0 and a {dtype} "
+                                f"{kind} in layer {i}; every layer must have the same dtypes and kinds")
     return list(ref)
 
 
@@ -179,6 +242,42 @@ def _signature(module: torch.nn.Module) -> dict:
 
 
 # -- the traced iteration ----------------------------------------------------------------
+
+class _Trace(NamedTuple):
+    """fn traced: the flat iteration, its forward capture and (traced at the first
+    call when cached, else at the first backward) its backward capture."""
+    body: "_Body"
+    forward: Capture
+    backward: Optional[Capture]
+
+
+def _trace(fn: Callable, init_spec, xs_spec, init_leaves: list, xs_leaves: list, grad_mode: bool,
+           eager_backward: bool) -> _Trace:
+    body = _Body(fn, init_spec, xs_spec, len(init_leaves))
+    forward = _capture(body.traced, init_leaves + [x[0] for x in xs_leaves], "scan")
+    body.closures = _closure_leaves(body.results, body.placeholders, body.start_seq) if grad_mode else []
+    backward = None
+    need_grad = grad_mode and (bool(body.closures) or any(t.requires_grad for t in init_leaves + xs_leaves))
+    if eager_backward and need_grad:
+        n = body.n_carry
+        backward = _capture_backward(body, body.placeholders[:n], body.placeholders[n:], body.results[n:])
+    return _Trace(body, forward, backward)
+
+
+def _capture_backward(body: "_Body", carry_examples: Sequence, x_examples: Sequence,
+                      y_examples: Sequence) -> Capture:
+    """The backward iteration (_VjpBody) captured on placeholders shaped like the examples."""
+    diff_c, diff_x = _diff_positions(carry_examples), _diff_positions(x_examples)
+    grad_fn = _VjpBody(body, len(carry_examples), len(x_examples), diff_c, diff_x, body.closures)
+    examples = list(carry_examples) + list(x_examples) + [carry_examples[i] for i in diff_c] + list(y_examples)
+    requires = ([i in diff_c for i in range(len(carry_examples))]
+                + [i in diff_x for i in range(len(x_examples))] + [False] * (len(diff_c) + len(y_examples)))
+    return _capture(grad_fn, examples, "scan_backward", requires_grad=requires)
+
+
+def _diff_positions(examples: Sequence[torch.Tensor]) -> list[int]:
+    return [i for i, t in enumerate(examples) if _differentiable(t)]
+
 
 class _Body:
     """`fn` over flat leaves: (*carry, *x slice) -> (*new carry, *y). Records, on its
@@ -194,6 +293,7 @@ class _Body:
         self.placeholders: list = []
         self.results: list = []
         self.start_seq = 0
+        self.closures: list[torch.Tensor] = []   # leaves requiring grad that fn reads
 
     def __call__(self, *leaves: LazyTensor) -> list:
         carry = tree_unflatten(list(leaves[:self.n_carry]), self.carry_spec)
@@ -282,12 +382,11 @@ def _differentiable(t: torch.Tensor) -> bool:
 class _Plan:
     """One scan call: the captured iteration and how to run it forward and backward."""
 
-    def __init__(self, body: _Body, forward: Capture, length: int, device: int, init: list,
-                 xs: list, closures: list, need_grad: bool) -> None:
-        self.body, self.forward, self.length, self.device = body, forward, length, device
+    def __init__(self, trace: _Trace, length: int, device: int, init: list, xs: list, need_grad: bool) -> None:
+        self.trace, self.length, self.device = trace, length, device
+        self.body, self.forward = trace.body, trace.forward
         self.n_carry, self.n_xs = len(init), len(xs)
-        self.n_out = len(body.results)
-        self.closures = closures
+        self.n_out = len(trace.body.results)
         self.save_carries = need_grad
         self.seeds: list = []
 
@@ -305,14 +404,9 @@ class _Plan:
         a leaf is not differentiable."""
         carry_examples = [c[0] for c in carries]
         x_examples = [x[0] for x in xs]
-        diff_c = [i for i, c in enumerate(carry_examples) if _differentiable(c)]
-        diff_x = [i for i, x in enumerate(x_examples) if _differentiable(x)]
-        ys_examples = [y[0] for y in g_ys]
-        grad_fn = _VjpBody(self.body, len(carry_examples), len(x_examples), diff_c, diff_x, self.closures)
-        examples = carry_examples + x_examples + [carry_examples[i] for i in diff_c] + ys_examples
-        requires = ([i in diff_c for i in range(len(carry_examples))]
-                    + [i in diff_x for i in range(len(x_examples))] + [False] * (len(diff_c) + len(ys_examples)))
-        backward = _capture(grad_fn, examples, "scan_backward", requires_grad=requires)
+        diff_c, diff_x = _diff_positions(carry_examples), _diff_positions(x_examples)
+        backward = self.trace.backward or _capture_backward(self.body, carry_examples, x_examples,
+                                                            [y[0] for y in g_ys])
         if backward.n_seeds != len(self.seeds):
             raise CaptureError(f"scan: the backward re-run of fn draws {backward.n_seeds} random seeds where "
                                f"the forward drew {len(self.seeds)}; not supported yet")

@@ -2,11 +2,12 @@
 
 Differences: `partition_fn` is accepted and not used: lazyxla's backward always
 re-runs each iteration (the memory of `min_cut_rematerialization_partition` or
-better, the values of any partition). `is_fn_pure` is accepted; lazyxla traces
-`fn` once per call (one iteration's ops, whatever the length) and keys the
-compiled loop by structure, so a pure and an impure `fn` compile alike.
-`_SCAN_COMPUTATION_CACHE` exists for code that clears it; lazyxla keeps nothing
-in it.
+better, the values of any partition); it only tells cache entries apart, as
+upstream's cache does. `is_fn_pure=True` reuses traces as lx.experimental.scan's
+`is_fn_pure` does, kept in `_SCAN_COMPUTATION_CACHE` (fn -> {key: (iteration,
+forward capture, backward capture)}; the backward is traced at the first call).
+A `fn` that writes into a tensor from outside raises `InputMutationError`
+(lazyxla's, also an `AssertionError` as upstream's is) and the write is undone.
 
 `value_and_grad_partitioned(fn, init, xs)` returns one iteration's forward and
 backward as lazyxla runs them: the saved activations are the iteration's inputs
@@ -21,16 +22,23 @@ from weakref import WeakKeyDictionary
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from lazyxla.experimental import scan as _scan
+from lazyxla import experimental as _lx_experimental
+from lazyxla.experimental.scan import scan_cached
 
 from ...unsupported import unsupported_names
+from .gradient_accumulation import InputMutationError as _CompatMutationError
 
 _SCAN_COMPUTATION_CACHE: WeakKeyDictionary = WeakKeyDictionary()
 
 
 def scan(fn: Callable, init: Any, xs: Any, partition_fn: Optional[Callable] = None,
          is_fn_pure: bool = False) -> tuple[Any, Any]:
-    return _scan(fn, init, xs)
+    cache = _SCAN_COMPUTATION_CACHE.setdefault(fn, {}) if is_fn_pure else None
+    try:
+        return scan_cached(fn, init, xs, cache, partition_fn)
+    except _lx_experimental.InputMutationError as e:
+        raise _CompatMutationError(f"{e} (PyTorch/XLA reports this as an AssertionError from tracing fn "
+                                   "with FakeTensors)") from e
 
 
 def tree_flatten_none(pytree: Any) -> tuple[list, Callable[[Sequence], Any]]:
