@@ -83,3 +83,27 @@ def test_few_scalars_travel_as_separate_operands(dev):
     (graph, _), = pending_graphs()
     assert program.scalar_avals(graph) == [((), program.SCALAR_DTYPES[0]), ((), program.SCALAR_DTYPES[1])]
     assert t.cpu().tolist() == [2.5] * 3
+
+
+def test_scalars_pack_only_for_long_chains(dev):
+    """Packed scalars make every fusion that reads one a different kernel: an
+    optimizer-like graph (one small update per output, each with its own scalar)
+    keeps them separate; a long chain with few outputs packs them (program.py)."""
+    n = program.SEPARATE_SCALARS_MAX + 44
+    ts = [torch.ones(4).to(dev) for _ in range(n)]
+    lx.sync()
+    for i, t in enumerate(ts):
+        t.mul_(i + 0.5)             # a float object of its own per call: n lifted scalars
+    (graph, _), = pending_graphs()
+    assert len(graph.scalars) == n and len(graph.outputs) == n
+    assert len(program.scalar_avals(graph)) == n          # one 0-d operand each
+    lx.sync()
+    assert ts[3].cpu().tolist() == [3.5] * 4
+
+    x = ts[0]
+    for i in range(n):
+        x = x + (i + 0.25)
+    (graph, _), = pending_graphs()
+    assert len(graph.outputs) == 1
+    assert [shape for shape, _ in program.scalar_avals(graph)] == [(n,), (0,), (0,), (0,)]   # one vector per kind
+    assert_close(x, torch.full((4,), 0.5 + sum(i + 0.25 for i in range(n))))
