@@ -66,6 +66,17 @@ def explain_last_compile() -> Optional[str]:
     return LastCompile.reason
 
 
+def explain_op(op) -> "Route":
+    """Print the route an ATen op takes through lazyxla (lowered, decomposed, view, host
+    fallback, special, foreach), the function that implements it with its file and line,
+    and every fact of its record. `op`: "aten::addmm", "aten::add.Tensor" or an ATen op.
+    Returns the route (`.kind`, `.function`, `.file`, `.record`)."""
+    from .frontend.routes import route
+    found = route(op)
+    print(found.text())
+    return found
+
+
 def ir_text(tensors=None) -> str:
     """Readable IR of what a sync would compile: of `tensors` (a partial sync), or of
     every live pending tensor (a step barrier) when None. Compiles nothing."""

@@ -13,7 +13,7 @@ import torch
 
 import lazyxla as lx
 from lazyxla.compile import cache
-from lazyxla.lower.registry import LOWERINGS
+from lazyxla.ir.ops import overriding
 
 aten = torch.ops.aten
 
@@ -43,43 +43,42 @@ def _assert_nothing_lost(a, w, y):
 
 # -- injected compile / lowering / execution failures ------------------------------------
 
-def test_lowering_failure_raises_clear_error_and_loses_nothing(dev, monkeypatch):
+def test_lowering_failure_raises_clear_error_and_loses_nothing(dev):
     def broken(ctx, *args, **kwargs):
         raise ValueError("injected lowering failure")
 
-    monkeypatch.setitem(LOWERINGS, aten.cosh.default, broken)
-    a, w, y, expected = _scenario(dev, (5, 7))
-    executed = _count("ExecuteComputation")
-    with pytest.raises(lx.LoweringError, match="cosh") as info:
-        lx.sync()
-    assert "injected lowering failure" in str(info.value)
-    assert any("nothing was donated" in n for n in getattr(info.value, "__notes__", ()))
-    assert _count("ExecuteComputation") == executed
-    _assert_nothing_lost(a, w, y)
-    # unrelated tensors still sync while the broken op is pending
-    other = torch.ones(3, device=dev) * 4
-    lx.sync_tensors([other])
-    assert other.tolist() == [4.0, 4.0, 4.0]
-    # the host read of the broken tensor fails the same way, and loses nothing either
-    with pytest.raises(lx.LoweringError):
-        y.cpu()
-    _assert_nothing_lost(a, w, y)
-    monkeypatch.undo()
+    with overriding(aten.cosh.default, "lowering", broken):
+        a, w, y, expected = _scenario(dev, (5, 7))
+        executed = _count("ExecuteComputation")
+        with pytest.raises(lx.LoweringError, match="cosh") as info:
+            lx.sync()
+        assert "injected lowering failure" in str(info.value)
+        assert any("nothing was donated" in n for n in getattr(info.value, "__notes__", ()))
+        assert _count("ExecuteComputation") == executed
+        _assert_nothing_lost(a, w, y)
+        # unrelated tensors still sync while the broken op is pending
+        other = torch.ones(3, device=dev) * 4
+        lx.sync_tensors([other])
+        assert other.tolist() == [4.0, 4.0, 4.0]
+        # the host read of the broken tensor fails the same way, and loses nothing either
+        with pytest.raises(lx.LoweringError):
+            y.cpu()
+        _assert_nothing_lost(a, w, y)
     lx.sync()  # the next sync works and runs the same program
     torch.testing.assert_close(y.cpu(), expected)
     assert w.tolist() == [[2.0] * 7] * 5
     assert lx.is_donated(a)  # marked, and the step barrier that ran donated it
 
 
-def test_broken_tensor_deleted_next_step_barrier_works(dev, monkeypatch):
-    monkeypatch.setitem(LOWERINGS, aten.cosh.default, lambda ctx, *a, **k: 1 / 0)
-    x = torch.ones(6, 5).to(dev)
-    bad = torch.cosh(x)
-    good = x * 3
-    with pytest.raises(lx.LoweringError, match="ZeroDivisionError"):
+def test_broken_tensor_deleted_next_step_barrier_works(dev):
+    with overriding(aten.cosh.default, "lowering", lambda ctx, *a, **k: 1 / 0):
+        x = torch.ones(6, 5).to(dev)
+        bad = torch.cosh(x)
+        good = x * 3
+        with pytest.raises(lx.LoweringError, match="ZeroDivisionError"):
+            lx.sync()
+        del bad
         lx.sync()
-    del bad
-    lx.sync()
     assert good.sum().item() == 90.0
 
 

@@ -23,8 +23,8 @@ import torch
 from torch.fx.node import has_side_effect
 
 from ..donation import set_buffer_donation
-from ..frontend.special import SPECIAL
 from ..ir.node import DATA
+from ..ir.ops import register_fact
 from ..sync.capture import Placeholder
 
 _LIB = torch.library.Library("lazyxla", "DEF")
@@ -58,8 +58,8 @@ def _non_lazy(t: torch.Tensor, donate: bool):
 
 
 def register() -> None:
-    SPECIAL[SET_BUFFER_DONOR] = _set_buffer_donor
-    SPECIAL[MARK_DONOR] = _set_buffer_donor
+    register_fact(SET_BUFFER_DONOR, "special", _set_buffer_donor)
+    register_fact(MARK_DONOR, "special", _set_buffer_donor)
     # Fake (meta) kernels: what dynamo and AOTAutograd run while tracing.
     _LIB.impl("set_buffer_donor_", lambda t, donate: t.clone(), "Meta")
     _LIB.impl("_mark_donor", lambda t, donate: None, "Meta")

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..ir.ops import register_fact
 from .autocast_lists import read_lists
 from .device import DEVICE_TYPE
 from .tensor import LazyTensor
@@ -181,7 +182,9 @@ def register() -> None:
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(torch.library.fallthrough_kernel, KEY)
     lib = torch.library.Library("aten", "IMPL")
-    for name, (_, kernel) in kernels().items():
+    for name, (policy, kernel) in kernels().items():
         lib.impl(name, kernel, KEY)
+        register_fact(resolve(name), "autocast", policy)
     lib.impl("binary_cross_entropy", _binary_cross_entropy_banned, KEY)
+    register_fact(torch.ops.aten.binary_cross_entropy.default, "autocast", "refused")
     _LIBS.extend((fallback, lib))

@@ -19,6 +19,7 @@ from .. import config, metrics
 from ..ir.node import Node, intern_sig
 from ..lower.registry import DECOMPOSITIONS, LOWERINGS
 from .device import DEVICE_TYPE
+from .foreach import foreach_handler
 from .opinfo import OpInfo, functional_variant, is_inplace, is_out
 from .sync_hooks import cut_graphs
 from .tensor import LazyTensor, copy_bits
@@ -238,7 +239,6 @@ def classify(func) -> OpInfo:
     elif func in DECOMPOSITIONS:  # lazyxla's own, also for in-place ops (index_put_ with CPU indices)
         info.handler = _decompose
     elif name.startswith("_foreach_"):
-        from .foreach import foreach_handler
         info.handler = foreach_handler
     elif func.is_view:
         info.handler = _view if func in LOWERINGS else _fallback_or_decompose(func)
@@ -283,6 +283,7 @@ def _honouring_device_kwarg(handler):
                 stand_in = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=target)
                 return func(stand_in, *args[1:], **kwargs)
         return handler(func, info, args, kwargs)
+    run.__wrapped__ = handler   # routes.py reads the route through the wrapper
     return run
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from ..ir.ops import facts, register_fact
+
 aten = torch.ops.aten
 _RESOLVED: dict = {}
 _OVERLOAD_CANDIDATES = {
@@ -18,9 +20,11 @@ _OVERLOAD_CANDIDATES = {
     "ScalarAndTensor": ("Scalar",),   # _foreach_pow(scalar, exponents): capturable Adam's beta ** step
     "default": ("default",),
 }
-_SPECIAL_TARGETS = {
-    "_foreach_norm": aten.linalg_vector_norm.default,
-}
+# foreach ops whose single-tensor op has another name
+for _name in aten._foreach_norm.overloads():
+    register_fact(getattr(aten._foreach_norm, _name), "foreach_target", aten.linalg_vector_norm.default)
+del _name
+_TARGETS = facts("foreach_target")
 
 
 def _find(op_name: str, overload: str):
@@ -38,8 +42,8 @@ def _resolve(func) -> tuple:
     if resolved is None:
         base = func._schema.name.split("::")[-1]
         name = base[len("_foreach_"):]
-        if base in _SPECIAL_TARGETS:
-            resolved = (_SPECIAL_TARGETS[base], False)
+        if func in _TARGETS:
+            resolved = (_TARGETS[func], False)
         else:
             target = _find(name, func._overloadname)
             if target is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from ..ir.ops import register_fact
 from .dispatch import _view
 from .tensor import math_bits_used
 
@@ -51,8 +52,7 @@ def view_as_real(func, info, args, kwargs):
 
 
 aten = torch.ops.aten
-MATHBIT_HANDLERS = {
-    aten._conj.default: conj_view,
-    aten._neg_view.default: neg_view,
-    aten.view_as_real.default: view_as_real,
-}
+for _op, _handler in ((aten._conj.default, conj_view), (aten._neg_view.default, neg_view),
+                      (aten.view_as_real.default, view_as_real)):
+    register_fact(_op, "special", _handler)
+del _op, _handler

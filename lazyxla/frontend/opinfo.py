@@ -11,17 +11,19 @@ from typing import Optional
 
 import torch
 
+from ..ir.ops import facts, register_fact
+
 aten = torch.ops.aten
 
 # Scalars that select a different algorithm and therefore stay static.
-_STATIC_SCALARS = {
-    (aten.pow.Tensor_Scalar, "exponent"),
-    (aten.pow_.Scalar, "exponent"),
-    (aten.linalg_vector_norm.default, "ord"),
-    # output shapes depend on these values
-    (aten.arange.start_step, "start"), (aten.arange.start_step, "end"), (aten.arange.start_step, "step"),
-    (aten.arange.start, "start"), (aten.arange.start, "end"), (aten.arange.default, "end"),
-}
+for _op, _names in ((aten.pow.Tensor_Scalar, ("exponent",)), (aten.pow_.Scalar, ("exponent",)),
+                    (aten.linalg_vector_norm.default, ("ord",)),
+                    # output shapes depend on these values
+                    (aten.arange.start_step, ("start", "end", "step")), (aten.arange.start, ("start", "end")),
+                    (aten.arange.default, ("end",))):
+    register_fact(_op, "static_scalars", _names)
+del _op, _names
+_STATIC_SCALARS = facts("static_scalars")
 
 
 def _is_scalar_type(t) -> bool:
@@ -40,9 +42,10 @@ class OpInfo:
         self.func = func
         self.name = f"{schema.name.split('::')[-1]}"
         self.arg_names = tuple(a.name for a in schema.arguments)
+        static = _STATIC_SCALARS.get(func, ())
         slots = []
         for a in schema.arguments:
-            slots.append(_is_scalar_type(a.type) and (func, a.name) not in _STATIC_SCALARS)
+            slots.append(_is_scalar_type(a.type) and a.name not in static)
         self.scalar_slots = tuple(slots)
         self.scalar_kw = frozenset(a.name for a, s in zip(schema.arguments, slots) if s)
         self.kind = "functional"

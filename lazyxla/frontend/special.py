@@ -12,7 +12,8 @@ from .device import DEVICE_TYPE
 from .optim import in_optimizer_step
 from .sync_hooks import host_value
 from .dispatch import _alias, _fallback, _functional, _identity, _view, assign, run_op
-from .mathbits import MATHBIT_HANDLERS
+from . import mathbits  # noqa: F401  (registers the math-bit views' handlers)
+from ..ir.ops import facts, register_fact
 from .tensor import LazyTensor
 from .tracing import contiguous_strides, convert_call, lookup, wrap_outputs
 
@@ -270,7 +271,7 @@ _INPLACE_VIEWS = {
     aten.as_strided_.default: aten.as_strided.default,
 }
 
-SPECIAL = {
+_HANDLERS = {
     aten.as_strided.default: _as_strided,
     aten.set_.source_Tensor: _inplace_view,
     **{op: _inplace_view for op in _INPLACE_VIEWS},
@@ -290,11 +291,13 @@ SPECIAL = {
     aten.to.other: _to,
     aten.to.dtype_layout: _to,
     **{op: _fill_factory for op in _FILL_VALUES},
-    **MATHBIT_HANDLERS,
 }
 for _op in (aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float, aten.bernoulli_.Tensor,
             aten.random_.default, getattr(aten.random_, "from"), aten.random_.to, aten.exponential_.default,
             aten.bernoulli.default, aten.bernoulli.p, aten.rand_like.default, aten.randn_like.default,
             aten.randint_like.default, aten.randint_like.low_dtype, aten.multinomial.default):
-    SPECIAL[_op] = _random
-del _op
+    _HANDLERS[_op] = _random
+for _op, _handler in _HANDLERS.items():
+    register_fact(_op, "special", _handler)
+del _op, _handler, _HANDLERS
+SPECIAL = facts("special")   # every special handler, also those registered elsewhere

@@ -17,6 +17,7 @@ import torch
 
 from .._jax import TORCH_TO_JAX, device_memory_bytes, jax_devices, jax_dtype
 from ..ir.node import DATA, Node, getitem_node, intern_sig, scalar_node
+from ..ir.ops import facts, register_fact
 from ..runtime.device_data import donated_error
 from .device import DEVICE_TYPE
 from .tensor import LazyTensor
@@ -238,14 +239,17 @@ def _like_input_meta(grad, x, *args, **kwargs):
 
 # Output specs of lowered ops that torch ships no meta kernel for (torch 2.13:
 # fractional_max_pool2d_backward has one, the 3-d op not).
-_NO_META_KERNEL = {torch.ops.aten.geqrf.default: _geqrf_meta,
-                   torch.ops.aten._ctc_loss_backward.default: _like_input_meta,
-                   torch.ops.aten.fractional_max_pool3d_backward.default: _like_input_meta}
-
-
+for _op, _fn in ((torch.ops.aten.geqrf.default, _geqrf_meta),
+                 (torch.ops.aten._ctc_loss_backward.default, _like_input_meta),
+                 (torch.ops.aten.fractional_max_pool3d_backward.default, _like_input_meta)):
+    register_fact(_op, "meta", _fn)
 # Eager's argument errors that meta kernels lack (they would become wrong values here).
-_EAGER_CHECKS = {torch.ops.aten.pow.Tensor_Scalar: _int_pow_check, torch.ops.aten.pow_.Scalar: _int_pow_check,
-                 torch.ops.aten.kthvalue.default: _kthvalue_check}
+for _op, _fn in ((torch.ops.aten.pow.Tensor_Scalar, _int_pow_check), (torch.ops.aten.pow_.Scalar, _int_pow_check),
+                 (torch.ops.aten.kthvalue.default, _kthvalue_check)):
+    register_fact(_op, "eager_check", _fn)
+del _op, _fn
+_NO_META_KERNEL = facts("meta")
+_EAGER_CHECKS = facts("eager_check")
 
 
 def check_allocation(shape: tuple, dtype: torch.dtype) -> None:

@@ -1,39 +1,27 @@
-"""The table of lowering rules.
+"""Registering lowering rules (and lazyxla's own decompositions) in the op records.
 
 A rule is called as `rule(ctx, *args, **kwargs)` with the ATen call's
 arguments, JAX arrays in place of tensors and of lifted scalars. `ctx`
 describes the node's output: `ctx.shape`, `ctx.dtype` (torch) and
 `ctx.jdtype` (JAX); tuples for multi-output ops. The interpreter casts a
 single result to `ctx.jdtype`, so rules may compute in a wider type.
+
+Every fact lands in the op's record (ir/ops.py), through its duplicate check;
+LOWERINGS and DECOMPOSITIONS are read-only views of those records.
 """
 from __future__ import annotations
 
-from typing import Callable
+from ..ir.ops import facts, registrar
 
-LOWERINGS: dict = {}
+LOWERINGS = facts("lowering")
 # lazyxla's own decompositions (Python functions over lazy tensors), consulted
 # before PyTorch's table: for ops whose schema hides a mutation
 # (native_batch_norm updates running stats) or whose PyTorch decomposition
 # reaches ops without a lowering (native_dropout -> rand_like).
-DECOMPOSITIONS: dict = {}
+DECOMPOSITIONS = facts("decomposition")
 
-
-def _registrar(table: dict) -> Callable:
-    def register_in(*ops) -> Callable:
-        def deco(fn: Callable) -> Callable:
-            for op in ops:
-                # two modules registering one op would make the winner depend on import order
-                if op in table:
-                    raise RuntimeError(f"lazyxla: {op} has two rules: {table[op].__module__}."
-                                       f"{table[op].__name__} and {fn.__module__}.{fn.__name__}")
-                table[op] = fn
-            return fn
-        return deco
-    return register_in
-
-
-register = _registrar(LOWERINGS)                    # @register(aten.op, ...): a lowering rule
-register_decomposition = _registrar(DECOMPOSITIONS)  # @register_decomposition(aten.op, ...)
+register = registrar("lowering")                    # @register(aten.op, ...): a lowering rule
+register_decomposition = registrar("decomposition")  # @register_decomposition(aten.op, ...)
 
 
 def load_all() -> None:

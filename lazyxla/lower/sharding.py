@@ -4,11 +4,10 @@ from __future__ import annotations
 from jax import lax
 
 from ..ir.node import SHARDING_CONSTRAINT
-from .registry import LOWERINGS
+from .registry import register
 
 
+@register(SHARDING_CONSTRAINT)
 def _constrain(ctx, value, sharding):
     return lax.with_sharding_constraint(value, sharding)
 
-
-LOWERINGS[SHARDING_CONSTRAINT] = _constrain

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from jax import lax
 
+from ..ir.ops import facts, register_fact
 from .registry import register
 
 aten = torch.ops.aten
@@ -126,7 +127,9 @@ def _index_map(op, base_shape, vargs) -> np.ndarray:
     return op(ids, *vargs).contiguous().numpy()
 
 
-_DIRECT_SCATTER = {}   # view op -> (inverse, whether the new values take the base's dtype first)
+# view op -> (inverse, whether the new values take the base's dtype first): the op records'
+# view_inverse facts
+_DIRECT_SCATTER = facts("view_inverse")
 
 
 def register_scatter(*ops, cast: bool = True):
@@ -134,7 +137,7 @@ def register_scatter(*ops, cast: bool = True):
     `cast=False` for views that change the dtype (view_as_real): their inverse converts."""
     def deco(fn):
         for op in ops:
-            _DIRECT_SCATTER[op] = (fn, cast)
+            register_fact(op, "view_inverse", (fn, cast))
         return fn
     return deco
 
