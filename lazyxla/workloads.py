@@ -84,7 +84,7 @@ class GPT(nn.Module):
         x = self.tok(idx) + self.pos(self.positions[:t])
         if self.cfg.scan:
             from .experimental import scan_layers   # lazy: bench children of other systems never import lazyxla
-            x = scan_layers(self.blocks, x)
+            x = scan_layers(self.blocks, x, is_layer_pure=True)   # Block.forward depends on shapes only
         else:
             for block in self.blocks:
                 if self.cfg.checkpoint:

@@ -312,3 +312,25 @@ def test_pure_layers_are_traced_once_across_steps(dev):
     for p, q in zip(lazy.parameters(), ref.parameters()):
         assert_close(p, q.detach(), rtol=1e-4, atol=1e-6)
     assert traced[1] == traced[2] < traced[0], traced
+
+
+@pytest.mark.slow
+def test_reference_gpt_with_scan_layers_trains_like_its_loop(dev):
+    """workloads.GPTConfig(scan=True), the depth bench's model: same losses as the loop."""
+    from lazyxla import workloads
+    losses = {}
+    for scan_on in (False, True):
+        cfg = workloads.GPTConfig(vocab=64, d=32, heads=2, layers=3, seq=16, scan=scan_on)
+        torch.manual_seed(0)
+        model = workloads.gpt(cfg).to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        idx = torch.randint(0, 64, (2, 16)).to(dev)
+        losses[scan_on] = []
+        for _ in range(3):
+            logits = model(idx)
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), idx.flatten())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses[scan_on].append(loss.item())
+    assert losses[True] == pytest.approx(losses[False], rel=1e-5)
