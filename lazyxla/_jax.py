@@ -1,17 +1,17 @@
-"""JAX configuration owned by lazyxla.
+"""The torch <-> JAX dtype map, lazyxla's JAX devices, and JAX's release differences.
 
 lazyxla needs JAX's 64-bit mode so that int64 (PyTorch's default integer type)
-and float64 survive the round trip. JAX reads this flag globally, so importing
-lazyxla turns it on for the whole process; we never rely on JAX's default
-dtypes and always pass explicit dtypes in lowerings, so other JAX code in the
-same process keeps working (it just sees 64-bit defaults).
+and float64 survive the round trip. It is switched on only around lazyxla's own
+transfers, compiles, executions and host reads (`patches.in_x64()`), never for the
+whole process, so a user's JAX code keeps JAX's 32-bit defaults; lowerings always
+pass explicit dtypes.
 
-It is also where JAX's differences across releases are handled (the torch side
+This module is also where JAX's differences across releases are handled (the torch side
 has frontend/torch_compat.py). Verified: jax/jaxlib 0.10 (scripts/test_matrix.sh,
 docs/compat-matrix.md). JAX 0.11 was checked against its source and changelog
 only, since it needs Python >= 3.12 and the machines that built this run 3.11:
 every JAX name lazyxla calls (the `jax.config` options set here, the `lax` and
-`jax.numpy` functions of lower/, `jit(...).lower().compile()`,
+`jax.numpy` functions of lower/, `jit(...).lower().compile()`, `jax.enable_x64`,
 `Compiled.memory_analysis`, `Array.delete/is_deleted`) exists unchanged in
 jax-v0.11.0; its breaking changes (uninitialised `jnp.empty`, removed
 `jax.core`/`pxla` names, `jax.cloud_tpu_init`) touch nothing lazyxla uses. So no
@@ -24,11 +24,12 @@ import functools
 import os
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
 
+from ._versions import JAX_VERIFIED as VERIFIED
 from ._versions import warn_if_unverified
-
-# First and last JAX minor release the test matrix verified (pyproject's pin says the same).
-VERIFIED = ((0, 10), (0, 10))
 
 
 def check_version() -> bool:
@@ -36,12 +37,6 @@ def check_version() -> bool:
     return warn_if_unverified("jax", jax.__version__, VERIFIED,
                               "lowerings and compile steps may meet changed JAX behaviour.")
 
-
-jax.config.update("jax_enable_x64", True)
-
-import jax.numpy as jnp  # noqa: E402  (must come after the x64 switch)
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
 TORCH_TO_JAX = {
     torch.float32: jnp.float32,
@@ -57,7 +52,7 @@ TORCH_TO_JAX = {
     # OpInfo samples and XLA has it under x64, so what eager runs, lazyxla runs too.
     torch.uint64: jnp.uint64,
     torch.bool: jnp.bool_,
-    # complex128 needs JAX's x64 mode, which lazyxla always enables (above).
+    # complex128 needs JAX's x64 mode, which lazyxla's entry points enable (patches.in_x64).
     torch.complex64: jnp.complex64,
     torch.complex128: jnp.complex128,
 }

@@ -13,6 +13,8 @@ from typing import Optional
 
 import jax
 
+from . import patches
+
 
 def initialize(coordinator_address: Optional[str] = None, num_processes: Optional[int] = None,
                process_id: Optional[int] = None, **kwargs) -> None:
@@ -25,7 +27,7 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
             "lazyxla: lx.distributed.initialize() must be called before any lazyxla tensor or device "
             "query (lx.device(), lx.devices(), ...) starts JAX's backend; call it right after "
             "`import lazyxla`.")
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    patches.apply("jax_cpu_collectives")
     jax.distributed.initialize(coordinator_address, num_processes, process_id, **kwargs)
 
 

@@ -19,6 +19,7 @@ from jax.sharding import SingleDeviceSharding
 from .. import config, metrics
 from .._jax import jax_devices, jax_dtype
 from ..errors import LoweringError
+from ..patches import x64
 from ..runtime import placement
 from ..runtime.host_heap import release_free_heap
 from ..ir.graph import Graph
@@ -140,6 +141,7 @@ def compiler_options(graph: Graph) -> dict:
     return {}
 
 
+@x64
 def compile_graph(graph: Graph, donors: tuple) -> Executable:
     program, n_params = build(graph)
     in_shardings, scalar_sharding, out_shardings = _placements(graph)

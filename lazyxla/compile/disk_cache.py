@@ -38,7 +38,7 @@ import jax
 import jaxlib
 import torch
 
-from .. import config, metrics
+from .. import config, metrics, patches
 from .._versions import LAZYXLA_VERSION
 
 _PRUNE_EVERY = 64
@@ -50,7 +50,6 @@ class _State:
     max_bytes: int = 0
     requests = 0
     lock = threading.Lock()
-    listening = False
 
 
 def base_dir() -> Optional[str]:
@@ -157,16 +156,12 @@ def enable() -> Optional[str]:
     if directory is None:
         return None
     _State.max_bytes = int(config.SETTINGS.cache_max_mb * 2**20)   # LAZYXLA_CACHE_MAX_MB
-    jax.config.update("jax_compilation_cache_dir", directory)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    patches.apply("jax_persistent_cache", directory)
     try:
         prune()
     except OSError:
         pass
-    if not _State.listening:
-        jax.monitoring.register_event_listener(_on_event)
-        _State.listening = True
+    patches.apply("jax_cache_listener", _on_event)
     return directory
 
 

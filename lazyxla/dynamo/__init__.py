@@ -20,19 +20,20 @@ import importlib.abc
 import importlib.util
 import sys
 
+from .. import patches
+
 _DYNAMO = "torch._dynamo"
 
 
 def register() -> None:
     """Called once by `import lazyxla`."""
-    from ..frontend.torch_compat import FAKE_TENSOR_MODULES
     from . import donor, plain
     donor.register()
-    plain.treat_as_plain(FAKE_TENSOR_MODULES)
+    plain.treat_as_plain("fake_tensor_subclass_test")
     if _DYNAMO in sys.modules:
         _install()
-    elif not any(isinstance(f, _AfterDynamoImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterDynamoImport())
+    else:
+        patches.apply("dynamo_import_hook", _AfterDynamoImport())
 
 
 def _install() -> None:
@@ -98,7 +99,7 @@ class _AfterDynamoImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name != _DYNAMO:
             return None
-        sys.meta_path.remove(self)
+        patches.undo("dynamo_import_hook")   # one shot: removes this finder
         spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None:
             return spec

@@ -36,10 +36,9 @@ from typing import Optional
 import torch
 from torch._dynamo.backends.common import aot_autograd
 
-from .. import config, metrics
+from .. import config, metrics, patches
 from ..frontend.device import DEVICE_TYPE
 from ..frontend.tensor import LazyTensor
-from ..frontend.torch_compat import AOT_MODULES
 from ..sync.api import sync_tensors
 from .donor import MARK_DONOR, is_donor_call
 from .plain import treat_as_plain
@@ -66,10 +65,11 @@ def _compiler(kind: str, execute_at_call: bool = False):
     return compile_graph
 
 
-treat_as_plain(AOT_MODULES)
+treat_as_plain("aot_autograd_subclass_test")
 
 if config.SETTINGS.explain_recompiles:
-    torch._logging.set_logs(recompiles=True)   # dynamo then says which guard failed
+    patches.apply("dynamo_recompile_logs")   # dynamo then says which guard failed
+
 
 def _materialise(results: list, args: list) -> None:
     """execute_at_call: run the call now. Inputs that hold device data cost nothing to

@@ -18,18 +18,19 @@ partial sync without donation: a small graph once, then one step graph.
 """
 from __future__ import annotations
 
+from .. import patches
 from ..frontend.tensor import LazyTensor
-from ..frontend.torch_compat import dynamo_optimizer_variable
 from ..ir.node import DATA
 from ..sync.api import sync_tensors
 
 
 def keep_steps_on_device() -> None:
-    OptimizerVariable = dynamo_optimizer_variable()
-    original = OptimizerVariable._set_capturable
-    if getattr(original, "lazyxla", False):
-        return
+    """Wrap dynamo's OptimizerVariable (patch "dynamo_optimizer_variable")."""
+    patches.apply("dynamo_optimizer_variable", _set_capturable=_capturable_for_lazy,
+                  call_method=_materialising_state)
 
+
+def _capturable_for_lazy(original):
     def _set_capturable(self, tx) -> None:
         optimizer = self.value
         for group in optimizer.param_groups:
@@ -38,18 +39,16 @@ def keep_steps_on_device() -> None:
                     and all(isinstance(p, LazyTensor) and p not in optimizer.state for p in params)):
                 group["capturable"] = True
         original(self, tx)
+    return _set_capturable
 
-    call_method = OptimizerVariable.call_method
 
+def _materialising_state(call_method):
     def call_method_materialising_state(self, tx, name, args, kwargs):
         result = call_method(self, tx, name, args, kwargs)
         if name == "_init_group":
             _materialise_new_state(self.value)
         return result
-
-    _set_capturable.lazyxla = True
-    OptimizerVariable._set_capturable = _set_capturable
-    OptimizerVariable.call_method = call_method_materialising_state
+    return call_method_materialising_state
 
 
 def _materialise_new_state(optimizer) -> None:

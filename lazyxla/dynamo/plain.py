@@ -13,27 +13,20 @@ So the subclass test `is_traceable_wrapper_subclass` answers False for lazy
 tensors in exactly the modules that fakeify tensors or handle real tensors of
 a compiled graph; dynamo's own variable builder keeps seeing
 a traceable subclass, which is what makes it trace a lazy tensor as a tensor.
-Each module is patched once, where it binds the name; the modules are listed,
-for the torch releases lazyxla supports, in frontend/torch_compat.py. A torch release that
-moves the check makes the tests of lazyxla/dynamo fail, not silently differ.
+Each module is patched once, where it binds the name; the modules are the targets
+of two patches in lazyxla/patches.py (with the torch releases verified, and undo). A
+torch release that moves the check fails the patch's guard, naming it.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Sequence
-
+from .. import patches
 from ..frontend.tensor import LazyTensor
 
 
-def treat_as_plain(module_names: Sequence[str]) -> None:
-    for name in module_names:
-        module = importlib.import_module(name)
-        original = module.is_traceable_wrapper_subclass
-        if getattr(original, "lazyxla_plain", False):
-            continue
+def _is_lazy(t: object) -> bool:
+    return type(t) is LazyTensor
 
-        def is_traceable_wrapper_subclass(t, _original=original) -> bool:
-            return type(t) is not LazyTensor and _original(t)
 
-        is_traceable_wrapper_subclass.lazyxla_plain = True
-        module.is_traceable_wrapper_subclass = is_traceable_wrapper_subclass
+def treat_as_plain(patch: str) -> None:
+    """Apply `patch` ("fake_tensor_subclass_test" or "aot_autograd_subclass_test")."""
+    patches.apply(patch, _is_lazy)

@@ -21,16 +21,12 @@ so every step barrier closes the window as well.
 """
 from __future__ import annotations
 
-import torch.optim.optimizer as _optimizer
-
+from .. import patches
 from .tensor import LazyTensor
-from .torch_compat import foreach_supported_types
 
 
 def enable_foreach_default() -> None:
-    supported = foreach_supported_types()
-    if LazyTensor not in supported:
-        supported.append(LazyTensor)
+    patches.apply("foreach_lazy_tensor", LazyTensor)
 
 
 _in_step = [False]
@@ -49,8 +45,5 @@ def _begin_optimizer_step(*_hook_args) -> None:
 
 
 def track_optimizer_steps() -> None:
-    """Register the global step hooks once (idempotent: lazyxla may be re-imported)."""
-    if not getattr(_optimizer, "_lazyxla_step_hooks", False):
-        _optimizer.register_optimizer_step_pre_hook(_begin_optimizer_step)
-        _optimizer.register_optimizer_step_post_hook(end_optimizer_step)
-        _optimizer._lazyxla_step_hooks = True
+    """Register the global step hooks (patch "optimizer_step_hooks"; once)."""
+    patches.apply("optimizer_step_hooks", _begin_optimizer_step, end_optimizer_step)

@@ -5,7 +5,9 @@ from Python, a wrapper subclass with `__torch_dispatch__`, and a dynamo backend
 whose fake-tensor and AOTAutograd internals are told that a lazy tensor is a
 plain tensor. None of that is public API, so every private name lazyxla uses is
 bound here and nowhere else: a torch release that moves one breaks this module
-(at import, naming the name), and its fix is made here, once.
+(at import, naming the name), and its fix is made here, once. The private names
+lazyxla changes (rather than calls) are the targets of lazyxla/patches.py, each
+with its own version guard and undo.
 
 Verified range: torch 2.11 to 2.15 (`scripts/test_matrix.sh`, results in
 docs/compat-matrix.md). What differs inside it, and how it is handled:
@@ -15,7 +17,7 @@ docs/compat-matrix.md). What differs inside it, and how it is handled:
   rms_norm; 2.13 the reverse). lazyxla reads the lists from the installed
   header (autocast_lists.py), so it follows whatever the release says.
 * AOTAutograd's modules that test `is_traceable_wrapper_subclass` on real
-  inputs: the same two modules (frontend_utils, runtime_wrappers) in every
+  inputs (patched: patches.py): the same two modules (frontend_utils, runtime_wrappers) in every
   release of the range. 2.15 adds autograd_cache.py, which imports the test
   inside its functions from torch.utils._python_dispatch; that path only runs
   with AOTAutograd's cache, which torch enables for inductor only.
@@ -41,10 +43,8 @@ import torch
 from torch._decomp import decomposition_table  # noqa: F401  (re-exported: dispatch.py)
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
+from .._versions import TORCH_VERIFIED as VERIFIED
 from .._versions import minor, warn_if_unverified
-
-# First and last torch minor release the test matrix verified (pyproject's pin says the same).
-VERIFIED = ((2, 11), (2, 15))
 
 
 def torch_version() -> tuple[int, int]:
@@ -89,28 +89,3 @@ def below_autocast():
     `ExcludeDispatchKeyGuard` does)."""
     return torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_KEYS)
 
-
-# --- optimizers (frontend/optim.py, dynamo/optimizer.py) -----------------------------------
-
-def foreach_supported_types() -> list:
-    """torch.optim's list of tensor types that default to the foreach path (mutable)."""
-    import torch.optim.optimizer as optimizer
-    return optimizer._foreach_supported_types
-
-
-def dynamo_optimizer_variable() -> type:
-    """dynamo's OptimizerVariable (its `_set_capturable` and `call_method` are wrapped)."""
-    from torch._dynamo.variables.optimizer import OptimizerVariable
-    return OptimizerVariable
-
-
-# --- the compile stack's subclass test (dynamo/plain.py) -----------------------------------
-# Modules that bind `is_traceable_wrapper_subclass` at their top level and apply it to
-# tensors that must be fakeified or passed as real tensors; the same in 2.11 to 2.15.
-
-# Loaded with torch itself: patched at `import lazyxla`.
-FAKE_TENSOR_MODULES = ("torch._subclasses.meta_utils", "torch._subclasses.fake_tensor")
-# AOTAutograd's input fakeification and its runtime (backward tangents): patched when
-# the backend is first used (importing them earlier re-enters torch's own imports).
-AOT_MODULES = ("torch._functorch._aot_autograd.frontend_utils",
-               "torch._functorch._aot_autograd.runtime_wrappers")

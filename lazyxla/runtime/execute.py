@@ -18,6 +18,7 @@ from ..compile.cache import Executable
 from ..compile.program import scalar_args
 from ..ir.node import data_node
 from ..lock import LOCK
+from ..patches import x64
 from ..ir.graph import Graph
 from . import memory, placement, shutdown
 from .device_data import DeviceData
@@ -25,6 +26,7 @@ from .device_data import DeviceData
 _in_flight: list = []
 
 
+@x64
 def execute(graph: Graph, exe: Executable) -> tuple:
     """Run `exe` on `graph`'s parameters; install results; return all output arrays."""
     params = graph.params

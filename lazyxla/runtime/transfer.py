@@ -11,6 +11,7 @@ from jax.experimental import multihost_utils
 
 from .. import metrics
 from .._jax import jax_devices, jax_dtype
+from ..patches import x64
 from . import placement
 from .device_data import DeviceData
 
@@ -33,6 +34,7 @@ def _owned_copy_to(sharding):
     return jax.jit(jnp.copy, out_shardings=sharding)
 
 
+@x64
 def place(host: np.ndarray, sharding) -> jax.Array:
     """A global array of `host`'s value with `sharding`: each device receives only its
     own slice (this process supplies those of its addressable devices), copied into an
@@ -45,6 +47,7 @@ def place(host: np.ndarray, sharding) -> jax.Array:
     return array
 
 
+@x64
 def upload(t: torch.Tensor, device: int, owner=None, sharding=None) -> DeviceData:
     """Copy a CPU tensor to `device`; the returned handle is owned by `owner`.
 
@@ -73,6 +76,7 @@ def upload(t: torch.Tensor, device: int, owner=None, sharding=None) -> DeviceDat
     return DeviceData(array, tuple(t.shape), t.dtype, device, owner)
 
 
+@x64
 def download(array, dtype: torch.dtype) -> torch.Tensor:
     """Blocking copy of a device array to a new CPU tensor of `dtype`."""
     with metrics.timed("TransferFromDeviceTime"):
@@ -92,6 +96,7 @@ def download(array, dtype: torch.dtype) -> torch.Tensor:
     return out if out.dtype == dtype else out.to(dtype)
 
 
+@x64
 def reshard(array: jax.Array, sharding) -> jax.Array:
     """`array` moved to `sharding` (also onto another device order), into buffers XLA
     owns so that they can be donated later."""

@@ -31,6 +31,7 @@ from jax import lax
 from ..compile.program import build
 from ..frontend.views import apply_view_chain
 from ..ir.node import Node
+from ..patches import x64
 from ..runtime.device_data import DeviceData
 from ..runtime.transfer import download
 from .collect import collect
@@ -48,6 +49,7 @@ _RESHAPES = frozenset((_aten.view.default, _aten._unsafe_view.default, _aten._re
 _CACHE_MAX = 256
 
 
+@x64
 def read_view(data: DeviceData, base: Node, chain) -> torch.Tensor:
     """CPU copy of view `chain` of `base` (a DATA node over `data`), moving only the
     view's elements off the device."""

@@ -1,0 +1,347 @@
+"""Every change lazyxla makes to torch's or JAX's process-wide state, listed in one place.
+
+Each change is a `Patch`: a name, the objects it changes, why lazyxla needs it, the
+library releases it was verified with, and `apply` / `undo`. The modules that need a
+change call `apply(name, ...)` with what only they know (the lazy tensor type, the
+wrapper code); the saving, guarding and restoring happen here. `PATCHES` is the list,
+`applied()` says which are in force, and tests/test_patches.py checks that nothing
+outside this module changes JAX's config or torch's optimizer and import machinery.
+
+The guard: applying a patch checks that every object it changes exists and fails with
+the patch's name and the running release if one does not (a release that moved it must
+be handled here, once); outside the releases a patch was verified with it warns once.
+
+JAX's 64-bit mode is not a patch any more: switching it on for the whole process made a
+user's own `jnp.ones(2)` float64. lazyxla needs it only while it moves, compiles, runs or
+reads its own arrays (int64 is PyTorch's default integer type), so those entry points
+run under `in_x64()` (JAX's thread-local `jax.enable_x64` context, 0.7 us to enter) and
+JAX's defaults stay the user's.
+
+Not listed, because they use torch's extension points for lazyxla's own names and change
+nothing a program without lazyxla sees: the PrivateUse1 device rename and its kernels,
+`torch.library` ops, autocast kernels, the dynamo backend and its skip rules. Also not
+listed: glibc's malloc settings (runtime/host_heap.py, not torch or JAX) and the
+`torch_xla` import finder and device names of lazyxla.compat, which a program asks for
+(`python -m lazyxla.compat`) and `lazyxla.compat.uninstall()` removes.
+
+A leaf: it imports torch and JAX but nothing from lazyxla except `_versions`.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib
+import sys
+from typing import Any, Callable, Iterator, Optional, TypeVar
+
+import jax
+
+from ._versions import JAX_VERIFIED, TORCH_VERIFIED, Minor, warn_if_unverified
+
+F = TypeVar("F", bound=Callable[..., Any])
+_UNSET = object()
+
+
+def in_x64() -> contextlib.AbstractContextManager:
+    """JAX's 64-bit mode for the body, on this thread only: lazyxla's transfers, compiles,
+    executions and host reads run in it, so int64/float64 tensors stay exact."""
+    return jax.enable_x64(True)
+
+
+def x64(fn: F) -> F:
+    """Decorator: run `fn` under `in_x64()`."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with jax.enable_x64(True):
+            return fn(*args, **kwargs)
+    return run  # type: ignore[return-value]
+
+
+class PatchError(RuntimeError):
+    """A patch's target is missing in the running release."""
+
+
+def _resolve(path: str) -> tuple[Any, str]:
+    """("pkg.module.Class", "attr") for "pkg.module.Class.attr": the owner object and the name."""
+    owner_path, attr = path.rsplit(".", 1)
+    parts = owner_path.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for name in parts[i:]:
+            owner = getattr(owner, name)
+        return owner, attr
+    raise ImportError(owner_path)
+
+
+@dataclasses.dataclass(eq=False)
+class Patch:
+    """One change to another library's state."""
+
+    name: str
+    library: str                  # "torch" or "jax": whose release `versions` names
+    targets: tuple[str, ...]      # what it changes (dotted names, or a description)
+    why: str
+    versions: tuple[Minor, Minor]  # first and last release it was verified with
+    _apply: Callable[..., Any]    # does the change; returns what `_undo` needs
+    _undo: Callable[[Any], None]
+    _attrs: tuple[str, ...] = ()  # dotted attributes that must exist (the guard)
+    _state: Any = dataclasses.field(default=_UNSET, repr=False)
+    _warned: bool = dataclasses.field(default=False, repr=False)
+
+    @property
+    def applied(self) -> bool:
+        return self._state is not _UNSET
+
+    def apply(self, *args, **kwargs) -> None:
+        """Make the change (once: applying an applied patch does nothing)."""
+        if self.applied:
+            return
+        self._guard()
+        self._state = self._apply(*args, **kwargs)
+
+    def undo(self) -> None:
+        """Restore what `apply` changed (nothing when not applied)."""
+        if self.applied:
+            state, self._state = self._state, _UNSET
+            self._undo(state)
+
+    def _guard(self) -> None:
+        version = (torch_version() if self.library == "torch" else jax.__version__)
+        for path in self._attrs:
+            try:
+                owner, attr = _resolve(path)
+                getattr(owner, attr)
+            except (ImportError, AttributeError):
+                raise PatchError(
+                    f"lazyxla: patch {self.name!r} cannot be applied: {path} does not exist in "
+                    f"{self.library} {version}. lazyxla needs it because {self.why} Handle the release "
+                    "in lazyxla/patches.py, or install a release lazyxla was verified with "
+                    f"({_range(self.versions)}).") from None
+        if not self._warned:
+            self._warned = warn_if_unverified(
+                self.library, version, self.versions,
+                f"lazyxla's patch {self.name!r} ({', '.join(self.targets)}) may not fit it.")
+
+
+def torch_version() -> str:
+    import torch
+    return torch.__version__
+
+
+def _range(versions: tuple[Minor, Minor]) -> str:
+    return " to ".join(".".join(map(str, v)) for v in versions)
+
+
+# --- attribute wrappers ------------------------------------------------------------------
+
+def _wrap(paths: tuple[str, ...], wrappers: dict[str, Callable[[Any], Any]]) -> list:
+    """Replace each attribute at `paths` by wrappers[last name](original); the originals."""
+    saved = []
+    for path in paths:
+        owner, attr = _resolve(path)
+        original = getattr(owner, attr)
+        saved.append((owner, attr, original))
+        setattr(owner, attr, wrappers[attr](original))
+    return saved
+
+
+def _restore(saved: list) -> None:
+    for owner, attr, original in reversed(saved):
+        setattr(owner, attr, original)
+
+
+def _subclass_test_patch(name: str, modules: tuple[str, ...], when: str) -> Patch:
+    paths = tuple(f"{m}.is_traceable_wrapper_subclass" for m in modules)
+
+    def apply(is_plain: Callable[[object], bool]) -> list:
+        def wrapper(original):
+            def is_traceable_wrapper_subclass(t) -> bool:
+                return not is_plain(t) and original(t)
+            return is_traceable_wrapper_subclass
+        return _wrap(paths, {"is_traceable_wrapper_subclass": wrapper})
+
+    return Patch(
+        name, "torch", paths,
+        "a lazy tensor is a traceable wrapper subclass with no inner tensors, which these modules "
+        "would flatten (to nothing) or take for an already-fake tensor; to them it must be a plain "
+        f"tensor of the lazyxla device (dynamo/plain.py). Applied {when}.",
+        TORCH_VERIFIED, apply, _restore, paths)
+
+
+# --- the records -----------------------------------------------------------------------------
+
+_OPTIMIZER_VARIABLE = "torch._dynamo.variables.optimizer.OptimizerVariable"
+_OPTIMIZER_ATTRS = tuple(f"{_OPTIMIZER_VARIABLE}.{a}" for a in ("_set_capturable", "call_method"))
+
+
+def _apply_optimizer_variable(**wrappers: Callable[[Any], Any]) -> list:
+    return _wrap(_OPTIMIZER_ATTRS, wrappers)
+
+
+_FOREACH = "torch.optim.optimizer._foreach_supported_types"
+
+
+def _apply_foreach(tensor_type: type) -> Optional[type]:
+    supported = getattr(*_resolve(_FOREACH))
+    if tensor_type in supported:
+        return None
+    supported.append(tensor_type)
+    return tensor_type
+
+
+def _undo_foreach(added: Optional[type]) -> None:
+    supported = getattr(*_resolve(_FOREACH))
+    if added is not None and added in supported:
+        supported.remove(added)
+
+
+def _apply_step_hooks(pre: Callable, post: Callable) -> tuple:
+    import torch.optim.optimizer as optimizer
+    return (optimizer.register_optimizer_step_pre_hook(pre),
+            optimizer.register_optimizer_step_post_hook(post))
+
+
+def _undo_hooks(handles: tuple) -> None:
+    for handle in handles:
+        handle.remove()
+
+
+def _apply_meta_path(finder: object) -> object:
+    sys.meta_path.insert(0, finder)
+    return finder
+
+
+def _undo_meta_path(finder: object) -> None:
+    if finder in sys.meta_path:   # a one-shot finder may have removed itself
+        sys.meta_path.remove(finder)
+
+
+def _apply_recompile_logs() -> None:
+    import torch
+    torch._logging.set_logs(recompiles=True)
+
+
+def _undo_recompile_logs(_state) -> None:
+    import torch
+    torch._logging.set_logs()
+
+
+def _jax_options(values: dict) -> dict:
+    saved = {name: getattr(jax.config, name) for name in values}
+    for name, value in values.items():
+        jax.config.update(name, value)
+    return saved
+
+
+def _undo_jax_options(saved: dict) -> None:
+    for name, value in saved.items():
+        jax.config.update(name, value)
+
+
+def _apply_persistent_cache(directory: str) -> dict:
+    return _jax_options({"jax_compilation_cache_dir": directory,
+                         "jax_persistent_cache_min_compile_time_secs": 0.0,
+                         "jax_persistent_cache_min_entry_size_bytes": 0})
+
+
+def _apply_listener(listener: Callable) -> Callable:
+    jax.monitoring.register_event_listener(listener)
+    return listener
+
+
+def _undo_listener(listener: Callable) -> None:
+    jax.monitoring.unregister_event_listener(listener)
+
+
+PATCHES: tuple[Patch, ...] = (
+    _subclass_test_patch("fake_tensor_subclass_test",
+                         ("torch._subclasses.meta_utils", "torch._subclasses.fake_tensor"),
+                         "at `import lazyxla`"),
+    _subclass_test_patch("aot_autograd_subclass_test",
+                         ("torch._functorch._aot_autograd.frontend_utils",
+                          "torch._functorch._aot_autograd.runtime_wrappers"),
+                         "when the dynamo backend is first used (importing these modules earlier "
+                         "re-enters torch's own imports)"),
+    Patch("dynamo_optimizer_variable", "torch", _OPTIMIZER_ATTRS,
+          "compiled optimizer steps must keep their step counters on the device (dynamo sets "
+          "capturable for CUDA/XPU parameters only) and materialise new optimizer state at once, "
+          "or step 1 compiles a second step graph (dynamo/optimizer.py).",
+          TORCH_VERIFIED, _apply_optimizer_variable, _restore, _OPTIMIZER_ATTRS),
+    Patch("foreach_lazy_tensor", "torch", (_FOREACH,),
+          "torch.optim defaults to its multi-tensor path only for the exact tensor types listed; "
+          "lazy parameters would take the per-parameter loop, one dispatch per op per parameter "
+          "(frontend/optim.py).",
+          TORCH_VERIFIED, _apply_foreach, _undo_foreach, (_FOREACH,)),
+    Patch("optimizer_step_hooks", "torch",
+          ("torch.optim.optimizer global step pre/post hooks",),
+          "state created inside an optimizer step is materialised at once, so warm-up compiles "
+          "one step graph instead of two; the hooks mark the step (frontend/optim.py).",
+          TORCH_VERIFIED, _apply_step_hooks, _undo_hooks,
+          ("torch.optim.optimizer.register_optimizer_step_pre_hook",
+           "torch.optim.optimizer.register_optimizer_step_post_hook")),
+    Patch("dynamo_import_hook", "torch", ("sys.meta_path (a one-shot finder for torch._dynamo)",),
+          "importing dynamo costs ~1.1 s, so the backend is registered when something imports "
+          "torch._dynamo, not at `import lazyxla` (dynamo/__init__.py).",
+          TORCH_VERIFIED, _apply_meta_path, _undo_meta_path),
+    Patch("dynamo_recompile_logs", "torch", ("torch._logging: the recompiles artifact",),
+          "LAZYXLA_EXPLAIN_RECOMPILES=1 also has dynamo log which guard failed; undo resets "
+          "torch's logging to its defaults.",
+          TORCH_VERIFIED, _apply_recompile_logs, _undo_recompile_logs, ("torch._logging.set_logs",)),
+    Patch("jax_persistent_cache", "jax",
+          ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+           "jax_persistent_cache_min_entry_size_bytes"),
+          "compiled executables are kept on disk in lazyxla's cache directory, every one of them "
+          "(lazyxla's graphs are small and many) (compile/disk_cache.py).",
+          JAX_VERIFIED, _apply_persistent_cache, _undo_jax_options),
+    Patch("jax_cache_listener", "jax", ("jax.monitoring event listeners",),
+          "counts persistent-cache hits (PersistentCacheHit) and prunes the cache directory as it "
+          "grows (compile/disk_cache.py).",
+          JAX_VERIFIED, _apply_listener, _undo_listener,
+          ("jax.monitoring.register_event_listener", "jax.monitoring.unregister_event_listener")),
+    Patch("jax_cpu_collectives", "jax", ("jax_cpu_collectives_implementation",),
+          "multi-process CPU runs need collectives between processes, which JAX's CPU client "
+          "has only with gloo (lx.distributed.initialize).",
+          JAX_VERIFIED, lambda: _jax_options({"jax_cpu_collectives_implementation": "gloo"}),
+          _undo_jax_options),
+)
+_BY_NAME = {p.name: p for p in PATCHES}
+
+
+def get(name: str) -> Patch:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"lazyxla: no patch named {name!r}; patches: {', '.join(_BY_NAME)}") from None
+
+
+def apply(name: str, *args, **kwargs) -> None:
+    """Apply the patch `name` (see PATCHES) with the arguments its `_apply` takes."""
+    get(name).apply(*args, **kwargs)
+
+
+def undo(name: str) -> None:
+    get(name).undo()
+
+
+def applied() -> list[str]:
+    """Names of the patches in force, in PATCHES order."""
+    return [p.name for p in PATCHES if p.applied]
+
+
+def undo_all() -> None:
+    """Undo every applied patch, last first (lazyxla stops working on the lazyxla device)."""
+    for p in reversed(PATCHES):
+        p.undo()
+
+
+def report() -> str:
+    """One line per patch: in force or not, the library releases, what and why."""
+    lines = []
+    for p in PATCHES:
+        mark = "applied" if p.applied else "off    "
+        lines.append(f"{mark} {p.name} ({p.library} {_range(p.versions)}): {', '.join(p.targets)}. {p.why}")
+    return "\n".join(lines)
