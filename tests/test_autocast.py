@@ -398,4 +398,6 @@ def test_wide_read_materialises_other_pending_work_and_never_fails_on_it(dev):
     torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
     assert found.item() == 0.0
     assert lx.debug.ir_text([pending]) != "(nothing pending)"   # the narrow retry left it
-    assert dead is not None
+    torch.testing.assert_close(pending.cpu(), rand(2) + 1)
+    with pytest.raises(lx.DonatedBufferError, match="simulated"):
+        dead.cpu()   # still pending on the donated buffer, and it says so

@@ -28,6 +28,8 @@ def _common_prefix(a: tuple, b: tuple) -> int:
 
 def _describe(entry) -> str:
     sig = sig_of(entry[0])
+    if sig is None:
+        return "a node whose signature was forgotten (the signature table is bounded: ir/node.py)"
     head = sig[0]
     if head is DATA or head == DATA:
         where = f" sharded {entry[3]}" if len(entry) == 4 else ""   # SPMD: its sharding is in the key

@@ -16,6 +16,7 @@ import math
 import torch
 
 from .._jax import TORCH_TO_JAX, device_memory_bytes, jax_devices, jax_dtype
+from ..ir.bounded import BoundedTable
 from ..ir.node import DATA, Node, getitem_node, intern_sig, scalar_node
 from ..ir.ops import facts, register_fact
 from ..runtime.device_data import donated_error
@@ -23,7 +24,8 @@ from .device import DEVICE_TYPE
 from .tensor import LazyTensor
 from .storage import Storage
 
-_META_CACHE: dict = {}
+META_CACHE_CAP = 65536
+_META_CACHE = BoundedTable(META_CACHE_CAP)
 _SCALAR_TYPES = (float, int, bool, complex)
 # Lifted ints travel as int64; one beyond (a uint64 value from 2**63 on) stays a
 # compile-time constant of its node instead (rare: a recompile per such value).
@@ -282,7 +284,7 @@ def lookup(key, func, args, kwargs) -> MetaEntry:
     entry = _META_CACHE.get(key)
     if entry is None:
         spec, multi = infer(func, args, kwargs)
-        entry = _META_CACHE[key] = MetaEntry(spec, multi, intern_sig(key))
+        entry = _META_CACHE.put(key, MetaEntry(spec, multi, intern_sig(key)))
     return entry
 
 

@@ -19,9 +19,12 @@ GETITEM node.
 """
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
+
+from .bounded import BoundedTable
 
 DATA = "data"
 SCALAR = "scalar"
@@ -51,32 +54,37 @@ class Node:
         return f"Node({self.op}, shape={list(self.shape) if not self.nout else self.shape}, dtype={self.dtype})"
 
 
-_SIG_IDS: dict = {}
-_SIGS: list = []
+# Signature ids: never reused (a counter), so a forgotten signature met again gets a new
+# id and graph keys that held the old one can never match another signature's.
+SIG_TABLE_CAP = 131072
+_SIG_IDS = BoundedTable(SIG_TABLE_CAP)    # signature -> id
+_SIGS = BoundedTable(SIG_TABLE_CAP)       # id -> signature (explanations)
+_next_sid = itertools.count()
 
 
 def intern_sig(sig) -> int:
     """Small stable int for a structural signature (hashable tuple)."""
     sid = _SIG_IDS.get(sig)
     if sid is None:
-        sid = _SIG_IDS[sig] = len(_SIGS)
-        _SIGS.append(sig)
+        sid = _SIG_IDS.put(sig, next(_next_sid))
+        _SIGS.put(sid, sig)
     return sid
 
 
 def sig_of(sid: int):
-    """The structural signature behind an interned id (for explanations)."""
-    return _SIGS[sid]
+    """The structural signature behind an interned id (for explanations); None when the
+    bounded table has forgotten it."""
+    return _SIGS.get(sid)
 
 
-_DATA_SIGS: dict = {}
+_DATA_SIGS = BoundedTable(SIG_TABLE_CAP // 2)
 
 
 def data_node(data) -> Node:
     key = (DATA, data.shape, data.dtype)
     sid = _DATA_SIGS.get(key)
     if sid is None:
-        sid = _DATA_SIGS[key] = intern_sig(key)
+        sid = _DATA_SIGS.put(key, intern_sig(key))
     return Node(DATA, (), None, (), data.shape, data.dtype, sid, data)
 
 
