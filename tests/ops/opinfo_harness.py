@@ -25,7 +25,7 @@ import lazyxla as lx
 from opinfo_skips import CPU_ARGS, INDEX_TIES, SHAPE_ONLY, SHAPE_ONLY_SAMPLES, TOLERANCES
 
 TRACED, HOST, FAIL, NO_SAMPLES = "pass traced", "pass via host", "fail", "no samples"
-EXPECTED_FAIL = "expected fail"  # xfailed by test_opinfo.py (opinfo_skips.EXPECTED_FAILS)
+EXPECTED_FAIL = "expected fail"  # a strict xfail of test_opinfo.py (opinfo_skips.EXPECTED_FAILS)
 ATOL, RTOL = 1e-3, 1e-5
 # What this process's OpInfo tests found, {"entry|dtype": {"status": ...}}, for the summary.
 RESULTS: dict = {}
