@@ -479,3 +479,37 @@ def test_compile_and_step_regions_sync_before_and_after(torch_xla):
     assert_close(out, torch.full((3,), 2.0))
     with pytest.raises(compat.UnsupportedError, match="full_graph=True"):
         torch_xla.compile(double, full_graph=True)
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_distributed_checkpoint_names_and_checkpoint_manager(torch_xla, tmp_path):
+    from torch_xla.experimental.distributed_checkpoint import (CheckpointManager, SPMDLoadPlanner,
+                                                               SPMDSavePlanner, prime_optimizer)
+    from torch_xla.experimental.distributed_checkpoint._helpers import _sharded_cpu_state_dict
+    ck = lx.spmd.checkpoint
+    assert (SPMDSavePlanner, SPMDLoadPlanner, prime_optimizer) == (ck.SavePlanner, ck.LoadPlanner,
+                                                                   ck.prime_optimizer)
+    assert _sharded_cpu_state_dict is ck.sharded_cpu_state_dict
+    dev = torch_xla.device()
+    model = torch.nn.Linear(4, 3).to(dev)
+    manager = CheckpointManager(str(tmp_path), save_interval=5, max_to_keep=2, chkpt_on_preemption=False)
+    assert not manager.save(3, model.state_dict()) and manager.all_steps() == []
+    for step in (5, 10):
+        assert manager.save(step, model.state_dict())
+    expected = model.weight.cpu()
+    with torch.no_grad():
+        model.weight.add_(1)
+    assert manager.save_async(15, model.state_dict())   # a snapshot taken now
+    with torch.no_grad():
+        model.weight.add_(1)
+    manager.join()
+    assert manager.all_steps() == [10, 15]   # the oldest dropped
+    assert CheckpointManager(str(tmp_path), save_interval=5, chkpt_on_preemption=False).all_steps() == [10, 15]
+    fresh = torch.nn.Linear(4, 3).to(dev)
+    state = fresh.state_dict()
+    manager.restore(10, state)
+    assert torch.equal(fresh.weight.cpu(), expected)
+    manager.restore(15, state)
+    assert torch.equal(fresh.weight.cpu(), expected + 1)
+    with pytest.raises(ValueError, match="no complete checkpoint of step 5"):
+        manager.restore(5, state)

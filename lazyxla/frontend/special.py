@@ -280,6 +280,8 @@ _HANDLERS = {
     aten.detach.default: _alias,
     aten.alias.default: _alias,
     aten.lift_fresh.default: _identity,
+    # Device memory is never page-locked host memory (torch.distributed.checkpoint asks)
+    aten.is_pinned.default: lambda func, info, args, kwargs: False,
     aten._local_scalar_dense.default: _local_scalar_dense,
     aten.split.Tensor: _split,
     aten.split_with_sizes.default: _split,

@@ -90,6 +90,34 @@ def _xla_get_default_device() -> str:
     return str(device())
 
 
+# -- processes and preemption (torch_xla.experimental.distributed_checkpoint) ----------
+
+def _ensure_xla_coordinator_initialized(global_rank: int, world_size: int, master_addr: str,
+                                        master_port: Optional[int] = None) -> None:
+    """Upstream starts its coordination service here; lazyxla's is JAX's, started by
+    lx.distributed.initialize. One process needs none; more must match it."""
+    if world_size != lx.distributed.process_count() or global_rank != lx.distributed.process_index():
+        raise ValueError(f"_ensure_xla_coordinator_initialized(global_rank={global_rank}, world_size={world_size}): "
+                         f"lazyxla runs process {lx.distributed.process_index()} of "
+                         f"{lx.distributed.process_count()}; start processes with lx.distributed.initialize")
+
+
+def _activate_preemption_sync_manager() -> None:
+    from . import _preemption
+    _preemption.activate()
+
+
+def _deactivate_preemption_sync_manager() -> None:
+    from . import _preemption
+    _preemption.deactivate()
+
+
+def _sync_point_reached(step: int) -> bool:
+    """True once this process got a SIGTERM after activation (_preemption.py)."""
+    from . import _preemption
+    return _preemption.sync_point_reached(step)
+
+
 # -- metrics ---------------------------------------------------------------------------
 
 def _xla_increment_counter(name: str, value: int = 1) -> None:

@@ -12,7 +12,7 @@ from lazyxla import config
 
 from ..unsupported import refuse, unsupported_names
 from . import _XLAC, runtime  # noqa: F401  (upstream's `torch_xla._XLAC`, `torch_xla.runtime`)
-from . import _closures, _device_names
+from . import _closures, _device_names, _preemption  # noqa: F401
 from ._device_names import lazyxla_device, to_upstream
 
 __version__ = f"2.9.0+lazyxla.{lx.__version__}"   # the PyTorch/XLA release whose API is mapped

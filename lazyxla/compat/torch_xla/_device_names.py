@@ -70,11 +70,37 @@ class UpstreamDeviceNames(TorchFunctionMode):
 
 
 _mode = None
+_kernels: list = []
+
+
+def _register_factory_kernels() -> None:
+    """Kernels on torch's own "XLA" dispatch key for the ops that allocate on a device:
+    they allocate on lazyxla's instead. The mode above is off while a torch call it
+    intercepted runs (torch pops a mode during its own handler), so code that such a
+    call runs (the backward of `loss.backward()`, with custom Functions and scan bodies)
+    creates "xla" tensors through these; every other op then meets a lazyxla tensor."""
+    if _kernels:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    aten = torch.ops.aten
+
+    def redirect(op):
+        def kernel(*args, **kwargs):
+            return op(*args, **dict(kwargs, device=to_lazyxla(kwargs.get("device"))))
+        return kernel
+
+    for name, op in (("empty.memory_format", aten.empty.memory_format), ("empty_strided", aten.empty_strided.default),
+                     ("arange.start_step", aten.arange.start_step), ("arange", aten.arange.default),
+                     ("arange.start", aten.arange.start), ("eye", aten.eye.default), ("eye.m", aten.eye.m),
+                     ("randperm", aten.randperm.default)):
+        lib.impl(name, redirect(op), "XLA")
+    _kernels.append(lib)
 
 
 def enable() -> None:
-    """Enter the mode once per process (it stays on the stack)."""
+    """Enter the mode once per process (it stays on the stack); register the kernels."""
     global _mode
+    _register_factory_kernels()
     if _mode is None:
         _mode = UpstreamDeviceNames()
         _mode.__enter__()

@@ -99,6 +99,7 @@ def use_spmd(auto: Optional[bool] = False) -> None:
     if auto:
         refuse("torch_xla.runtime.use_spmd(auto=True)", "Mark shardings with xs.mark_sharding instead")
     lx.spmd.use_spmd()
+    os.environ["XLA_USE_SPMD"] = "1"   # as upstream, which reads it back
 
 
 def is_spmd() -> bool:
