@@ -51,7 +51,8 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from .._jax import jax_dtype
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import contiguous_strides
-from ..ir.call import Subprogram
+from ..ir.call import Subprogram, call_node
+from ..ir.node import OPT_BARRIER, Node, getitem_node, intern_sig
 from ..sync.capture import Capture, CaptureError, capture, insert_call
 from .gradient_accumulation import _SEED_MIX
 
@@ -175,7 +176,38 @@ class _StackLayers(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        return grad.unbind(0)
+        return tuple(_unstack(grad))
+
+
+def _unstack(stacked: LazyTensor) -> list[LazyTensor]:
+    """`stacked.unbind(0)` as fresh tensors, read at offsets XLA cannot see as constants.
+
+    Why: each layer's gradient feeds that layer's optimizer update. With static
+    slices XLA fuses a different offset into every update kernel, so the kernels
+    differ per layer and XLA:CPU compiles each anew: the first step grows with
+    depth. Offsets that come out of an optimization barrier (one scalar each) are
+    runtime values to XLA, so the update kernels of all layers are the same
+    computation and each distinct one is compiled once."""
+    n, shape, dtype = stacked.shape[0], tuple(stacked.shape[1:]), stacked.dtype
+    offsets = call_node(_offsets_program(n), ())
+    scalars = tuple(getitem_node(offsets, i) for i in range(n))
+    barrier = Node(OPT_BARRIER, scalars, None, scalars, tuple(s.shape for s in scalars),
+                   tuple(s.dtype for s in scalars), intern_sig((OPT_BARRIER, ((),) * n, (torch.int32,) * n)),
+                   None, n)
+
+    def fn(g, *offs):
+        return tuple(lax.dynamic_index_in_dim(g, o, keepdims=False) for o in offs)
+
+    program = Subprogram(fn, ("scan_layers_unstack", n, shape, dtype), f"unstack[{n}]", [(shape, dtype)] * n)
+    spec = (shape, contiguous_strides(shape), dtype)
+    operands = [stacked.checked_value()] + [getitem_node(barrier, i) for i in range(n)]
+    return insert_call(program, operands, [spec] * n, stacked._st.device)
+
+
+def _offsets_program(n: int) -> Subprogram:
+    """() -> (0, 1, ..., n-1) as int32 scalars."""
+    return Subprogram(lambda: tuple(jnp.int32(i) for i in range(n)), ("scan_layers_offsets", n),
+                      f"offsets[{n}]", [((), torch.int32)] * n)
 
 
 # -- checks --------------------------------------------------------------------------
