@@ -183,6 +183,7 @@ def _apply_optimizer_variable(**wrappers: Callable[[Any], Any]) -> list:
 
 
 _FOREACH = "torch.optim.optimizer._foreach_supported_types"
+_CHECKPOINT = "torch.utils.checkpoint.checkpoint"
 
 
 def _apply_foreach(tensor_type: type) -> Optional[type]:
@@ -291,6 +292,13 @@ PATCHES: tuple[Patch, ...] = (
           "LAZYXLA_EXPLAIN_RECOMPILES=1 also has dynamo log which guard failed; undo resets "
           "torch's logging to its defaults.",
           TORCH_VERIFIED, _apply_recompile_logs, _undo_recompile_logs, ("torch._logging.set_logs",)),
+    Patch("torch_checkpoint", "torch", (_CHECKPOINT,),
+          "on lazyxla, forward and backward are one XLA graph, where XLA merges a checkpointed "
+          "region's re-run back into the forward and the activations are kept after all; the "
+          "replacement keeps the re-run apart for lazy tensors and calls torch's function "
+          "(lazyxla/recompute.py).",
+          TORCH_VERIFIED, lambda replacement: _wrap((_CHECKPOINT,), {"checkpoint": lambda _: replacement}),
+          _restore, (_CHECKPOINT,)),
     Patch("jax_persistent_cache", "jax",
           ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
            "jax_persistent_cache_min_entry_size_bytes"),

@@ -14,7 +14,8 @@ to merge with the forward), and they exist only once the backward has reached th
 pass that expands barriers before CSE (compile/cache.py `compiler_options`), since on CPU
 that pass removes them first.
 
-How: `torch.utils.checkpoint.checkpoint` is wrapped (`patch_torch_checkpoint`, at import).
+How: `torch.utils.checkpoint.checkpoint` is replaced at import (the patch "torch_checkpoint"
+of lazyxla/patches.py).
 With lazyxla tensors among the arguments, PyTorch's own checkpoint runs (either mode, RNG
 state, `context_fn`, determinism checks unchanged) on the region wrapped so that its second
 call (the re-run) first passes its inputs through the barrier, and the region's outputs
@@ -32,6 +33,7 @@ import torch
 import torch.utils.checkpoint as _torch_checkpoint
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from . import patches
 from .frontend.tensor import LazyTensor
 from .utils import optimization_barrier_
 
@@ -123,5 +125,6 @@ def checkpoint(function: Callable, *args, **kwargs) -> Any:
 
 
 def patch_torch_checkpoint() -> None:
-    """Make `torch.utils.checkpoint.checkpoint` the lazyxla-aware function (idempotent)."""
-    _torch_checkpoint.checkpoint = checkpoint
+    """Make `torch.utils.checkpoint.checkpoint` the lazyxla-aware function (idempotent;
+    the patch "torch_checkpoint" of lazyxla/patches.py, which can undo it)."""
+    patches.apply("torch_checkpoint", checkpoint)

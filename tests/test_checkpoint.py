@@ -8,7 +8,7 @@ import torch
 import torch.utils.checkpoint as tuc
 
 import lazyxla as lx
-from lazyxla import recompute
+from lazyxla import patches, recompute
 
 MODES = [pytest.param(True, id="reentrant"), pytest.param(False, id="non_reentrant")]
 
@@ -28,6 +28,13 @@ def _forward(blocks, x, reentrant=None, ckpt=tuc.checkpoint):
 
 
 def test_torch_checkpoint_is_patched_and_cpu_calls_are_unchanged():
+    assert tuc.checkpoint is recompute.checkpoint
+    patch = patches.get("torch_checkpoint")
+    try:
+        patch.undo()
+        assert tuc.checkpoint is recompute._ORIGINAL
+    finally:
+        recompute.patch_torch_checkpoint()
     assert tuc.checkpoint is recompute.checkpoint
     blocks = _blocks(1, 4)
     x = torch.randn(3, 4, requires_grad=True)

@@ -83,7 +83,7 @@ def test_import_applies_the_expected_patches():
     import lazyxla.dynamo.backend  # noqa: F401  (the AOT modules are patched at first use)
     applied = set(patches.applied())
     assert {"fake_tensor_subclass_test", "aot_autograd_subclass_test", "dynamo_optimizer_variable",
-            "foreach_lazy_tensor", "optimizer_step_hooks"} <= applied
+            "foreach_lazy_tensor", "optimizer_step_hooks", "torch_checkpoint"} <= applied
     assert "jax_cpu_collectives" not in applied       # only lx.distributed.initialize()
     print(patches.report())
 
