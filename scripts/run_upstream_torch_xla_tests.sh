@@ -47,11 +47,13 @@ declare -A PASSES=(
     [test/test_while_loop.py]=3                     # 2.9: 3 (+1 skipped)
     [test/test_grad_checkpoint.py]=1                # no test runner: exits 0
     [test/spmd/test_xla_distributed_checkpoint.py]=14   # 2.9: 14 (+11 skipped on one device)
+    [test/test_mp_save.py]=1                        # no test runner: exits 0
 )
 FILES=(test/test_input_output_aliases.py test/dynamo/test_dynamo_aliasing.py test/test_gradient_accumulation.py
        test/test_devices.py test/test_inplace_update.py test/test_as_stride_use_slice.py test/test_metrics.py
        test/scan/test_scan.py test/scan/test_scan_layers.py test/test_while_loop.py
-       test/test_grad_checkpoint.py test/spmd/test_xla_distributed_checkpoint.py)
+       test/test_grad_checkpoint.py test/spmd/test_xla_distributed_checkpoint.py
+       test/test_mp_save.py)
 
 LOG=$(mktemp -d)
 status=0

@@ -513,3 +513,19 @@ def test_distributed_checkpoint_names_and_checkpoint_manager(torch_xla, tmp_path
     assert torch.equal(fresh.weight.cpu(), expected + 1)
     with pytest.raises(ValueError, match="no complete checkpoint of step 5"):
         manager.restore(5, state)
+
+
+def test_launch_runs_in_this_process_with_one_device(torch_xla):
+    import torch_xla.core.xla_model as xm
+    seen = []
+    torch_xla.launch(lambda index, tag: seen.append((index, tag, xm.rendezvous("t", b"x"))), args=("a",))
+    assert seen == [(0, "a", [b"x"])]
+
+
+@pytest.mark.slow
+def test_launch_runs_one_process_per_host_device():
+    out = subprocess.run([sys.executable, "-m", "lazyxla.compat", "examples/torch_xla_launch.py"],
+                         capture_output=True, text=True, timeout=600, cwd=REPO,
+                         env=dict(os.environ, CPU_NUM_DEVICES="2", PYTHONPATH=REPO))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert "2 processes exchanged ['[0.0, 0.0]', '[3.0, 3.0]']" in out.stdout

@@ -39,7 +39,7 @@ MODULES = PACKAGES | frozenset((
     "torch_xla.core.xla_builder",
     "torch_xla.utils.utils", "torch_xla.utils.buffer_donor_context", "torch_xla.utils.checkpoint",
     "torch_xla.distributed.spmd",
-    "torch_xla.distributed.parallel_loader",
+    "torch_xla.distributed.parallel_loader", "torch_xla.distributed.xla_multiprocessing",
     "torch_xla.test.test_utils", "torch_xla.core.xla_env_vars",
     "torch_xla.experimental.distributed_checkpoint._helpers",
     "torch_xla.experimental.distributed_checkpoint.manager",

@@ -90,6 +90,17 @@ def step():
     return compile()
 
 
+def launch(fn: Callable, args: tuple = (), start_method: str = "spawn", debug_single_process: bool = False) -> None:
+    """`fn(index, *args)` in one process per host device (xmp.spawn); under torchrun
+    (`LOCAL_RANK` set by it), in this process with that index, as upstream."""
+    import importlib
+    xmp = importlib.import_module(__name__ + ".distributed.xla_multiprocessing")
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        fn(int(os.environ["LOCAL_RANK"]), *args)
+    else:
+        xmp.spawn(fn, args=args, nprocs=1 if debug_single_process else None, start_method=start_method)
+
+
 def manual_seed(seed: int, device=None) -> None:
     """lazyxla's random ops draw their seeds from torch's default generator, so this is
     `torch.manual_seed(seed)`: it reseeds the CPU generator too (upstream seeds the

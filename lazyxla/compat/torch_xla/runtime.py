@@ -78,7 +78,8 @@ host_index = process_index
 
 
 def local_process_count() -> int:
-    return 1
+    """Processes on this host: those of torch_xla.launch / xmp.spawn, else 1."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if not is_spmd() else 1
 
 
 def world_size() -> int:
@@ -91,7 +92,8 @@ def global_ordinal() -> int:
 
 
 def local_ordinal() -> int:
-    return 0
+    """This process's index on its host (torch_xla.launch / xmp.spawn set LOCAL_RANK)."""
+    return 0 if is_spmd() else int(os.environ.get("LOCAL_RANK", "0"))
 
 
 def use_spmd(auto: Optional[bool] = False) -> None:

@@ -68,6 +68,23 @@ def master_print(*args: Any, fd=None, **kwargs: Any) -> None:
         print(*args, file=fd, **kwargs)
 
 
+def rendezvous(tag: str, payload: bytes = b"", replicas: List[int] = []) -> List[bytes]:
+    """Wait for every process (torch_xla.launch / xmp.spawn) and exchange `payload`:
+    the payloads of all processes in ordinal order, through torch.distributed's
+    all_gather_object. One process: `[payload]`. `tag` names the meeting only."""
+    if replicas and sorted(replicas) != list(range(xr.world_size())):
+        refuse("torch_xla.core.xla_model.rendezvous(replicas=...) of a subset of the processes")
+    if xr.world_size() == 1:
+        return [payload]
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        refuse("torch_xla.core.xla_model.rendezvous without torch.distributed",
+               "start the processes with torch_xla.launch or xmp.spawn, which initialise it")
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, payload)
+    return gathered
+
+
 # -- steps --------------------------------------------------------------------------
 
 def mark_step(wait: bool = False, reset_scope: bool = True) -> None:
