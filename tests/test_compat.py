@@ -284,8 +284,8 @@ def test_unsupported_names_say_so(torch_xla):
         from torch_xla.core.xla_model import all_gather  # noqa: F401
     with pytest.raises(compat.UnsupportedError, match=r"torch_xla\._XLAC\._xla_tensors_from_aten"):
         torch_xla._XLAC._xla_tensors_from_aten
-    with pytest.raises(ImportError, match=r"torch_xla\.distributed\.xla_multiprocessing is not supported yet"):
-        import torch_xla.distributed.xla_multiprocessing  # noqa: F401
+    with pytest.raises(ImportError, match=r"torch_xla\.debug\.profiler is not supported yet"):
+        import torch_xla.debug.profiler  # noqa: F401
     assert not hasattr(xm, "__wrapped__")   # dunder probes stay AttributeErrors
 
 
