@@ -1,6 +1,6 @@
 """Lifted scalars: shared by Python object, passed separately or packed.
 
-See lazyxla/frontend/tracing.py (lift_scalar) and lazyxla/compile/program.py
+See lazyxla/frontend/tracing.py (lift_scalar) and lazyxla/ir/scalars.py
 (SEPARATE_SCALARS_MAX) for why."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 
 import lazyxla as lx
 from lazyxla import metrics
-from lazyxla.compile import program
+from lazyxla.ir import scalars
 from lazyxla.sync.api import pending_graphs
 
 from helpers import assert_close
@@ -62,7 +62,7 @@ def test_shared_scalars_keep_steps_on_one_executable(dev):
 
 
 def test_many_scalars_travel_packed_and_compute_the_same(dev):
-    n = program.SEPARATE_SCALARS_MAX + 44
+    n = scalars.SEPARATE_SCALARS_MAX + 44
     coeffs = [1.0 + i * 1e-3 for i in range(n)]
     x = torch.randn(8, 8)
     t, ref = x.to(dev), x.clone()
@@ -70,9 +70,9 @@ def test_many_scalars_travel_packed_and_compute_the_same(dev):
         t = t * c + 1
         ref = ref * c + 1
     (graph, _), = pending_graphs()
-    assert len(graph.scalars) > program.SEPARATE_SCALARS_MAX
+    assert len(graph.scalars) > scalars.SEPARATE_SCALARS_MAX
     # one vector per kind: float64, int64, bool, complex128
-    assert [shape for shape, _ in program.scalar_avals(graph)] == [(n,), (1,), (0,), (0,)]
+    assert [shape for shape, _ in scalars.scalar_avals(graph)] == [(n,), (1,), (0,), (0,)]
     assert_close(t, ref, rtol=1e-4)
 
 
@@ -81,22 +81,22 @@ def test_few_scalars_travel_as_separate_operands(dev):
     lx.sync()
     t = t * 0.5 + 2
     (graph, _), = pending_graphs()
-    assert program.scalar_avals(graph) == [((), program.SCALAR_DTYPES[0]), ((), program.SCALAR_DTYPES[1])]
+    assert scalars.scalar_avals(graph) == [((), scalars.SCALAR_DTYPES[0]), ((), scalars.SCALAR_DTYPES[1])]
     assert t.cpu().tolist() == [2.5] * 3
 
 
 def test_scalars_pack_only_for_long_chains(dev):
     """Packed scalars make every fusion that reads one a different kernel: an
     optimizer-like graph (one small update per output, each with its own scalar)
-    keeps them separate; a long chain with few outputs packs them (program.py)."""
-    n = program.SEPARATE_SCALARS_MAX + 44
+    keeps them separate; a long chain with few outputs packs them (ir/scalars.py)."""
+    n = scalars.SEPARATE_SCALARS_MAX + 44
     ts = [torch.ones(4).to(dev) for _ in range(n)]
     lx.sync()
     for i, t in enumerate(ts):
         t.mul_(i + 0.5)             # a float object of its own per call: n lifted scalars
     (graph, _), = pending_graphs()
     assert len(graph.scalars) == n and len(graph.outputs) == n
-    assert len(program.scalar_avals(graph)) == n          # one 0-d operand each
+    assert len(scalars.scalar_avals(graph)) == n          # one 0-d operand each
     lx.sync()
     assert ts[3].cpu().tolist() == [3.5] * 4
 
@@ -105,5 +105,5 @@ def test_scalars_pack_only_for_long_chains(dev):
         x = x + (i + 0.25)
     (graph, _), = pending_graphs()
     assert len(graph.outputs) == 1
-    assert [shape for shape, _ in program.scalar_avals(graph)] == [(n,), (0,), (0,), (0,)]   # one vector per kind
+    assert [shape for shape, _ in scalars.scalar_avals(graph)] == [(n,), (0,), (0,), (0,)]   # one vector per kind
     assert_close(x, torch.full((4,), 0.5 + sum(i + 0.25 for i in range(n))))

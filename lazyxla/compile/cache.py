@@ -25,7 +25,8 @@ from ..runtime.host_heap import release_free_heap
 from ..ir.graph import Graph
 from ..ir.node import OPT_BARRIER
 from .explain import explain
-from .program import build, scalar_avals
+from ..ir.scalars import scalar_avals
+from .program import build
 
 
 class LastCompile:

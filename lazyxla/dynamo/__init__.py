@@ -67,9 +67,8 @@ def _runtime_modules() -> list[str]:
     whole directory (dynamo matches file-name prefixes), user code included."""
     import os
     import pkgutil
-    import lazyxla
     names = []
-    stack = [(lazyxla.__path__[0], "lazyxla")]
+    stack = [(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lazyxla")]
     while stack:
         path, prefix = stack.pop()
         for m in pkgutil.iter_modules([path]):

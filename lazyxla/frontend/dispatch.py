@@ -307,6 +307,7 @@ def decomposition_for(func):
 
 
 from .special import SPECIAL  # noqa: E402  (special handlers use the helpers above)
+from . import host_reads, indexing  # noqa: E402,F401  (register their decompositions)
 from .tensor import bind_dispatch  # noqa: E402
 
 bind_dispatch(dispatch)

@@ -11,9 +11,7 @@ the view node without shape inference.
 """
 from __future__ import annotations
 
-from ..ir.node import Node, intern_sig
-
-VIEW_SCATTER = "view_scatter"
+from ..ir.node import VIEW_SCATTER, Node, intern_sig
 
 
 def view_node(step, src: Node) -> Node:

@@ -7,12 +7,17 @@ pending values that donation planning and sync both need.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Optional, Protocol
 
 from .node import DATA, Node
 
-if TYPE_CHECKING:  # the runtime layer sits above ir/; only the annotation needs it
-    from ..runtime.device_data import DeviceData
+
+class DeviceBuffer(Protocol):
+    """What the graph knows of a parameter's buffer (runtime.device_data.DeviceData, a
+    layer above, is one): its shape and dtype, and the graph that consumed it by donation."""
+    shape: tuple
+    dtype: Any
+    donated_in: Optional[str]
 
 
 class Graph:
@@ -25,7 +30,7 @@ class Graph:
         self.device = device
         self.order = order            # nodes in topological order
         self.outputs = outputs        # positions in `order` of the distinct root nodes, ascending
-        self.params: list["DeviceData"] = params
+        self.params: list[DeviceBuffer] = params
         self.scalars: list[Node] = scalars
         self.key = key
         self.storages = storages      # (storage, output slot) pairs to install results into

@@ -32,6 +32,9 @@ GETITEM = "getitem"
 OPT_BARRIER = "optimization_barrier"
 # args (value, sharding): the value, constrained to a jax.sharding.Sharding (SPMD mode)
 SHARDING_CONSTRAINT = "sharding_constraint"
+# args (base, new_view_value, view_op, view_args): base with the view's elements replaced
+# (an in-place write through a view; frontend/views.py builds it, lower/views.py lowers it)
+VIEW_SCATTER = "view_scatter"
 
 
 class Node:

@@ -3,10 +3,10 @@
 Index values are runtime data, so every rule here is shape-static: negative
 indices wrap like PyTorch (`where(i < 0, i + n, i)`); out-of-range indices,
 which eager PyTorch rejects with an error, are clamped by XLA instead.
-Boolean masks in `x[mask]` have a data-dependent result shape: the mask goes
-to the host once (`nonzero`, a counted host fallback) and the gather stays on
-the device. `x[mask] = v` keeps its shape and needs no host trip: a running
-count over the mask picks the value for each selected position.
+Boolean masks in `x[mask]` have a data-dependent result shape: the frontend's
+decomposition (frontend/indexing.py) reads the mask on the host once and the
+gather stays on the device. `x[mask] = v` keeps its shape and needs no host
+trip: a running count over the mask picks the value for each selected position.
 Sums (scatter_add, index_add, index_put with accumulate) add in float32 for
 float16/bfloat16 and cast back once.
 """
@@ -17,7 +17,7 @@ import torch
 from jax import lax
 
 from ._util import opmath
-from .registry import register, register_decomposition
+from .registry import register
 
 aten = torch.ops.aten
 
@@ -182,71 +182,7 @@ def _index_fill(ctx, x, dim, index, value):
     return _index_write(x, dim, index, jnp.asarray(value), "set")
 
 
-# -- advanced indexing (x[i, :, j], x[mask] = v) ----------------------------------------
-
-def _is_mask(t) -> bool:
-    return isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8)
-
-
-def _masks_to_indices(x, indices) -> list:
-    """Replace each k-d boolean mask by its k index tensors (one host read of a device mask)."""
-    out = []
-    for t in indices:
-        if _is_mask(t):
-            cols = t.bool().nonzero().unbind(1)
-            out.extend(c.to(x.device) if c.device != x.device else c for c in cols)
-        else:
-            out.append(t)
-    return out
-
-
-def _on_device(x, indices) -> list:
-    """PyTorch accepts CPU index tensors for device tensors: upload them (masks too)."""
-    return [t.to(x.device) if isinstance(t, torch.Tensor) and t.device != x.device and t.dim() else t
-            for t in indices]
-
-
-def _has_0d_mask(indices) -> bool:
-    return any(_is_mask(t) and t.dim() == 0 for t in indices)
-
-
-def _host(func, *args):
-    from ..frontend.dispatch import op_info
-    from ..frontend.fallback import run_on_host
-    return run_on_host(func, op_info(func), args, {})
-
-
-@register_decomposition(aten.index.Tensor)
-def _index_decomp(x, indices):
-    if _has_0d_mask(indices):
-        return _host(aten.index.Tensor, x, indices)
-    if any(_is_mask(t) for t in indices):
-        indices = _masks_to_indices(x, indices)
-    return aten._unsafe_index.Tensor(x, _on_device(x, indices))
-
-
-def _single_mask(indices) -> bool:
-    """Only one non-None index, a mask: `x[mask] = v`, `x[:, mask] += v` (no host trip)."""
-    real = [t for t in indices if t is not None]
-    return len(real) == 1 and _is_mask(real[0]) and real[0].dim() > 0
-
-
-@register_decomposition(aten.index_put.default, aten._index_put_impl.default)
-def _index_put_decomp(x, indices, values, accumulate=False, unsafe=False):
-    if _has_0d_mask(indices):
-        return _host(aten.index_put.default, x, indices, values, accumulate)
-    if any(_is_mask(t) for t in indices):
-        if _single_mask(indices):
-            indices = [t.bool() if t is not None else None for t in indices]
-        else:
-            indices = _masks_to_indices(x, indices)
-    return aten._unsafe_index_put.default(x, _on_device(x, indices), values, accumulate)
-
-
-@register_decomposition(aten.index_put_.default, aten._index_put_impl_.default)
-def _index_put_inplace(x, indices, values, accumulate=False, unsafe=False):
-    return x.copy_(_index_put_decomp(x, indices, values, accumulate))
-
+# -- advanced indexing: the device side (frontend/indexing.py turns masks into indices) --
 
 def _jnp_index(x, indices) -> tuple:
     out = []

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from jax import lax
 
+from ..ir.node import VIEW_SCATTER
 from ..ir.ops import facts, register_fact
 from .registry import register
 
@@ -180,6 +181,7 @@ def _permute_back(base, src, dims):
     return jnp.transpose(src, np.argsort(dims))
 
 
+@register(VIEW_SCATTER)
 def view_scatter(ctx, base, src, op, vargs):
     direct = _DIRECT_SCATTER.get(op)
     if direct is not None:

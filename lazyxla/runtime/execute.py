@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import Protocol
 
 import jax
 
 from .. import metrics
 from .._jax import jax_devices
-from ..compile.cache import Executable
-from ..compile.program import scalar_args
+from ..ir.scalars import scalar_args
 from ..ir.node import data_node
 from ..lock import LOCK
 from ..patches import x64
@@ -26,8 +26,19 @@ from .device_data import DeviceData
 _in_flight: list = []
 
 
+class Runnable(Protocol):
+    """What execution needs of a compiled graph (compile.cache.Executable, which sits
+    above the runtime, is one)."""
+    key_hex: str
+    donors: tuple
+
+    def call(self, *args): ...
+
+    def memory_analysis(self) -> dict: ...
+
+
 @x64
-def execute(graph: Graph, exe: Executable) -> tuple:
+def execute(graph: Graph, exe: Runnable) -> tuple:
     """Run `exe` on `graph`'s parameters; install results; return all output arrays."""
     params = graph.params
     args = [d.array for d in params]

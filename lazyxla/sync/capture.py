@@ -35,7 +35,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from ..compile.program import build, scalar_args
+from ..compile.program import build
+from ..ir.scalars import scalar_args
 from ..frontend.device import DEVICES
 from ..frontend.dispatch import traced_since_sync
 from ..frontend.special import draw_seed

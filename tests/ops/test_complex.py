@@ -343,7 +343,7 @@ def test_inplace_update_at_a_sync_is_donated(dev):
 
 
 def test_complex_scalars_packed_beyond_the_separate_limit(dev):
-    from lazyxla.compile.program import SEPARATE_SCALARS_MAX
+    from lazyxla.ir.scalars import SEPARATE_SCALARS_MAX
     z = crand(4)
     d = z.to(dev)
     for i in range(SEPARATE_SCALARS_MAX + 10):

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from .registry import register_decomposition
+from ..ir.ops import registrar
 
 aten = torch.ops.aten
+register_decomposition = registrar("decomposition")
 
 
 @register_decomposition(aten.equal.default)
