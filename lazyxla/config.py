@@ -51,7 +51,7 @@ class Config:
     exit_timeout: float = 60.0
     """Seconds interpreter exit waits for running work and the lock before going on."""
     provenance: bool = False
-    """Record the user's file and line on each IR node (reserved: nothing reads it yet)."""
+    """Record the user's file and line on each IR node (frontend/provenance.py; lx.debug.set_provenance)."""
 
     @property
     def cache_root(self) -> Optional[str]:

@@ -77,6 +77,15 @@ def explain_op(op) -> "Route":
     return found
 
 
+def set_provenance(on: bool = True) -> None:
+    """Record on each new IR node the user's file and line that made it (off by default;
+    LAZYXLA_PROVENANCE=1 turns it on at import). Recompile explanations, lowering errors
+    and `ir_text` then name the line. It costs a stack walk per op while on, nothing off."""
+    from .frontend.dispatch import dispatch
+    from .frontend.provenance import set_enabled
+    set_enabled(on, dispatch)
+
+
 def ir_text(tensors=None) -> str:
     """Readable IR of what a sync would compile: of `tensors` (a partial sync), or of
     every live pending tensor (a step barrier) when None. Compiles nothing."""

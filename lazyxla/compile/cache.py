@@ -88,7 +88,7 @@ def get_or_compile(graph: Graph, donors: tuple) -> Executable:
         metrics.counter_add("CachedCompile")
         return exe
     metrics.counter_add("UncachedCompile")
-    reason = explain(graph.key, donors)
+    reason = explain(graph.key, donors, graph.order)
     LastCompile.reason = reason
     settings = config.SETTINGS
     if settings.explain_recompiles:   # LAZYXLA_EXPLAIN_RECOMPILES

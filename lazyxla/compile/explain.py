@@ -9,6 +9,7 @@ differ only in their donor set are reported as such.
 from __future__ import annotations
 
 import collections
+from typing import Optional
 
 from ..ir.node import DATA, SCALAR, sig_of
 from ..ir.printer import op_text
@@ -45,8 +46,19 @@ def _describe(entry) -> str:
     return f"{op_text(head)}({', '.join(parts)}) reading nodes {entry[1] if len(entry) == 2 else '?'}"
 
 
-def explain(key: tuple, donors: tuple) -> str:
-    """Explanation of a cache miss for (graph key, donors); records the key."""
+def _origin_from(order: Optional[list], n: int) -> str:
+    """With provenance on: the user's line that made node `n`, else that of the first
+    later node that has one (a parameter has none; the op reading it does)."""
+    for i, node in enumerate(order[n:] if order else ()):
+        origin = getattr(node, "origin", None)
+        if origin:
+            return f" (made at {origin})" if i == 0 else f" (first op from there made at {origin})"
+    return ""
+
+
+def explain(key: tuple, donors: tuple, order: Optional[list] = None) -> str:
+    """Explanation of a cache miss for (graph key, donors); records the key. `order`: the
+    graph's nodes, whose recorded origins (provenance) name the user's line."""
     device, entries, outputs = key[:3]
     history = _recent[device]
     try:
@@ -74,6 +86,6 @@ def explain(key: tuple, donors: tuple) -> str:
         if n >= len(old_entries):
             return f"an earlier graph ({len(old_entries)} nodes) plus {len(entries) - n} more nodes"
         return (f"differs from the closest earlier graph at node {n} of {len(entries)}: "
-                f"was {_describe(old_entries[n])}; now {_describe(entries[n])}")
+                f"was {_describe(old_entries[n])}; now {_describe(entries[n])}{_origin_from(order, n)}")
     finally:
         history.append((key, donors))

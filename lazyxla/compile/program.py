@@ -22,12 +22,13 @@ from ..ir.graph import Graph
 
 class Ctx:
     """What a rule may know about its node's output."""
-    __slots__ = ("shape", "dtype", "jdtype", "op")
+    __slots__ = ("shape", "dtype", "jdtype", "op", "origin")
 
     def __init__(self, node: Node) -> None:
         self.shape = node.shape
         self.dtype = node.dtype
         self.op = node.op
+        self.origin = getattr(node, "origin", None)   # the user's file:line, with provenance on
         self.jdtype = tuple(jax_dtype(d) if d is not None else None for d in node.dtype) if node.nout \
             else jax_dtype(node.dtype)
 
@@ -109,7 +110,8 @@ def _apply(rule: Callable, ctx: Ctx, args: tuple, kwargs: dict):
     except LoweringError:
         raise
     except Exception as e:
-        raise LoweringError(f"lazyxla: lowering {ctx.op} failed: {type(e).__name__}: {e}") from e
+        made = f" (made at {ctx.origin})" if ctx.origin else ""
+        raise LoweringError(f"lazyxla: lowering {ctx.op}{made} failed: {type(e).__name__}: {e}") from e
     if isinstance(ctx.jdtype, tuple):
         # d is None: an output the op was asked not to compute; the rule may return None
         return tuple(o.astype(d) if d is not None and o.dtype != d else o for o, d in zip(out, ctx.jdtype))

@@ -68,7 +68,7 @@ def register_kernels() -> None:
     from ..ir.node import Node
     from ..lock import LOCK
     from ..metrics import _counters as counters, op_records
-    from .dispatch import dispatch as _dispatch
+    from . import tensor as _tensor
     from .special import copy_from_host
     from .storage import Storage
     from .tensor import LazyTensor
@@ -81,7 +81,7 @@ def register_kernels() -> None:
     # lock (lazyxla/lock.py) so that a sync in another thread never sees them half done.
     def dispatch(op, args, kwargs):
         with LOCK:
-            return _dispatch(op, args, kwargs)
+            return _tensor._dispatch(op, args, kwargs)   # the bound dispatcher (provenance may wrap it)
 
     def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
         return _empty(tuple(size), None, dtype, device)

@@ -311,3 +311,6 @@ from . import host_reads, indexing  # noqa: E402,F401  (register their decomposi
 from .tensor import bind_dispatch  # noqa: E402
 
 bind_dispatch(dispatch)
+if config.SETTINGS.provenance:   # LAZYXLA_PROVENANCE
+    from .provenance import set_enabled
+    set_enabled(True, dispatch)

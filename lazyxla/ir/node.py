@@ -38,7 +38,9 @@ VIEW_SCATTER = "view_scatter"
 
 
 class Node:
-    __slots__ = ("op", "args", "kwargs", "inputs", "shape", "dtype", "sig", "data", "nout")
+    # `origin` ("file:line" of the user's code) is set only while provenance is on
+    # (frontend/provenance.py); unset, it costs nothing per node. It is not part of `sig`.
+    __slots__ = ("op", "args", "kwargs", "inputs", "shape", "dtype", "sig", "data", "nout", "origin")
 
     def __init__(self, op: Any, args: tuple, kwargs: dict, inputs: tuple,
                  shape: tuple, dtype: torch.dtype, sig: int, data: Any = None,

@@ -55,7 +55,8 @@ def graph_text(graph, donors: tuple = ()) -> str:
                     f"{k}={_arg_text(v, names)}" for k, v in node.kwargs.items())
             text = f"{name}: {aval} = {op_text(node.op)}({args})"
         names[id(node)] = name
-        lines.append("  " + text)
+        origin = getattr(node, "origin", None)   # provenance (frontend/provenance.py)
+        lines.append("  " + text + (f"  # {origin}" if origin else ""))
     outs = ", ".join(names[id(graph.order[p])] for p in graph.outputs)
     lines.append(f"  return ({outs})")
     return "\n".join(lines)

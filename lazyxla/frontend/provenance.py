@@ -1,0 +1,109 @@
+"""Where each IR node came from: the user's file and line, recorded when asked for.
+
+Off by default, at no cost per op: the switch replaces the op dispatcher itself
+(`tensor.bind_dispatch`), so the plain dispatcher has no flag to test. On
+(`lx.debug.set_provenance(True)` or LAZYXLA_PROVENANCE=1), each op runs as before
+and then the nodes it made are stamped with `file:line` of the first frame outside
+lazyxla and torch: the walk starts at the op's output and argument tensors and
+stops at nodes that already carry a stamp, so it touches only the new nodes.
+Device data and runtime scalars are never stamped (they are made by transfers and
+syncs, not by a line of the user's program).
+
+The stamp is `Node.origin`, outside the node's structural signature: the same
+program run from another line compiles to the same graph. Recompile explanations,
+lowering errors and `lx.debug.ir_text` show it. Ops that autograd runs in its own
+thread (the backward pass) have no user frame and stay unstamped.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from ..ir.node import DATA, SCALAR, Node
+from .storage import live_devices, live_storages
+from .tensor import LazyTensor, bind_dispatch
+
+_INTERNAL = (str(Path(__file__).resolve().parents[1]), str(Path(torch.__file__).resolve().parent))
+_internal_files: dict = {}
+_state = {"on": False, "plain": None}
+
+
+def _is_internal(filename: str) -> bool:
+    internal = _internal_files.get(filename)
+    if internal is None:
+        internal = _internal_files[filename] = filename.startswith(_INTERNAL) or filename.startswith("<frozen")
+    return internal
+
+
+def user_frame() -> Optional[str]:
+    """`file:line` of the innermost frame outside lazyxla and torch, or None (autograd's thread)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not _is_internal(filename):
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def origin_of(node: Node) -> Optional[str]:
+    """The node's recorded `file:line`, or None (provenance off, or made outside user code)."""
+    return getattr(node, "origin", None)
+
+
+def _stamp(roots: list, origin: Optional[str]) -> None:
+    stack = roots
+    while stack:
+        node = stack.pop()
+        if node.op is DATA or node.op is SCALAR or hasattr(node, "origin"):
+            continue
+        node.origin = origin
+        stack.extend(node.inputs)
+
+
+def _tensors(values, out: list) -> list:
+    for v in values:
+        if type(v) is LazyTensor or isinstance(v, LazyTensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            _tensors(v, out)
+    return out
+
+
+def _dispatch_with_origin(func, args, kwargs):
+    result = _state["plain"](func, args, kwargs)
+    tensors = _tensors((result,) if not isinstance(result, (list, tuple)) else result, [])
+    _tensors(args, tensors)
+    if kwargs:
+        _tensors(kwargs.values(), tensors)
+    roots = []
+    for t in tensors:
+        roots.append(t._st.value)
+        if t._view is not None:
+            roots.append(t.lazy_value())
+    _stamp(roots, user_frame())
+    return result
+
+
+def _mark_pending_unknown() -> None:
+    """Nodes pending from before provenance was on: stamped as unknown (None), so a later
+    op's walk stops at them instead of claiming them for its own line."""
+    for device in live_devices():
+        _stamp([st.value for st in live_storages(device) if st.value is not None], None)
+
+
+def set_enabled(on: bool, plain_dispatch) -> None:
+    """Switch provenance on or off; `plain_dispatch` is the dispatcher without it."""
+    on = bool(on)
+    _state["plain"] = plain_dispatch
+    if on and not _state["on"]:
+        _mark_pending_unknown()
+    _state["on"] = on
+    bind_dispatch(_dispatch_with_origin if on else plain_dispatch)
+
+
+def enabled() -> bool:
+    return _state["on"]
