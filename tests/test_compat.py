@@ -529,3 +529,35 @@ def test_launch_runs_one_process_per_host_device():
                          env=dict(os.environ, CPU_NUM_DEVICES="2", PYTHONPATH=REPO))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     assert "2 processes exchanged ['[0.0, 0.0]', '[3.0, 3.0]']" in out.stdout
+
+
+def test_amp_is_torch_autocast_and_grad_scaler_on_lazyxla(torch_xla):
+    import torch_xla.amp as amp
+    from torch_xla.amp import syncfree
+    assert syncfree.AdamW is torch.optim.AdamW
+    dev = torch_xla.device()
+    x = torch.randn(4, 8).to(dev)
+
+    def run(autocast, scaler, opt_cls) -> list:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 2).to(dev)
+        opt = opt_cls(model.parameters(), lr=0.1)
+        for _ in range(2):
+            with autocast():
+                out = model(x)
+                assert out.dtype == torch.bfloat16
+                loss = out.float().square().mean()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            lx.sync()
+        return [p.cpu() for p in model.parameters()]
+
+    mapped = run(lambda: amp.autocast(dev), amp.GradScaler(), syncfree.AdamW)
+    plain = run(lambda: torch.autocast("lazyxla", dtype=torch.bfloat16), torch.amp.GradScaler("lazyxla"),
+                torch.optim.AdamW)
+    for a, b in zip(mapped, plain):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="not an XLA device"):
+        amp.autocast("cpu")

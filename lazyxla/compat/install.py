@@ -30,7 +30,7 @@ from .unsupported import ALIAS as _ALIAS, UnsupportedError
 PACKAGES = frozenset((
     "torch_xla", "torch_xla.core", "torch_xla.debug", "torch_xla.experimental", "torch_xla._dynamo",
     "torch_xla.utils", "torch_xla.distributed", "torch_xla.test",
-    "torch_xla.experimental.distributed_checkpoint",
+    "torch_xla.experimental.distributed_checkpoint", "torch_xla.amp",
 ))
 MODULES = PACKAGES | frozenset((
     "torch_xla._XLAC", "torch_xla.runtime", "torch_xla.core.xla_model", "torch_xla.debug.metrics",
@@ -39,7 +39,7 @@ MODULES = PACKAGES | frozenset((
     "torch_xla.core.xla_builder",
     "torch_xla.utils.utils", "torch_xla.utils.buffer_donor_context", "torch_xla.utils.checkpoint",
     "torch_xla.distributed.spmd",
-    "torch_xla.distributed.parallel_loader", "torch_xla.distributed.xla_multiprocessing",
+    "torch_xla.distributed.parallel_loader", "torch_xla.distributed.xla_multiprocessing", "torch_xla.amp.syncfree",
     "torch_xla.test.test_utils", "torch_xla.core.xla_env_vars",
     "torch_xla.experimental.distributed_checkpoint._helpers",
     "torch_xla.experimental.distributed_checkpoint.manager",

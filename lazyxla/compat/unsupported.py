@@ -43,5 +43,10 @@ def unsupported_names(module_name: str) -> Callable[[str], object]:
     def __getattr__(name: str) -> object:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(f"module {upstream!r} has no attribute {name!r}")
+        from .install import MODULES
+        if f"{upstream}.{name}" in MODULES:
+            # `from torch_xla.amp import syncfree`: a provided submodule not imported yet
+            import importlib
+            return importlib.import_module(f"{upstream}.{name}")
         refuse(f"{upstream}.{name}")
     return __getattr__
