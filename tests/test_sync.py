@@ -12,7 +12,7 @@ def counters(*names):
     return tuple(metrics.counter_value(n) or 0 for n in names)
 
 
-def test_results_pending_until_sync(dev):
+def test_results_pending_until_sync(dev, fresh_compile_cache):
     x = torch.ones(3).to(dev)
     y = x * 2
     assert counters("UncachedCompile", "CachedCompile") == (0, 0)
