@@ -10,7 +10,7 @@ from torch._higher_order_ops.while_loop import while_loop as torch_while_loop
 
 import lazyxla as lx
 from lazyxla import metrics
-from lazyxla.experimental import WhileLoopError, fori_loop, while_loop
+from lazyxla.experimental import WhileLoopError, fori_loop, scan, while_loop
 from helpers import assert_close
 
 
@@ -125,3 +125,19 @@ def test_bad_input(dev):
         while_loop(lambda i, x: i > 0, lambda i, x: (i - 1, x), (i, torch.ones(2)))
     with pytest.raises(WhileLoopError, match="ints or 0-d integer"):
         fori_loop(0.0, 3, lambda x: x, x)
+
+
+def test_loop_inside_a_scan_body(dev):
+    """fori_loop in scan's fn reads the scan's per-iteration slice (an input of the
+    enclosing capture) as an operand."""
+    def fn(c, x):
+        return fori_loop(0, 3, lambda h: h * 0.5 + x, c), None
+
+    xs = torch.randn(4, 3)
+    with torch.no_grad():
+        got, _ = scan(fn, torch.zeros(3).to(dev), xs.to(dev))
+    ref = torch.zeros(3)
+    for x in xs:
+        for _ in range(3):
+            ref = ref * 0.5 + x
+    assert_close(got, ref)

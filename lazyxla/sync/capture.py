@@ -219,11 +219,14 @@ def _build_capture(name: str, device: int, placeholders: list, holders: list, re
                 "that is not one of its inputs; pass that tensor as an input, or lx.sync() before "
                 "the first call")
     position = {id(d): i for i, d in enumerate(holders)}
+    # Inputs of an enclosing capture (a loop inside a scan body) have no owner: find
+    # their storages, so they become operands like any outer tensor.
+    enclosing = {id(v.data): st for st, v in before.values() if v.op is DATA and isinstance(v.data, Placeholder)}
     operand_plan, baked = [], []
     for data in graph.params:
         if id(data) in position:
             continue
-        owner = data.owner_storage()
+        owner = data.owner_storage() or enclosing.get(id(data))
         if (owner is not None and owner.seq < placeholders[0]._st.seq
                 and owner.value.op is DATA and owner.value.data is data):
             operand_plan.append(("storage", weakref.ref(owner)))
