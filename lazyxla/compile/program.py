@@ -17,8 +17,11 @@ from ..errors import LoweringError
 from ..ir.call import Subprogram
 from ..ir.node import DATA, GETITEM, SCALAR, Node
 from ..ir.scalars import scalar_slots
+from ..lower._packs import PackReader
+from ..lower._util import cast
 from ..lower.registry import LOWERINGS
 from ..ir.graph import Graph
+
 
 class Ctx:
     """What a rule may know about its node's output."""
@@ -90,11 +93,12 @@ def build(graph: Graph) -> tuple[Callable, int]:
 
     def program(*flat):
         env: list = []
+        packs = PackReader()
         for kind, a, b, c, ctx in instrs:
             if kind == 0:
                 env.append(flat[a])
             elif kind == 1:
-                env.append((flat[a] if b is None else flat[a][b]).astype(c))
+                env.append(cast(flat[a], c) if b is None else packs.read(flat[a], a, b, c))
             elif kind == 2:
                 env.append(env[a][b])
             else:
@@ -114,9 +118,9 @@ def _apply(rule: Callable, ctx: Ctx, args: tuple, kwargs: dict):
         raise LoweringError(f"lazyxla: lowering {ctx.op}{made} failed: {type(e).__name__}: {e}") from e
     if isinstance(ctx.jdtype, tuple):
         # d is None: an output the op was asked not to compute; the rule may return None
-        return tuple(o.astype(d) if d is not None and o.dtype != d else o for o, d in zip(out, ctx.jdtype))
+        return tuple(cast(o, d) if d is not None and o.dtype != d else o for o, d in zip(out, ctx.jdtype))
     if out.dtype != ctx.jdtype:
-        out = out.astype(ctx.jdtype)
+        out = cast(out, ctx.jdtype)
     if out.shape != ctx.shape:
         raise LoweringError(f"lazyxla: lowering of {ctx.op} produced shape {out.shape}, expected {ctx.shape}")
     return out

@@ -1,7 +1,21 @@
-"""Helpers shared by lowering rules: dtype promotion, dims."""
+"""Helpers shared by lowering rules: dtype promotion, dims, and cheap forms of
+jnp's casts, broadcasting binary ops and `where`.
+
+Why the cheap forms: most jnp functions are jitted helpers. Inside the trace of a
+graph's program each call is traced as a function of its own (a few hundred µs
+of Python per call), and the ones jitted without `inline=True` (`jnp.where`,
+`jnp.clip`, `jnp.remainder`, ...) also become a called function in the lowered
+module. W4's 2000-op graph made about 3,000 such calls, most of its tracing
+time. The forms here emit the lax primitives directly and give the same values
+and dtypes as the jnp calls they replace, for the operands rules pass them
+(arrays of one dtype, or Python scalars cast first).
+"""
 from __future__ import annotations
 
+import functools
+
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 _LOW_PRECISION = (jnp.float16, jnp.bfloat16)
@@ -30,7 +44,58 @@ def as_compute(ctx, *xs):
 
 def cast_all(dt, *xs):
     """Every operand (array or Python scalar) as an array of dtype `dt`."""
-    return tuple(jnp.asarray(x, dt) if _is_big_int(x) else jnp.asarray(x).astype(dt) for x in xs)
+    return tuple(cast(x, dt) for x in xs)
+
+
+# What `jnp.asarray` makes of a Python scalar under x64 (lazyxla's mode).
+_PY_DTYPES = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64),
+              complex: np.dtype(np.complex128)}
+
+
+@functools.lru_cache(maxsize=None)
+def _kind(dt) -> str:
+    return np.dtype(dt).kind
+
+
+def cast(x, dt):
+    """`x` (array or Python scalar) as an array of dtype `dt`: the value and dtype
+    `jnp.asarray(x).astype(dt)` gives, in one lax conversion (a no-op when `x`
+    already is a `dt` array). Complex to real keeps the real part, complex to bool
+    tests for nonzero, as `astype` does."""
+    t = type(x)
+    if t in _PY_DTYPES:
+        if t is int and not -2**63 <= x < 2**63:
+            return jnp.asarray(x, dt)   # a uint64 constant (see _is_big_int)
+        x = np.asarray(x, _PY_DTYPES[t])
+    if _kind(x.dtype) == "c" and _kind(dt) != "c":
+        if _kind(dt) == "b":
+            return lax.ne(x, lax.full_like(x, 0))
+        x = lax.real(x)
+    return lax.convert_element_type(x, dt)
+
+
+def binary(prim, x, y):
+    """`prim(x, y)` (a lax binary op) for two arrays of one dtype, broadcast as numpy
+    broadcasts: lax itself broadcasts 0-d operands and size-1 dimensions, not ranks."""
+    nx, ny = x.ndim, y.ndim
+    if nx != ny and nx and ny:
+        if nx < ny:
+            x = lax.broadcast_to_rank(x, ny)
+        else:
+            y = lax.broadcast_to_rank(y, nx)
+    return prim(x, y)
+
+
+def where(cond, x, y):
+    """`jnp.where(cond, x, y)` for a bool array `cond` and arrays `x`, `y` of one dtype."""
+    shape = lax.broadcast_shapes(cond.shape, x.shape, y.shape)
+    return lax.select(_broadcast_to(cond, shape), _broadcast_to(x, shape), _broadcast_to(y, shape))
+
+
+def _broadcast_to(x, shape: tuple):
+    if x.shape == shape:
+        return x
+    return lax.broadcast_in_dim(x, shape, tuple(range(len(shape) - x.ndim, len(shape))))
 
 
 def _is_big_int(x) -> bool:

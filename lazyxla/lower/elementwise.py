@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ._util import as_compute, cast_all, common_dtype, exact_div
+from ._util import _kind, as_compute, binary, cast, cast_all, common_dtype, exact_div, where
 from .registry import register
 
 aten = torch.ops.aten
@@ -20,10 +20,33 @@ def digamma(x):
 
 
 def _unary(fn):
+    fast = _LAX_UNARY.get(fn)
+
     def rule(ctx, x, *args, **kwargs):
         (x,) = as_compute(ctx, x)
+        if fast is not None and _kind(x.dtype) in "fc":
+            return fast(x)
         return fn(x)
     return rule
+
+
+# jnp functions that, on a float or complex array, are exactly one lax primitive
+# (their bodies: lax.<op>(*promote_args_inexact(x))): called directly, they skip
+# tracing jnp's jitted wrapper (see _util.py).
+_LAX_UNARY = {
+    jnp.negative: lax.neg, jnp.exp: lax.exp, jnp.log: lax.log, jnp.sqrt: lax.sqrt,
+    jnp.sin: lax.sin, jnp.cos: lax.cos, jnp.tan: lax.tan, jnp.tanh: lax.tanh,
+    jnp.log1p: lax.log1p, jnp.expm1: lax.expm1, jnp.arcsin: lax.asin, jnp.arccos: lax.acos,
+    jnp.arctan: lax.atan, jnp.sinh: lax.sinh, jnp.cosh: lax.cosh, jnp.arcsinh: lax.asinh,
+    jnp.arctanh: lax.atanh, jax.nn.sigmoid: lax.logistic,
+    # jax.nn's bodies, without their jit (silu's is not inlined: a nested function)
+    jax.nn.silu: lambda x: lax.mul(x, lax.logistic(x)),
+    jax.nn.relu: lambda x: lax.max(x, lax.full_like(x, 0)),
+}
+
+
+def _zero(x):
+    return lax.full_like(x, 0)
 
 
 _UNARY = {
@@ -86,22 +109,33 @@ def _binary(fn):
     return rule
 
 
+def _add_scaled(ctx, prim, x, y, alpha):
+    """prim(x, y * alpha) in the compute dtype, in lax primitives (bool, where jnp's +
+    is a logical or, keeps jnp). A Python alpha of 1 on a real dtype is left out:
+    y * 1 is y exactly there (not for complex, where it can turn inf into nan)."""
+    if ctx.jdtype == jnp.bool_:
+        x, y, alpha = as_compute(ctx, x, y, alpha)
+        return (x + y * alpha) if prim is lax.add else (x - y * alpha)
+    x, y = as_compute(ctx, x, y)
+    if not (type(alpha) in (int, float) and alpha == 1 and _kind(x.dtype) != "c"):
+        (alpha,) = as_compute(ctx, alpha)
+        y = binary(lax.mul, y, alpha)
+    return binary(prim, x, y)
+
+
 @register(aten.add.Tensor, aten.add.Scalar)
 def _add(ctx, x, y, alpha=1):
-    x, y, alpha = as_compute(ctx, x, y, alpha)
-    return x + y * alpha
+    return _add_scaled(ctx, lax.add, x, y, alpha)
 
 
 @register(aten.sub.Tensor, aten.sub.Scalar)
 def _sub(ctx, x, y, alpha=1):
-    x, y, alpha = as_compute(ctx, x, y, alpha)
-    return x - y * alpha
+    return _add_scaled(ctx, lax.sub, x, y, alpha)
 
 
 @register(aten.rsub.Tensor, aten.rsub.Scalar)
 def _rsub(ctx, x, y, alpha=1):
-    x, y, alpha = as_compute(ctx, x, y, alpha)
-    return y - x * alpha
+    return _add_scaled(ctx, lax.sub, y, x, alpha)
 
 
 @register(aten.mul.Tensor, aten.mul.Scalar)
@@ -109,13 +143,13 @@ def _mul(ctx, x, y):
     if ctx.dtype == torch.bool:
         return jnp.logical_and(x, y)
     x, y = as_compute(ctx, x, y)
-    return x * y
+    return binary(lax.mul, x, y)
 
 
 @register(aten.div.Tensor, aten.div.Scalar)
 def _div(ctx, x, y):
     x, y = as_compute(ctx, x, y)
-    return x / y
+    return binary(lax.div, x, y) if _kind(x.dtype) in "fc" else x / y
 
 
 @register(aten.div.Tensor_mode, aten.div.Scalar_mode)
@@ -213,34 +247,36 @@ register(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)(_bitwise(jnp.bitwise_
 @register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def _where(ctx, cond, x, y):
     x, y = as_compute(ctx, x, y)
-    return jnp.where(cond, x, y)
+    return where(cond, x, y) if cond.dtype == jnp.bool_ else jnp.where(cond, x, y)
 
 
 @register(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
 def _masked_fill(ctx, x, mask, value):
-    return jnp.where(mask, jnp.asarray(value).astype(x.dtype), x)
+    if mask.dtype != jnp.bool_:
+        return jnp.where(mask, jnp.asarray(value).astype(x.dtype), x)
+    return where(mask, cast(value, x.dtype), x)
 
 
 @register(aten.clamp.default, aten.clamp.Tensor)
 def _clamp(ctx, x, min=None, max=None):
     (x,) = as_compute(ctx, x)
     if min is not None:
-        x = jnp.maximum(x, jnp.asarray(min).astype(x.dtype))
+        x = binary(lax.max, x, cast(min, x.dtype))
     if max is not None:
-        x = jnp.minimum(x, jnp.asarray(max).astype(x.dtype))
+        x = binary(lax.min, x, cast(max, x.dtype))
     return x
 
 
 @register(aten.clamp_min.default, aten.clamp_min.Tensor)
 def _clamp_min(ctx, x, min):
     x, m = as_compute(ctx, x, min)
-    return jnp.maximum(x, m)
+    return binary(lax.max, x, m)
 
 
 @register(aten.clamp_max.default, aten.clamp_max.Tensor)
 def _clamp_max(ctx, x, max):
     x, m = as_compute(ctx, x, max)
-    return jnp.minimum(x, m)
+    return binary(lax.min, x, m)
 
 
 @register(aten.lerp.Scalar, aten.lerp.Tensor)
@@ -288,13 +324,13 @@ def _gelu_backward(ctx, grad, x, approximate="none"):
 @register(aten.threshold_backward.default)
 def _threshold_backward(ctx, grad, x, threshold):
     grad, x, threshold = as_compute(ctx, grad, x, threshold)
-    return jnp.where(x <= threshold, jnp.zeros_like(grad), grad)
+    return where(lax.le(x, threshold), _zero(grad), grad)
 
 
 @register(aten.threshold.default)
 def _threshold(ctx, x, threshold, value):
     x, threshold, value = as_compute(ctx, x, threshold, value)
-    return jnp.where(x <= threshold, value, x)
+    return where(lax.le(x, threshold), value, x)
 
 
 # Complex: autograd's convention is grad * conj(derivative), as eager's kernels do.
@@ -320,25 +356,25 @@ def _silu_backward(ctx, grad, x):
 @register(aten.leaky_relu.default)
 def _leaky_relu(ctx, x, slope=0.01):
     x, slope = as_compute(ctx, x, slope)
-    return jnp.where(x > 0, x, x * slope)
+    return where(lax.gt(x, _zero(x)), x, lax.mul(x, slope))
 
 
 @register(aten.leaky_relu_backward.default)
 def _leaky_relu_backward(ctx, grad, x, slope, self_is_result):
     grad, x, slope = as_compute(ctx, grad, x, slope)
-    return jnp.where(x > 0, grad, grad * slope)
+    return where(lax.gt(x, _zero(x)), grad, binary(lax.mul, grad, slope))
 
 
 @register(aten.hardtanh.default)
 def _hardtanh(ctx, x, min_val=-1, max_val=1):
     x, lo, hi = as_compute(ctx, x, min_val, max_val)
-    return jnp.clip(x, lo, hi)
+    return lax.min(hi, lax.max(lo, x))   # jnp.clip's order of operands
 
 
 @register(aten.hardtanh_backward.default)
 def _hardtanh_backward(ctx, grad, x, min_val, max_val):
     grad, x, lo, hi = as_compute(ctx, grad, x, min_val, max_val)
-    return jnp.where((x <= lo) | (x >= hi), jnp.zeros_like(grad), grad)
+    return where(lax.bitwise_or(lax.le(x, lo), lax.ge(x, hi)), _zero(grad), grad)
 
 
 @register(aten.elu.default)
