@@ -17,7 +17,8 @@ import torch
 
 from .. import config, metrics
 from ..ir.node import Node, intern_sig
-from ..lower.registry import DECOMPOSITIONS, LOWERINGS
+from ..ir.ops import facts
+from ..lower.registry import LOWERINGS
 from .device import DEVICE_TYPE
 from .foreach import foreach_handler
 from .opinfo import OpInfo, functional_variant, is_inplace, is_out
@@ -28,6 +29,10 @@ from .tracing import DeviceMismatchError, convert_call, lookup, make_node, trace
 
 aten = torch.ops.aten
 _INFOS: dict = {}
+# lazyxla's own decompositions (Python over lazy tensors), consulted before PyTorch's
+# table: for ops whose schema hides a mutation (native_batch_norm updates running stats)
+# or whose PyTorch decomposition reaches ops without a lowering (native_dropout -> rand_like)
+DECOMPOSITIONS = facts("decomposition")
 _counters = metrics._counters
 _op_records = metrics.op_records
 
@@ -307,7 +312,7 @@ def decomposition_for(func):
 
 
 from .special import SPECIAL  # noqa: E402  (special handlers use the helpers above)
-from . import host_reads, indexing  # noqa: E402,F401  (register their decompositions)
+from . import decompositions, fused_optim, histograms, host_reads, indexing  # noqa: E402,F401  (register)
 from .tensor import bind_dispatch  # noqa: E402
 
 bind_dispatch(dispatch)

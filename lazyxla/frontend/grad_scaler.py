@@ -14,16 +14,17 @@ backward pass a second time for the gradients and the loss. So found_inf is a
 as PyTorch/XLA's GradScaler does with a `mark_step()` before the read. A
 GradScaler step is then two graphs (forward + backward + unscale, then optimizer
 step + scale update), each compiled once. Fused optimizers avoid the read altogether
-(lower/fused_optim.py): one graph per step.
+(frontend/fused_optim.py): one graph per step.
 """
 from __future__ import annotations
 
 import torch
 
-from ..lower.registry import register_decomposition
+from ..ir.ops import registrar
 from .storage import mark_wide_read
 
 aten = torch.ops.aten
+register_decomposition = registrar("decomposition")
 
 
 def _check_scalar_float(t: torch.Tensor, name: str, op: str) -> None:

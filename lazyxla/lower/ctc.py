@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .registry import register, register_decomposition
+from .registry import register
 
 aten = torch.ops.aten
 
@@ -129,20 +129,3 @@ def _ctc_loss_backward(ctx, grad, log_probs, targets, input_lengths, target_leng
     if zero_infinity:
         keep = keep & (nll != jnp.inf)[:, None, None]
     return jnp.moveaxis(jnp.where(keep, g, 0.0), 0, 1).astype(log_probs.dtype)
-
-
-# The overloads with tensor lengths: log-alpha's shape depends on the longest target,
-# so the lengths are read to the host (a small partial sync, as eager's own kernel
-# copies them to the CPU) and the int-list overloads above do the work on the device.
-
-@register_decomposition(aten._ctc_loss.Tensor)
-def _ctc_loss_tensor_lengths(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
-    return aten._ctc_loss.default(log_probs, targets, input_lengths.tolist(), target_lengths.tolist(), blank,
-                                  zero_infinity)
-
-
-@register_decomposition(aten._ctc_loss_backward.Tensor)
-def _ctc_loss_backward_tensor_lengths(grad, log_probs, targets, input_lengths, target_lengths, nll, log_alpha,
-                                      blank, zero_infinity=False):
-    return aten._ctc_loss_backward.default(grad, log_probs, targets, input_lengths.tolist(),
-                                           target_lengths.tolist(), nll, log_alpha, blank, zero_infinity)

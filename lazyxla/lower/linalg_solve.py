@@ -20,7 +20,7 @@ from jax import lax
 
 from ._util import opmath
 from .linalg_decomp import cholesky_with_info, empty, lu_with_info, mH, mT, pivots_to_permutation
-from .registry import register, register_decomposition
+from .registry import register
 
 aten = torch.ops.aten
 
@@ -170,39 +170,3 @@ def _pinv(ctx, a, *, atol=None, rtol=None, hermitian=False):
     u, s, vh = jnp.linalg.svd(a, full_matrices=False)
     keep = _singular_cutoff(s, m, n, atol, rtol)
     return (mH(vh) * _inverse_values(s, keep)[..., None, :]) @ mH(u)
-
-
-@register_decomposition(aten.linalg_lstsq.default)
-def _lstsq(a, b, rcond=None, *, driver=None):
-    """Least squares as the minimum-norm solution through the SVD, on lazy tensors: what
-    eager's drivers compute for full-rank A (gels, gelsy: a pivoted QR that also gives the
-    minimum-norm solution and the rank; gelsd / gelss: an SVD). Output shapes follow the
-    driver, as eager's: residuals for m > n with gels always, with gelsd / gelss only when
-    every matrix has full rank, a data-dependent shape: that case reads the ranks on the
-    host (a partial sync, no host fallback)."""
-    driver = driver or "gelsy"
-    m, n = a.shape[-2:]
-    vector = b.dim() == a.dim() - 1
-    rhs = b.unsqueeze(-1) if vector else b
-    u, s, vh = torch.linalg.svd(a, full_matrices=False)
-    eps = torch.finfo(a.dtype).eps
-    cutoff = (rcond if rcond is not None and rcond > 0 else eps * max(m, n)) * s[..., :1]
-    keep = s > cutoff
-    inv_s = torch.where(keep, 1 / torch.where(keep, s, torch.ones_like(s)), torch.zeros_like(s))
-    x = vh.mH @ (inv_s.unsqueeze(-1) * (u.mH @ rhs))
-    rank = keep.sum(-1)
-    with_residuals = m > n and (driver == "gels" or (driver in ("gelsd", "gelss") and bool((rank == n).all().cpu())))
-    if with_residuals:
-        residuals = (a @ x - rhs).abs().pow(2).sum(-2)
-        residuals = residuals.squeeze(-1) if vector else residuals
-    else:
-        residuals = s.new_empty((0,))  # real for complex A, as eager's
-    rank = rank if driver != "gels" else a.new_empty((0,), dtype=torch.int64)
-    values = s if driver in ("gelsd", "gelss") else s.new_empty((0,))
-    return (x.squeeze(-1) if vector else x), residuals, rank, values
-
-
-@register_decomposition(aten._linalg_check_errors.default)
-def _check_errors(info, api_name, *, is_matrix):
-    """Eager's check of a LAPACK info, on the host value of `info` (a partial sync)."""
-    aten._linalg_check_errors(info.cpu(), api_name, is_matrix=is_matrix)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import torch
 
 from ._util import opmath
-from .registry import register, register_decomposition
+from .registry import register
 
 aten = torch.ops.aten
 
@@ -121,21 +121,3 @@ def _bce_with_logits(ctx, x, target, weight=None, pos_weight=None, reduction=MEA
     if weight is not None:
         loss = loss * weight.astype(acc)
     return _reduce(loss, reduction)
-
-
-def _register_chunked_linear_cross_entropy() -> None:
-    """F.linear_cross_entropy's chunked custom ops (torch >= 2.13, `torch_nn::` namespace)
-    are Python functions over ATen ops: run that Python on lazy tensors (a decomposition)
-    rather than on the host. Its chunk loop unrolls into the graph; each chunk is one
-    matmul and a softmax, the same arithmetic in the same order as eager."""
-    try:
-        from torch.nn.modules import linear_cross_entropy as lce
-    except ImportError:  # torch before 2.13
-        return
-    for name in ("_linear_cross_entropy_batch_chunked", "_linear_cross_entropy_batch_chunked_no_reduction"):
-        custom = getattr(lce, name, None)
-        if custom is not None:
-            register_decomposition(getattr(torch.ops.torch_nn, name).default)(custom._init_fn)
-
-
-_register_chunked_linear_cross_entropy()

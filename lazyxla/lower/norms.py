@@ -3,10 +3,10 @@ node (PyTorch's decompositions trace a dozen ops per call). Statistics are
 computed in float32 for float16/bfloat16 inputs, like eager CPU.
 
 Batch norm in training updates the running statistics in place, but
-`native_batch_norm`'s schema does not say so; a lazyxla decomposition routes
-it (and `_native_batch_norm_legit`) to the functional
-`_native_batch_norm_legit_functional` node and copies the new statistics
-into the module's buffers. PyTorch updates running_var with the unbiased
+`native_batch_norm`'s schema does not say so; a lazyxla decomposition
+(frontend/decompositions.py) routes it (and `_native_batch_norm_legit`) to the
+functional `_native_batch_norm_legit_functional` node and copies the new
+statistics into the module's buffers. PyTorch updates running_var with the unbiased
 variance and normalizes with the biased one.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from jax import lax
 
 from ._util import opmath
-from .registry import register, register_decomposition
+from .registry import register
 
 aten = torch.ops.aten
 
@@ -125,26 +125,6 @@ def _bn_no_stats(ctx, x, weight, bias, training, momentum, eps):
 def _bn_no_training(ctx, x, weight, bias, running_mean, running_var, momentum, eps):
     out = _eval_norm(x, weight, bias, running_mean, running_var, eps)
     return out, jnp.zeros(ctx.shape[1], jnp.float32), jnp.zeros(ctx.shape[2], jnp.float32)
-
-
-@register_decomposition(aten.native_batch_norm.default, aten._native_batch_norm_legit.default)
-def _bn_decomp(x, weight, bias, running_mean, running_var, training, momentum, eps):
-    if running_mean is None or running_var is None:
-        if not training:
-            raise RuntimeError("lazyxla: batch_norm in eval mode needs running_mean and running_var")
-        return aten._native_batch_norm_legit.no_stats(x, weight, bias, True, momentum, eps)
-    if not training:
-        # Eager (CPU and CUDA) saves no statistics in eval mode and returns them empty,
-        # shape (0,); the meta kernel says (C,), so build the empty outputs here.
-        out = aten._native_batch_norm_legit_no_training.default(x, weight, bias, running_mean, running_var,
-                                                                momentum, eps)[0]
-        empty = x.new_empty((0,), dtype=running_mean.dtype)
-        return out, empty, empty.clone()
-    out, mean, invstd, new_mean, new_var = aten._native_batch_norm_legit_functional.default(
-        x, weight, bias, running_mean, running_var, True, momentum, eps)
-    running_mean.copy_(new_mean)
-    running_var.copy_(new_var)
-    return out, mean, invstd
 
 
 def _bn_backward(ctx, grad, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,

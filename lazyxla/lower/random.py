@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .registry import register, register_decomposition
+from .registry import register
 
 aten = torch.ops.aten
 
@@ -129,28 +129,3 @@ def _multinomial(ctx, probs, num_samples, replacement=False, *, seed):
     # weighted random order, which is sequential draws without replacement in law
     keys = logits + jax.random.gumbel(key, logits.shape, jnp.float32)
     return lax.top_k(keys, num_samples)[1].astype(jnp.int64)
-
-
-# rrelu's training mode is a decomposition so that its one random draw is uniform_'s
-# (seeded like every lazyxla random op) and the write into `noise` an ordinary copy_.
-
-@register_decomposition(aten.rrelu_with_noise.default)
-def _rrelu_with_noise(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
-    if generator is not None:  # a caller's generator: only eager can draw from it
-        return NotImplemented
-    if not training:  # the mean slope; `noise` is left as it is, as in eager
-        return torch.nn.functional.leaky_relu(x, (lower + upper) / 2)
-    # eager: an element <= 0 draws its slope from U(lower, upper), the others keep slope 1;
-    # `noise` records the slopes for the backward (grad * noise)
-    drawn = torch.empty_like(x).uniform_(lower, upper)
-    slope = torch.where(x <= 0, drawn, torch.ones_like(drawn))
-    noise.copy_(slope)
-    return x * slope
-
-
-@register_decomposition(aten.rrelu_with_noise_.default)
-def _rrelu_with_noise_inplace(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
-    out = _rrelu_with_noise(x, noise, lower, upper, training, generator)
-    if out is NotImplemented:
-        return out
-    return x.copy_(out)

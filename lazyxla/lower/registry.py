@@ -1,4 +1,4 @@
-"""Registering lowering rules (and lazyxla's own decompositions) in the op records.
+"""Registering lowering rules in the op records.
 
 A rule is called as `rule(ctx, *args, **kwargs)` with the ATen call's
 arguments, JAX arrays in place of tensors and of lifted scalars. `ctx`
@@ -6,22 +6,17 @@ describes the node's output: `ctx.shape`, `ctx.dtype` (torch) and
 `ctx.jdtype` (JAX); tuples for multi-output ops. The interpreter casts a
 single result to `ctx.jdtype`, so rules may compute in a wider type.
 
-Every fact lands in the op's record (ir/ops.py), through its duplicate check;
-LOWERINGS and DECOMPOSITIONS are read-only views of those records.
+Every rule lands in the op's record (ir/ops.py), through its duplicate check;
+LOWERINGS is a read-only view of those records. lazyxla's own decompositions run
+torch ops on lazy tensors, so they live in the frontend (frontend/decompositions.py
+and its neighbours) and register there.
 """
 from __future__ import annotations
 
 from ..ir.ops import facts, registrar
 
 LOWERINGS = facts("lowering")
-# lazyxla's own decompositions (Python functions over lazy tensors), consulted
-# before PyTorch's table: for ops whose schema hides a mutation
-# (native_batch_norm updates running stats) or whose PyTorch decomposition
-# reaches ops without a lowering (native_dropout -> rand_like).
-DECOMPOSITIONS = facts("decomposition")
-
-register = registrar("lowering")                    # @register(aten.op, ...): a lowering rule
-register_decomposition = registrar("decomposition")  # @register_decomposition(aten.op, ...)
+register = registrar("lowering")   # @register(aten.op, ...): a lowering rule
 
 
 def load_all() -> None:

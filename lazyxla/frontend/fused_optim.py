@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import torch
 
-from .registry import register_decomposition
+from ..ir.ops import registrar
 
 aten = torch.ops.aten
+register_decomposition = registrar("decomposition")
 _OPMATH = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 
