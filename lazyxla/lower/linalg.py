@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ._util import opmath, stepwise_rounding
+from ._util import binary, cast, opmath, stepwise_rounding, where
 from .registry import register
 
 aten = torch.ops.aten
@@ -40,9 +40,10 @@ def _scaled_add(ctx, bias, prod, beta, alpha):
     this is a select, not a Python branch. alpha == 0 gets no such treatment: PyTorch
     promises nothing there and eager's result depends on its BLAS path (shape, dtype)."""
     dt = opmath(ctx.jdtype)
-    beta = jnp.asarray(beta).astype(dt)
-    scaled_bias = jnp.where(beta == 0, jnp.zeros((), dt), bias.astype(dt) * beta)
-    return prod * jnp.asarray(alpha).astype(dt) + scaled_bias
+    beta = cast(beta, dt)
+    zero = lax.full((), 0, dt)
+    scaled_bias = where(lax.eq(beta, zero), zero, binary(lax.mul, cast(bias, dt), beta))
+    return binary(lax.add, binary(lax.mul, prod, cast(alpha, dt)), scaled_bias)
 
 
 def _conv_dims(nd: int):
