@@ -35,6 +35,9 @@ def _fresh_state():
 @pytest.fixture
 def fresh_compile_cache():
     """Counts of compiled graphs / donors are per test, as upstream's: an executable
-    cached by an earlier test must not turn a compile into a cache hit."""
+    cached by an earlier test must not turn a compile into a cache hit, nor an earlier
+    test's graph be the closest one a recompile explanation compares with."""
+    from lazyxla.compile import explain
     from lazyxla.compile.cache import clear_cache
     clear_cache()
+    explain.forget()

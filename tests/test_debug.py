@@ -15,7 +15,7 @@ def test_ir_text_lists_nodes_without_compiling(dev):
     torch.testing.assert_close(y.cpu(), (x.cpu() @ x.cpu() + 1.5).relu())
 
 
-def test_explain_last_compile_names_the_changed_node(dev):
+def test_explain_last_compile_names_the_changed_node(dev, fresh_compile_cache):
     x = torch.randn(4, 4).to(dev)
     (x @ x).relu()
     keep = (x @ x).relu()

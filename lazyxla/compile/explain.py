@@ -18,6 +18,11 @@ _HISTORY = 16
 _recent: dict = collections.defaultdict(lambda: collections.deque(maxlen=_HISTORY))
 
 
+def forget() -> None:
+    """Drop the remembered keys: the next compile on each device is explained as the first."""
+    _recent.clear()
+
+
 def _common_prefix(a: tuple, b: tuple) -> int:
     n = 0
     for x, y in zip(a, b):
