@@ -63,10 +63,9 @@ def _check_chain(dev, n: int, packed: bool) -> None:
     assert nested == 0
     assert text.count("func.func") == 1, "a rule calls a jitted helper: it is a function of its own"
     assert "call @" not in text
-    # one primitive per op and one conversion per scalar; when packed, the pack is
-    # split once and each element reshaped to 0-d
-    reads = len(graph.scalars) + 1 if packed else 0
-    assert eqns <= n + len(graph.scalars) + reads, eqns
+    # one primitive per op and one per scalar: its conversion to float32 when separate;
+    # when packed, its reshape out of the pack, which is converted and split once
+    assert eqns <= n + len(graph.scalars) + (2 if packed else 0), eqns
     assert_close(y, _chain(x, n))
 
 
@@ -76,6 +75,25 @@ def test_a_200_op_chain_with_separate_scalars_lowers_flat(dev):
 
 def test_a_400_op_chain_with_packed_scalars_lowers_flat(dev):
     _check_chain(dev, 400, packed=True)   # 300 scalars: one float64 pack, converted and split once
+
+
+def test_packed_scalars_reach_each_rule_in_its_own_compute_dtype(dev):
+    # 500 scalars for 4 outputs: packed; float64, bfloat16 (computed in float32) and
+    # int64 consumers read the same float64 and int64 packs converted to their dtype
+    a, b, i = (torch.randn(5, dtype=torch.float64, generator=torch.Generator().manual_seed(2)),
+               torch.randn(5, generator=torch.Generator().manual_seed(3)).bfloat16(), torch.arange(5))
+
+    def f(a, b, i):
+        for k in range(100):
+            a = a * 1.0001 + 0.1
+            b = b * 0.99 - 0.5
+            i = i + 3
+        return a, b, i, (i * 0.5 - 2.25) / 3
+
+    got = f(a.to(dev), b.to(dev), i.to(dev))
+    graph = _pending_graph()
+    assert len(scalar_avals(graph)) == 4   # packed: one operand per kind
+    assert_close(got, f(a, b, i))
 
 
 def test_common_pointwise_rules_lower_without_nested_functions(dev):

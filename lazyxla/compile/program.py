@@ -18,7 +18,7 @@ from ..ir.call import Subprogram
 from ..ir.node import DATA, GETITEM, SCALAR, Node
 from ..ir.scalars import scalar_slots
 from ..lower._packs import PackReader
-from ..lower._util import cast
+from ..lower._util import cast, opmath
 from ..lower.registry import LOWERINGS
 from ..ir.graph import Graph
 
@@ -43,19 +43,34 @@ class _Ref:
         self.pos = pos
 
 
-def _template(value, index: dict):
+class _PackRef:
+    """A packed scalar read as `dtype`: in the env until a rule first uses it (the
+    node's own dtype), or in a rule's arguments (the rule's compute dtype)."""
+    __slots__ = ("operand", "element", "dtype")
+
+    def __init__(self, operand: int, element: int, dtype) -> None:
+        self.operand, self.element, self.dtype = operand, element, dtype
+
+
+def _template(value, index: dict, packed: dict, compute):
     if isinstance(value, Node):
-        return _Ref(index[id(value)])
+        slot = packed.get(id(value)) if compute is not None else None
+        return _PackRef(slot[0], slot[1], compute) if slot is not None else _Ref(index[id(value)])
     if isinstance(value, tuple):
-        return tuple(_template(v, index) for v in value)
+        return tuple(_template(v, index, packed, compute) for v in value)
     return value
 
 
-def _resolve(value, env: list):
+def _resolve(value, env: list, packs: PackReader):
     if type(value) is _Ref:
-        return env[value.pos]
+        v = env[value.pos]
+        if type(v) is _PackRef:
+            v = env[value.pos] = packs.read(v.operand, v.element, v.dtype)
+        return v
+    if type(value) is _PackRef:
+        return packs.read(value.operand, value.element, value.dtype)
     if type(value) is tuple:
-        return tuple(_resolve(v, env) for v in value)
+        return tuple(_resolve(v, env, packs) for v in value)
     return value
 
 
@@ -76,6 +91,9 @@ def build(graph: Graph) -> tuple[Callable, int]:
     param_of = {}
     for i, d in enumerate(graph.params):
         param_of[id(d)] = i
+    # packed scalars: a rule that casts its operands to its compute dtype first gets them
+    # read from the pack converted once (see lower/_packs.py)
+    packed = {k: v for k, v in scalar_slot.items() if v[1] is not None}
     instrs = []
     for node in graph.order:
         op = node.op
@@ -87,23 +105,27 @@ def build(graph: Graph) -> tuple[Callable, int]:
         elif op is GETITEM:
             instrs.append((2, index[id(node.inputs[0])], node.args[1], None, None))
         else:
-            kwargs = {k: _template(v, index) for k, v in node.kwargs.items()} if node.kwargs else {}
-            instrs.append((3, _rule_for(node), _template(node.args, index), kwargs, Ctx(node)))
+            rule, ctx = _rule_for(node), Ctx(node)
+            compute = opmath(ctx.jdtype) if packed and getattr(rule, "casts_to_compute", False) \
+                and not isinstance(ctx.jdtype, tuple) else None
+            kwargs = {k: _template(v, index, packed, compute) for k, v in node.kwargs.items()} if node.kwargs else {}
+            instrs.append((3, rule, _template(node.args, index, packed, compute), kwargs, ctx))
     outputs = graph.outputs
 
     def program(*flat):
         env: list = []
-        packs = PackReader()
+        packs = PackReader(flat)
         for kind, a, b, c, ctx in instrs:
             if kind == 0:
                 env.append(flat[a])
             elif kind == 1:
-                env.append(cast(flat[a], c) if b is None else packs.read(flat[a], a, b, c))
+                env.append(cast(flat[a], c) if b is None else _PackRef(a, b, c))
             elif kind == 2:
                 env.append(env[a][b])
             else:
-                env.append(_apply(a, ctx, _resolve(b, env), {k: _resolve(v, env) for k, v in c.items()}))
-        return tuple(env[p] for p in outputs)
+                env.append(_apply(a, ctx, _resolve(b, env, packs),
+                                  {k: _resolve(v, env, packs) for k, v in c.items()}))
+        return tuple(_resolve(_Ref(p), env, packs) for p in outputs)
 
     return program, n_params
 

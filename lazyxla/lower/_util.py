@@ -37,6 +37,16 @@ def stepwise_rounding(jdtype):
     return lambda v: lax.reduce_precision(v, info.nexp, info.nmant)
 
 
+def casts_to_compute(rule):
+    """Mark a rule whose first use of every operand is `as_compute` (a cast to
+    opmath(ctx.jdtype)). compile/program.py may then hand it packed scalars already
+    in that dtype, read from the pack converted once: the same values (the cast is
+    then a no-op), and XLA no longer converts each of W4's 1,500 scalars inside its
+    one fusion (compile 1.55 -> 1.06 s of CPU for that kernel, measured in plain JAX)."""
+    rule.casts_to_compute = True
+    return rule
+
+
 def as_compute(ctx, *xs):
     """Cast every operand to the node's compute dtype (arithmetic ops)."""
     return cast_all(opmath(ctx.jdtype), *xs)

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ._util import _kind, as_compute, binary, cast, cast_all, common_dtype, exact_div, where
+from ._util import _kind, as_compute, binary, cast, cast_all, casts_to_compute, common_dtype, exact_div, where
 from .registry import register
 
 aten = torch.ops.aten
@@ -124,21 +124,25 @@ def _add_scaled(ctx, prim, x, y, alpha):
 
 
 @register(aten.add.Tensor, aten.add.Scalar)
+@casts_to_compute
 def _add(ctx, x, y, alpha=1):
     return _add_scaled(ctx, lax.add, x, y, alpha)
 
 
 @register(aten.sub.Tensor, aten.sub.Scalar)
+@casts_to_compute
 def _sub(ctx, x, y, alpha=1):
     return _add_scaled(ctx, lax.sub, x, y, alpha)
 
 
 @register(aten.rsub.Tensor, aten.rsub.Scalar)
+@casts_to_compute
 def _rsub(ctx, x, y, alpha=1):
     return _add_scaled(ctx, lax.sub, y, x, alpha)
 
 
 @register(aten.mul.Tensor, aten.mul.Scalar)
+@casts_to_compute
 def _mul(ctx, x, y):
     if ctx.dtype == torch.bool:
         return jnp.logical_and(x, y)
@@ -147,6 +151,7 @@ def _mul(ctx, x, y):
 
 
 @register(aten.div.Tensor, aten.div.Scalar)
+@casts_to_compute
 def _div(ctx, x, y):
     x, y = as_compute(ctx, x, y)
     return binary(lax.div, x, y) if _kind(x.dtype) in "fc" else x / y
