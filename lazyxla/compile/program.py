@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import jax.numpy as jnp
+
 from .._jax import jax_dtype
 from ..errors import LoweringError
 from ..ir.call import Subprogram
@@ -108,6 +110,8 @@ def build(graph: Graph) -> tuple[Callable, int]:
             rule, ctx = _rule_for(node), Ctx(node)
             compute = opmath(ctx.jdtype) if packed and getattr(rule, "casts_to_compute", False) \
                 and not isinstance(ctx.jdtype, tuple) else None
+            if compute is not None and jnp.issubdtype(compute, jnp.complexfloating):
+                compute = None   # complex chains read this way exhausted XLA's memory (20+ GB)
             kwargs = {k: _template(v, index, packed, compute) for k, v in node.kwargs.items()} if node.kwargs else {}
             instrs.append((3, rule, _template(node.args, index, packed, compute), kwargs, ctx))
     outputs = graph.outputs
