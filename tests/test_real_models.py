@@ -66,10 +66,11 @@ def sgd(params):
     return torch.optim.SGD(params, lr=0.05, momentum=0.9)
 
 
-def train_both(arch, attn="eager", make_opt=adamw, padded=None, **forward_kwargs):
+def train_both(arch, attn="eager", make_opt=adamw, padded=None, compiled=False, **forward_kwargs):
     """Train an eager copy and the lazy model side by side; return both models, the
-    loss lists and the counters of every lazy step. `forward_kwargs` go to every
-    forward call besides the batch."""
+    loss lists and the counters of every lazy step. `compiled`: the lazy model and its
+    `opt.step` run under torch.compile(backend="lazyxla") (test_real_models_compiled.py).
+    `forward_kwargs` go to every forward call besides the batch."""
     dev = lx.device()
     model = build(arch, attn)
     model.train()
@@ -79,6 +80,9 @@ def train_both(arch, attn="eager", make_opt=adamw, padded=None, **forward_kwargs
     model.to(dev)
     kw_ref = {**batch(arch, padded), **forward_kwargs}
     kw = {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in kw_ref.items()}
+    forward, step = model, opt.step
+    if compiled:
+        forward, step = torch.compile(model, backend="lazyxla"), torch.compile(opt.step, backend="lazyxla")
     lx.sync()
     exp, got, per_step = [], [], []
     for _ in range(STEPS):
@@ -90,14 +94,15 @@ def train_both(arch, attn="eager", make_opt=adamw, padded=None, **forward_kwargs
 
         metrics.clear_all()
         opt.zero_grad()
-        loss = model(**kw).loss
+        loss = forward(**kw).loss
         loss.backward()
-        opt.step()
+        step()
         lx.sync()
         got.append(loss.item())  # already materialised by the barrier: no extra graph
         per_step.append({
             "graphs": metrics.counter_value("ExecuteComputation") or 0,
             "compiles": metrics.counter_value("UncachedCompile") or 0,
+            "dynamo_compiles": metrics.counter_value("DynamoCompile") or 0,
             "fallbacks": [n for n in metrics.counter_names() if "::" in n],
             "traced": metrics.counter_value("TracedOps") or 0,
             "donors": lx.debug.donation_report().donors,

@@ -17,60 +17,19 @@ Counters asserted from step `WARM` on (docs/models.md gives the reasons):
 """
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
-import lazyxla as lx
-from lazyxla import metrics
-from test_real_models import ATOL, RTOL, adamw, batch, build, n_device_state
+from test_real_models import ATOL, RTOL, adamw, n_device_state, train_both
 
-STEPS = 4
-# Step 0 traces and compiles. Step 1 compiles once more (docs/models.md): for the
+# train_both(compiled=True) trains STEPS (5) steps. Step 0 traces and compiles.
+# Step 1 compiles once more (docs/models.md): for the
 # causal LMs and T5, step 0's graph also materialised the empty KV-cache tensors that
 # transformers made while dynamo traced (dynamo's graph keeps them); ViT's first
 # forward sets `config.problem_type`, a value dynamo guards on, so dynamo retraces.
 WARM = 2
 
 slow = pytest.mark.slow
-
-
-def train_compiled(arch: str, attn: str):
-    dev = lx.device()
-    model = build(arch, attn)
-    model.train()
-    ref = copy.deepcopy(model)
-    opt_ref = adamw(ref.parameters())
-    opt = adamw(model.parameters())
-    model.to(dev)
-    kw_ref = batch(arch, padded=False)
-    kw = {k: v.to(dev) for k, v in kw_ref.items()}
-    forward = torch.compile(model, backend="lazyxla")
-    step = torch.compile(opt.step, backend="lazyxla")
-    lx.sync()
-    exp, got, per_step = [], [], []
-    for _ in range(STEPS):
-        opt_ref.zero_grad()
-        loss = ref(**kw_ref).loss
-        loss.backward()
-        opt_ref.step()
-        exp.append(loss.item())
-
-        metrics.clear_all()
-        opt.zero_grad()
-        loss = forward(**kw).loss
-        loss.backward()
-        step()
-        lx.sync()
-        got.append(loss.item())
-        per_step.append({
-            "graphs": metrics.counter_value("ExecuteComputation") or 0,
-            "xla_compiles": metrics.counter_value("UncachedCompile") or 0,
-            "dynamo_compiles": metrics.counter_value("DynamoCompile") or 0,
-            "donors": lx.debug.donation_report().donors,
-        })
-    return ref, model, opt, exp, got, per_step
 
 
 @pytest.mark.parametrize("arch,attn", [
@@ -82,12 +41,12 @@ def train_compiled(arch: str, attn: str):
 ])
 def test_compiled_trains_like_eager(arch, attn):
     torch._dynamo.reset()
-    ref, model, opt, exp, got, per_step = train_compiled(arch, attn)
+    ref, model, opt, exp, got, per_step = train_both(arch, attn, adamw, padded=False, compiled=True)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(exp), rtol=RTOL, atol=ATOL)
     for (name, p_ref), (_, p) in zip(ref.named_parameters(), model.named_parameters()):
         torch.testing.assert_close(p.detach().cpu(), p_ref.detach(), rtol=RTOL, atol=ATOL, msg=name)
     donors = len(list(model.parameters())) + n_device_state(opt)
     for i, s in enumerate(per_step[WARM:], start=WARM):
-        assert s["xla_compiles"] == s["dynamo_compiles"] == 0, f"step {i} recompiled: {per_step}"
+        assert s["compiles"] == s["dynamo_compiles"] == 0, f"step {i} recompiled: {per_step}"
         assert s["graphs"] == 1, f"step {i}: {per_step}"
         assert s["donors"] == donors, f"step {i}: {per_step}"
