@@ -54,6 +54,7 @@ from ..frontend.tracing import contiguous_strides
 from ..ir.call import Subprogram, call_node
 from ..ir.node import OPT_BARRIER, Node, getitem_node, intern_sig
 from ..sync.capture import Capture, CaptureError, capture, insert_call
+from ._leaves import require_lazy
 from .gradient_accumulation import _SEED_MIX
 
 
@@ -215,12 +216,8 @@ def _offsets_program(n: int) -> Subprogram:
 def _check_leaves(init_leaves: list, xs_leaves: list) -> int:
     if not xs_leaves:
         raise ScanError("scan: xs has no tensors; the loop length is xs's leading dimension")
-    for where, leaves in (("init", init_leaves), ("xs", xs_leaves)):
-        for i, t in enumerate(leaves):
-            if not isinstance(t, LazyTensor):
-                kind = f"a {t.device} tensor" if isinstance(t, torch.Tensor) else f"a {type(t).__name__}"
-                raise ScanError(f"scan: every leaf of {where} must be a lazyxla tensor; leaf {i} is {kind}. "
-                                "Move tensors with t.to(lx.device()).")
+    require_lazy(ScanError, "scan", (("init", init_leaves), ("xs", xs_leaves)),
+                 "Move tensors with t.to(lx.device()).")
     lengths = [x.shape[0] if x.dim() else None for x in xs_leaves]
     if None in lengths:
         raise ScanError("scan: every leaf of xs needs a leading dimension to iterate over; "

@@ -38,6 +38,7 @@ from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import contiguous_strides
 from ..ir.call import Subprogram
 from ..sync.capture import Capture, CaptureError, capture, insert_call
+from ._leaves import require_lazy
 from .gradient_accumulation import _SEED_MIX
 
 
@@ -126,13 +127,8 @@ def count_down(lower: Union[int, torch.Tensor], upper: Union[int, torch.Tensor],
 def _check_inputs(carried: list, extra: list) -> int:
     if not carried:
         raise WhileLoopError("while_loop: carried_inputs is empty; the loop needs a value to carry")
-    for where, leaves in (("carried_inputs", carried), ("additional_inputs", extra)):
-        for i, t in enumerate(leaves):
-            if not isinstance(t, LazyTensor):
-                kind = f"a {t.device} tensor" if isinstance(t, torch.Tensor) else f"a {type(t).__name__}"
-                raise WhileLoopError(f"while_loop: every leaf of {where} must be a lazyxla tensor; leaf {i} "
-                                     f"is {kind}. Move tensors with t.to(lx.device()); make a Python number "
-                                     "a 0-d tensor on the device")
+    require_lazy(WhileLoopError, "while_loop", (("carried_inputs", carried), ("additional_inputs", extra)),
+                 "Move tensors with t.to(lx.device()); make a Python number a 0-d tensor on the device")
     devices = {t._st.device for t in carried + extra}
     if len(devices) > 1:
         raise WhileLoopError(f"while_loop: the inputs are on several lazyxla devices {sorted(devices)}; use one")
