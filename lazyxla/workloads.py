@@ -35,6 +35,7 @@ class GPTConfig:
     layers: int = 4
     seq: int = 128
     scan: bool = False   # run the blocks with lx.experimental.scan_layers (one loop)
+    stacked: bool = False   # keep the blocks as lx.experimental.ScannedLayers (stacked parameters, one loop)
     checkpoint: bool = False   # torch.utils.checkpoint around each block (non-reentrant)
 
 
@@ -72,6 +73,9 @@ class GPT(nn.Module):
         self.tok = nn.Embedding(cfg.vocab, cfg.d)
         self.pos = nn.Embedding(cfg.seq, cfg.d)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        if cfg.stacked:
+            from .experimental import ScannedLayers   # lazy: bench children of other systems never import lazyxla
+            self.blocks = ScannedLayers(self.blocks, is_layer_pure=True)   # Block.forward depends on shapes only
         self.ln = nn.LayerNorm(cfg.d)
         self.head = nn.Linear(cfg.d, cfg.vocab, bias=False)
         # causal mask: True above the diagonal (positions a token must not see)
@@ -82,7 +86,9 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         t = idx.shape[1]
         x = self.tok(idx) + self.pos(self.positions[:t])
-        if self.cfg.scan:
+        if self.cfg.stacked:
+            x = self.blocks(x)
+        elif self.cfg.scan:
             from .experimental import scan_layers   # lazy: bench children of other systems never import lazyxla
             x = scan_layers(self.blocks, x, is_layer_pure=True)   # Block.forward depends on shapes only
         else:

@@ -23,7 +23,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "..", "lazyxla", "workloads.py")
-SYSTEMS = ("eager", "lazyxla", "lazyxla-scan", "torch_xla")
+SYSTEMS = ("eager", "lazyxla", "lazyxla-scan", "lazyxla-stacked", "torch_xla")
 
 
 def _workloads():
@@ -48,7 +48,7 @@ def run_cell(system: str, layers: int, steps: int) -> dict:
             device, barrier = torch_xla.device(), torch_xla.sync
         else:
             device, barrier = torch.device("cpu"), (lambda: None)
-    cfg = workloads.GPTConfig(layers=layers, scan=system == "lazyxla-scan")
+    cfg = workloads.GPTConfig(layers=layers, scan=system == "lazyxla-scan", stacked=system == "lazyxla-stacked")
     wl = workloads.make("gpt")
     torch.manual_seed(0)
     model = workloads.gpt(cfg).to(device)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from ..sync.capture import InputMutationError
 from .gradient_accumulation import gradient_accumulation
 from .scan import ScanError, scan, scan_layers
+from .scanned_layers import ScannedLayers
 from .while_loop import WhileLoopError, fori_loop, while_loop
 
-__all__ = ["gradient_accumulation", "InputMutationError", "scan", "scan_layers", "ScanError",
+__all__ = ["gradient_accumulation", "InputMutationError", "scan", "scan_layers", "ScannedLayers", "ScanError",
            "while_loop", "fori_loop", "WhileLoopError"]

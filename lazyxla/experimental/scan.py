@@ -237,7 +237,7 @@ def _tensor(module: torch.nn.Module, name: str) -> torch.Tensor:
     return module.get_parameter(name) if name in dict(module.named_parameters()) else module.get_buffer(name)
 
 
-def _check_same_structure(layers: list) -> list[str]:
+def _check_same_structure(layers: list, who: str = "scan_layers") -> list[str]:
     """The names of the tensors to stack; an error naming the first difference
     (tensor names, then the module class, then shapes and dtypes)."""
     first = layers[0]
@@ -248,18 +248,18 @@ def _check_same_structure(layers: list) -> list[str]:
         for name in list(ref) + [n for n in sig if n not in ref]:
             if name not in sig or name not in ref:
                 has, lacks = kinds if name in sig else kinds[::-1]
-                raise ScanError(f"scan_layers: mismatched keys: {has} has {name!r}, {lacks} has not; "
+                raise ScanError(f"{who}: mismatched keys: {has} has {name!r}, {lacks} has not; "
                                 "every layer must have the same parameters and buffers")
         if type(layer) is not type(first):
-            raise ScanError(f"scan_layers: layer {i} is a {type(layer).__name__}, layer 0 a "
+            raise ScanError(f"{who}: layer {i} is a {type(layer).__name__}, layer 0 a "
                             f"{type(first).__name__}; every layer must have the same structure")
         for name in ref:
             (kind0, shape0, dtype0), (kind, shape, dtype) = ref[name], sig[name]
             if shape != shape0:
-                raise ScanError(f"scan_layers: Shape mismatch of {name!r}: {list(shape0)} in layer 0, "
+                raise ScanError(f"{who}: Shape mismatch of {name!r}: {list(shape0)} in layer 0, "
                                 f"{list(shape)} in layer {i}; every layer must have the same shapes")
             if (kind, dtype) != (kind0, dtype0):
-                raise ScanError(f"scan_layers: {name!r} is a {dtype0} {kind0} in layer 0 and a {dtype} "
+                raise ScanError(f"{who}: {name!r} is a {dtype0} {kind0} in layer 0 and a {dtype} "
                                 f"{kind} in layer {i}; every layer must have the same dtypes and kinds")
     return list(ref)
 
