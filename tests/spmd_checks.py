@@ -141,6 +141,38 @@ def check_basics():
     print("OK basics")
 
 
+def check_mesh_regressions(dev):
+    """A weight sharded over two mesh axes trained in one graph with its backward and
+    AdamW (JAX described XLA's output shardings on the one-axis default mesh:
+    IndivisibleError), and scalar operands next to a mesh that lists the devices in
+    another order (JAX refused the mix)."""
+    mesh = lx.spmd.Mesh(range(8), (2, 4), ("a", "b"))
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    model = copy.deepcopy(ref).to(dev)
+    lx.spmd.mark_sharding(model[0].weight, mesh, ("a", "b"))
+    lx.spmd.mark_sharding(model[2].weight, mesh, ("b", "a"))
+    opt, opt_ref = torch.optim.AdamW(model.parameters(), lr=1e-2), torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    x = torch.randn(6, 8)
+    for _ in range(2):
+        for m, o, inp in ((model, opt, x.to(dev)), (ref, opt_ref, x)):
+            loss = m(inp).pow(2).mean()
+            o.zero_grad()
+            loss.backward()
+            o.step()
+        lx.sync()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert torch.allclose(p.cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+
+    reversed_mesh = lx.spmd.Mesh(list(reversed(range(8))), (8,), ("x",))
+    host = torch.arange(16.0).reshape(8, 2)
+    t = lx.spmd.mark_sharding(host.to(dev), reversed_mesh, ("x", None))
+    assert (t * 2.5 + 1).cpu().tolist() == (host * 2.5 + 1).tolist()
+    t.mul_(3.0)
+    lx.sync()
+    assert t.cpu().tolist() == (host * 3).tolist() and lx.spmd.sharding_spec(t) == ("x", None)
+
+
 def check_errors():
     lx.spmd.use_spmd()
     dev = lx.device()
@@ -172,6 +204,7 @@ def check_errors():
     del c   # it still reads b's buffer on the other mesh
     lx.sync()
     assert (a + b).tolist() == [2.0] * 8
+    check_mesh_regressions(dev)   # before any set_global_mesh: unmarked tensors on the default mesh
     print("OK errors")
 
 

@@ -32,6 +32,7 @@ def test_spmd_basics():
 
 
 def test_spmd_bad_input():
+    """Errors for bad input, then two mesh mixes that used to fail (spmd_checks.check_mesh_regressions)."""
     _run_group("errors")
 
 

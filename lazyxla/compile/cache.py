@@ -17,7 +17,7 @@ import warnings
 from typing import Optional
 
 import jax
-from jax.sharding import SingleDeviceSharding
+from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from .. import config, metrics
 from .._jax import jax_devices, jax_dtype
@@ -112,7 +112,28 @@ def _placements(graph: Graph) -> tuple[list, list, object]:
         return [sharding] * len(graph.params), sharding, sharding
     ins = [placement.sharding_of(d) for d in graph.params]
     _check_one_device_order(graph, ins)
-    return ins, placement.replicated(), graph.out_shardings
+    replicated = NamedSharding(_graph_mesh(ins), PartitionSpec())
+    ins = [replicated if _fully_replicated(s) else s for s in ins]
+    return ins, replicated, graph.out_shardings
+
+
+def _graph_mesh(shardings: list):
+    """The mesh a graph's replicated operands are expressed on: the user mesh with the
+    most axes among its marked parameters (else the default replicated mesh).
+
+    Why: for outputs whose sharding GSPMD chooses, JAX describes XLA's choice on the
+    mesh of the first input's NamedSharding; on lazyxla's one-axis mesh of all devices a
+    sharding tiled along two mesh axes has no description and JAX raises
+    IndivisibleError. Scalars too must live on the marked tensors' device order (a mesh
+    listing the devices in another order), or JAX refuses the mix."""
+    marked = [s.mesh for s in shardings if isinstance(s, NamedSharding) and not _fully_replicated(s)]
+    if not marked:
+        return placement.replicated().mesh
+    return max(marked, key=lambda mesh: len(mesh.axis_names))
+
+
+def _fully_replicated(sharding) -> bool:
+    return isinstance(sharding, NamedSharding) and all(p is None for p in sharding.spec)
 
 
 def _check_one_device_order(graph: Graph, shardings: list) -> None:
