@@ -7,7 +7,8 @@ at several depths, its blocks run as a Python loop or with
 
 Each cell runs in its own process with the persistent compile cache off (cold first
 steps). Reported per cell: the first step (trace + compile + run), the median of the
-later steps, the median host time before the step barrier (tracing), and the peak
+later steps, the median host time before the step barrier (tracing), the XLA compile
+time within the first step (CompileTime metric of lazyxla and PyTorch/XLA), and the peak
 device memory lazyxla's ledger saw (`torch.lazyxla.max_memory_allocated`).
 """
 from __future__ import annotations
@@ -37,15 +38,19 @@ def _workloads():
 
 def run_cell(system: str, layers: int, steps: int) -> dict:
     import torch
+    compile_ns = lambda: None   # noqa: E731  (eager compiles nothing)
     if system.startswith("lazyxla"):
         import lazyxla as lx
         from lazyxla import workloads
         device, barrier = lx.device(), lx.sync
+        compile_ns = lambda: (lx.metrics.metric_data("CompileTime") or (0, 0))[1]   # noqa: E731
     else:
         workloads = _workloads()
         if system == "torch_xla":
             import torch_xla
+            import torch_xla.debug.metrics as met
             device, barrier = torch_xla.device(), torch_xla.sync
+            compile_ns = lambda: (met.metric_data("CompileTime") or (0, 0))[1]   # noqa: E731
         else:
             device, barrier = torch.device("cpu"), (lambda: None)
     cfg = workloads.GPTConfig(layers=layers, scan=system == "lazyxla-scan", stacked=system == "lazyxla-stacked")
@@ -55,8 +60,9 @@ def run_cell(system: str, layers: int, steps: int) -> dict:
     opt = wl.optimizer(model.parameters())
     inputs, targets = wl.inputs.to(device), wl.targets.to(device)
     barrier()
-    times, tracing, losses = [], [], []
+    times, tracing, losses, compiled = [], [], [], []
     for _ in range(steps):
+        before = compile_ns()
         t0 = time.perf_counter()
         opt.zero_grad()
         loss = wl.loss(model, inputs, targets)
@@ -67,8 +73,9 @@ def run_cell(system: str, layers: int, steps: int) -> dict:
         losses.append(loss.item())
         times.append(time.perf_counter() - t0)
         tracing.append(t1 - t0)
+        compiled.append(None if before is None else (compile_ns() - before) / 1e9)
     out = {"system": system, "layers": layers, "first_s": times[0], "step_ms": 1e3 * statistics.median(times[1:]),
-           "tracing_ms": 1e3 * statistics.median(tracing[1:]), "loss": losses[-1]}
+           "tracing_ms": 1e3 * statistics.median(tracing[1:]), "loss": losses[-1], "compile_s": compiled[0]}
     if system.startswith("lazyxla"):
         out["peak_mb"] = torch.lazyxla.max_memory_allocated() / 2**20
     return out
@@ -102,14 +109,15 @@ def main(argv=None) -> int:
             python = args.torch_xla_python if system == "torch_xla" else sys.executable
             rows.append(_child(python, system, layers, args.steps))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print("| layers | system | first step (s) | step (ms) | tracing (ms) | peak device MB | loss |")
-    print("|---|---|---|---|---|---|---|")
+    print("| layers | system | first step (s) | its compile (s) | step (ms) | tracing (ms) | peak device MB | loss |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
-            print(f"| {r['layers']} | {r['system']} | failed: {r['error'][:80]} | | | | |")
+            print(f"| {r['layers']} | {r['system']} | failed: {r['error'][:80]} | | | | | |")
             continue
         peak = f"{r['peak_mb']:.0f}" if "peak_mb" in r else "-"
-        print(f"| {r['layers']} | {r['system']} | {r['first_s']:.2f} | {r['step_ms']:.0f} | {r['tracing_ms']:.1f} "
+        compiled = f"{r['compile_s']:.2f}" if r.get("compile_s") is not None else "-"
+        print(f"| {r['layers']} | {r['system']} | {r['first_s']:.2f} | {compiled} | {r['step_ms']:.0f} | {r['tracing_ms']:.1f} "
               f"| {peak} | {r['loss']:.4f} |")
     return 0
 
