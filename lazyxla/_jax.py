@@ -51,6 +51,7 @@ TORCH_TO_JAX = {
     # torch.uint16/32/64 are "shell" dtypes in eager (few kernels); uint64 is in the
     # OpInfo samples and XLA has it under x64, so what eager runs, lazyxla runs too.
     torch.uint64: jnp.uint64,
+    torch.uint32: jnp.uint32,   # also uint64's storage under a 32-bit policy (runtime/storage_dtypes.py)
     torch.bool: jnp.bool_,
     # complex128 needs JAX's x64 mode, which lazyxla's entry points enable (patches.in_x64).
     torch.complex64: jnp.complex64,

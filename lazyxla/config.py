@@ -52,6 +52,10 @@ class Config:
     """Seconds interpreter exit waits for running work and the lock before going on."""
     provenance: bool = False
     """Record the user's file and line on each IR node (frontend/provenance.py; lx.debug.set_provenance)."""
+    storage_dtypes: Optional[str] = None
+    """Initial storage dtype policy, e.g. "float32=bfloat16,int64=int32": tensors of the
+    first dtype are held on the device in the second (runtime/storage_dtypes.py,
+    `lx.set_storage_dtypes`; read at import)."""
 
     @property
     def cache_root(self) -> Optional[str]:

@@ -1,13 +1,14 @@
 """Explaining what lazyxla did: the donation report, the memory report (memory_report.py)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, NamedTuple, Optional
 
 import torch
 
 from .compile.cache import LastCompile
 from .frontend.tensor import LazyTensor
-from .ir.node import DATA
+from .ir.node import DATA, GETITEM, SCALAR
+from .runtime import storage_dtypes
 from .memory_report import memory_report  # noqa: F401  (lx.debug.memory_report)
 from .sync.api import LastGraph, pending_graphs
 
@@ -92,6 +93,77 @@ def ir_text(tensors=None) -> str:
     from .ir.printer import graph_text
     texts = [graph_text(graph, donors) for graph, donors in pending_graphs(tensors)]
     return "\n".join(texts) if texts else "(nothing pending)"
+
+
+class IRNode(NamedTuple):
+    """One node of `ir_nodes`. `op`: the ATen name ("aten::div.Tensor_mode"), or
+    "lazyxla::data" (a device buffer), "lazyxla::scalar" (a lifted Python scalar, `value`),
+    "lazyxla::getitem" (output `value` of a multi-output node) or another internal op;
+    `dtype`: what torch reports; `device_dtype`: what the device holds or computes: a
+    buffer's storage dtype, for other nodes that of the storage dtype policy in force
+    (lx.set_storage_dtypes), what a sync now would compute in; `operands`: indices of
+    earlier nodes; `roots`: positions of the tensors whose value this node is."""
+    op: str
+    shape: Any
+    dtype: Any
+    device_dtype: Any
+    operands: tuple
+    roots: tuple
+    device: int
+    value: Any = None
+
+
+def ir_nodes(tensors) -> list:
+    """The IR behind lazy `tensors` as they are now, operands before their users (one
+    `IRNode` each; a tensor holding device data is a single "lazyxla::data" node).
+    Reads nothing, compiles nothing."""
+    tensors = list(tensors)
+    for t in tensors:
+        if not isinstance(t, LazyTensor):
+            raise TypeError(f"lazyxla: ir_nodes expects lazyxla tensors, got "
+                            f"{t.device if isinstance(t, torch.Tensor) else type(t).__name__}")
+    values = [t.checked_value() for t in tensors]
+    roots: dict = {}
+    for i, node in enumerate(values):
+        roots.setdefault(id(node), []).append(i)
+    policy = storage_dtypes.current()
+    device_of = _same if policy is None else policy.storage
+    index: dict = {}
+    out: list = []
+    for root, t in zip(values, tensors):
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if id(node) in index:
+                continue
+            if not expanded:
+                stack.append((node, True))
+                stack.extend((i, False) for i in reversed(node.inputs) if id(i) not in index)
+                continue
+            index[id(node)] = len(out)
+            out.append(_record(node, index, device_of, tuple(roots.get(id(node), ())), t._st.device))
+    return out
+
+
+def _same(dtype):
+    return dtype
+
+
+def _record(node, index: dict, device_of, roots: tuple, device: int) -> IRNode:
+    op, value = node.op, None
+    if op is DATA:
+        name, device_dtype = "lazyxla::data", node.data.storage
+    else:
+        if op is SCALAR:   # lifted scalars enter a graph in their own dtype (compile/program.py)
+            name, value, device_of = "lazyxla::scalar", node.data, _same
+        elif op is GETITEM:
+            name, value = "lazyxla::getitem", node.args[1]
+        else:
+            name = op.name() if isinstance(op, torch._ops.OpOverload) else f"lazyxla::{op}"
+        device_dtype = tuple(device_of(d) if d is not None else None for d in node.dtype) if node.nout \
+            else device_of(node.dtype)
+    return IRNode(name, node.shape, node.dtype, device_dtype, tuple(index[id(i)] for i in node.inputs),
+                  roots, device, value)
 
 
 def tensor_info(t: torch.Tensor) -> dict:

@@ -51,12 +51,14 @@ declare -A PASSES=(
     [test/test_grad_checkpoint.py]=1                # no test runner: exits 0
     [test/spmd/test_xla_distributed_checkpoint.py]=14   # 2.9: 14 (+11 skipped on one device)
     [test/test_mp_save.py]=1                        # no test runner: exits 0
+    [test/test_data_type.py]=4                      # 2.9: 4 (unittest runner with failfast, exits 1 on a failure)
 )
 FILES=(test/test_input_output_aliases.py test/dynamo/test_dynamo_aliasing.py test/test_gradient_accumulation.py
        test/test_devices.py test/test_inplace_update.py test/test_as_stride_use_slice.py test/test_metrics.py
        test/scan/test_scan.py test/scan/test_scan_layers.py test/test_while_loop.py
        test/test_grad_checkpoint.py test/spmd/test_xla_distributed_checkpoint.py
-       test/test_mp_save.py)
+       test/test_mp_save.py
+       test/test_data_type.py)
 
 LOG=$(mktemp -d)
 status=0

@@ -131,6 +131,7 @@ def install(force: bool = False) -> None:
     names = sys.modules.get(_ALIAS + "._device_names")
     if names is not None:   # installed again: importing torch_xla will not run its code
         names.enable()
+        sys.modules[_ALIAS + "._dtype_env"].install()
         import lazyxla
         lazyxla.metrics.set_op_records(True)
 
@@ -144,6 +145,7 @@ def uninstall() -> None:
     names = sys.modules.get(_ALIAS + "._device_names")
     if names is not None:
         names.disable()   # "xla" device names stop meaning lazyxla's
+        sys.modules[_ALIAS + "._dtype_env"].uninstall()   # and XLA_USE_BF16 & co. stop applying
         import lazyxla
         lazyxla.metrics.set_op_records(False)
     for name in [n for n in sys.modules if n == "torch_xla" or n.startswith("torch_xla.")]:

@@ -200,7 +200,7 @@ def compile_graph(graph: Graph, donors: tuple) -> Executable:
 def _compile(graph: Graph, donors: tuple) -> Executable:
     program, n_params = build(graph)
     in_shardings, scalar_sharding, out_shardings = _placements(graph)
-    avals = [jax.ShapeDtypeStruct(d.shape, jax_dtype(d.dtype), sharding=s)
+    avals = [jax.ShapeDtypeStruct(d.shape, jax_dtype(d.storage), sharding=s)
              for d, s in zip(graph.params, in_shardings)]
     avals += [jax.ShapeDtypeStruct(shape, dt, sharding=scalar_sharding) for shape, dt in scalar_avals(graph)]
     jitted = jax.jit(program, donate_argnums=donors, keep_unused=True, out_shardings=out_shardings)

@@ -39,7 +39,8 @@ def _describe(entry) -> str:
     head = sig[0]
     if head is DATA or head == DATA:
         where = f" sharded {entry[3]}" if len(entry) == 4 else ""   # SPMD: its sharding is in the key
-        return f"parameter {entry[2]} of shape {list(sig[1])} {sig[2]}{where}"
+        stored = f" stored as {sig[3]}" if len(sig) > 3 and sig[3] != sig[2] else ""
+        return f"parameter {entry[2]} of shape {list(sig[1])} {sig[2]}{stored}{where}"
     if head is SCALAR or head == SCALAR:
         return f"runtime scalar ({sig[1]})"
     parts = []
@@ -49,6 +50,12 @@ def _describe(entry) -> str:
         else:
             parts.append(repr(p))
     return f"{op_text(head)}({', '.join(parts)}) reading nodes {entry[1] if len(entry) == 2 else '?'}"
+
+
+def _tail(key: tuple, i: int):
+    """Key element after the outputs (sync/collect.py): 3, the requested output shardings;
+    4, the storage dtype policy's token; None when absent."""
+    return key[i] if len(key) > i else None
 
 
 def _origin_from(order: Optional[list], n: int) -> str:
@@ -82,8 +89,11 @@ def explain(key: tuple, donors: tuple, order: Optional[list] = None) -> str:
         if n == len(old_entries) == len(entries):
             if best_key[2] != outputs:
                 return f"same {n} nodes as an earlier graph, but it returns different outputs"
-            if best_key[3:] != key[3:]:
+            if _tail(best_key, 3) != _tail(key, 3):
                 return f"same {n} nodes as an earlier graph, but other output shardings were requested"
+            if _tail(best_key, 4) != _tail(key, 4):
+                return (f"same {n} nodes as an earlier graph, but under another storage dtype policy "
+                        "(lx.set_storage_dtypes)")
             return (f"same graph as an earlier one ({n} nodes); only the donor set changed: "
                     f"{list(best_donors)} -> {list(donors)}")
         if n >= len(entries):

@@ -10,7 +10,7 @@ operands, or one vector per kind) and are cast to the node's dtype inside.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import jax.numpy as jnp
 
@@ -26,16 +26,24 @@ from ..ir.graph import Graph
 
 
 class Ctx:
-    """What a rule may know about its node's output."""
+    """What a rule may know about its node's output. `jdtype` is its device dtype: the
+    JAX type of `dtype`, or under a storage dtype policy (`storage`, the graph's
+    `policy.storage`) the JAX type of the narrower storage dtype, which the rule's
+    result is cast to (runtime/storage_dtypes.py)."""
     __slots__ = ("shape", "dtype", "jdtype", "op", "origin")
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, storage: Optional[Callable] = None) -> None:
         self.shape = node.shape
         self.dtype = node.dtype
         self.op = node.op
         self.origin = getattr(node, "origin", None)   # the user's file:line, with provenance on
-        self.jdtype = tuple(jax_dtype(d) if d is not None else None for d in node.dtype) if node.nout \
-            else jax_dtype(node.dtype)
+        device = _identity if storage is None else storage
+        self.jdtype = tuple(jax_dtype(device(d)) if d is not None else None for d in node.dtype) if node.nout \
+            else jax_dtype(device(node.dtype))
+
+
+def _identity(dtype):
+    return dtype
 
 
 class _Ref:
@@ -96,18 +104,23 @@ def build(graph: Graph) -> tuple[Callable, int]:
     # packed scalars: a rule that casts its operands to its compute dtype first gets them
     # read from the pack converted once (see lower/_packs.py)
     packed = {k: v for k, v in scalar_slot.items() if v[1] is not None}
+    storage = graph.policy.storage if graph.policy is not None else None
     instrs = []
     for node in graph.order:
         op = node.op
         if op is DATA:
-            instrs.append((0, param_of[id(node.data)], None, None, None))
+            # a buffer stored otherwise than the graph's policy says (made under another
+            # policy) enters converted, so the whole graph computes in the policy's types
+            device = storage(node.dtype) if storage is not None else node.dtype
+            instrs.append((0, param_of[id(node.data)], None if device == node.data.storage else jax_dtype(device),
+                           None, None))
         elif op is SCALAR:
             operand, element = scalar_slot[id(node)]
             instrs.append((1, operand, element, jax_dtype(node.dtype), None))
         elif op is GETITEM:
             instrs.append((2, index[id(node.inputs[0])], node.args[1], None, None))
         else:
-            rule, ctx = _rule_for(node), Ctx(node)
+            rule, ctx = _rule_for(node), Ctx(node, storage)
             compute = opmath(ctx.jdtype) if packed and getattr(rule, "casts_to_compute", False) \
                 and not isinstance(ctx.jdtype, tuple) else None
             if compute is not None and jnp.issubdtype(compute, jnp.complexfloating):
@@ -121,7 +134,7 @@ def build(graph: Graph) -> tuple[Callable, int]:
         packs = PackReader(flat)
         for kind, a, b, c, ctx in instrs:
             if kind == 0:
-                env.append(flat[a])
+                env.append(flat[a] if b is None else cast(flat[a], b))
             elif kind == 1:
                 env.append(cast(flat[a], c) if b is None else _PackRef(a, b, c))
             elif kind == 2:

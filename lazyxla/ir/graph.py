@@ -14,19 +14,21 @@ from .node import DATA, Node
 
 class DeviceBuffer(Protocol):
     """What the graph knows of a parameter's buffer (runtime.device_data.DeviceData, a
-    layer above, is one): its shape and dtype, and the graph that consumed it by donation."""
+    layer above, is one): its shape, dtype and storage dtype (the buffer's own, narrower
+    under a storage policy), and the graph that consumed it by donation."""
     shape: tuple
     dtype: Any
+    storage: Any
     donated_in: Optional[str]
 
 
 class Graph:
     __slots__ = ("device", "order", "outputs", "params", "scalars", "key", "storages", "root_slots",
-                 "out_shardings")
+                 "out_shardings", "policy")
 
     def __init__(self, device: int, order: list, outputs: tuple, params: list,
                  scalars: list, key: tuple, storages: list, root_slots: tuple,
-                 out_shardings: Optional[tuple] = None) -> None:
+                 out_shardings: Optional[tuple] = None, policy: Any = None) -> None:
         self.device = device
         self.order = order            # nodes in topological order
         self.outputs = outputs        # positions in `order` of the distinct root nodes, ascending
@@ -36,6 +38,9 @@ class Graph:
         self.storages = storages      # (storage, output slot) pairs to install results into
         self.root_slots = root_slots  # output slot of each distinct root, in the order given
         self.out_shardings = out_shardings  # SPMD: requested sharding per output slot, else None
+        # storage dtype policy the graph computes in (runtime/storage_dtypes.StoragePolicy:
+        # `storage(dtype)` is each node's device dtype), None: every node in its own dtype
+        self.policy = policy
 
 
 def data_reachable(roots) -> set:

@@ -30,8 +30,9 @@ def _arg_text(value, names: dict) -> str:
 def graph_text(graph, donors: tuple = ()) -> str:
     names: dict = {}
     params = {id(d): i for i, d in enumerate(graph.params)}
+    policy = f", storage dtypes {graph.policy.name}" if graph.policy is not None else ""
     lines = [f"graph on lazyxla:{graph.device}: {len(graph.order)} nodes, {len(graph.params)} parameters, "
-             f"{len(graph.scalars)} runtime scalars"]
+             f"{len(graph.scalars)} runtime scalars{policy}"]
     scalar_index = 0
     for i, node in enumerate(graph.order):
         aval = aval_text(node.shape, node.dtype)
@@ -39,6 +40,9 @@ def graph_text(graph, donors: tuple = ()) -> str:
             p = params[id(node.data)]
             name = f"p{p}"
             donated = "  (donated)" if p in donors else ""
+            stored = node.data.storage
+            if stored != node.dtype:   # held narrower (runtime/storage_dtypes.py)
+                donated = f" (held as {_SHORT.get(str(stored), str(stored))}){donated}"
             text = f"{name}: {aval} = parameter {p}{donated}"
         elif node.op is SCALAR:
             name = f"s{scalar_index}"

@@ -22,6 +22,8 @@ may refer to the same handle; the handle, not the tensor, carries
   device is kept as a host array until a graph (or a read) first needs it, so
   that marking it right after `.to(dev)` places only each device's slice
   instead of a full copy on every device first. `array` places it on demand.
+* `storage`: the dtype of the buffer itself: `dtype` (what torch reports), or a narrower
+  one under a storage dtype policy (runtime/storage_dtypes.py).
 * `charged`: what the buffer is charged in the memory ledger (runtime/memory.py),
   released when it is donated or the handle dies; None once released.
 """
@@ -37,23 +39,25 @@ from . import memory
 
 
 class DeviceData:
-    __slots__ = ("_array", "shape", "dtype", "device", "read_only", "donate",
+    __slots__ = ("_array", "shape", "dtype", "storage", "device", "read_only", "donate",
                  "donated_in", "owner", "call_donor", "sharding", "host", "charged", "__weakref__")
 
     def __init__(self, array, shape: tuple, dtype: torch.dtype, device: int,
-                 owner=None, read_only: bool = False, sharding=None, host=None) -> None:
+                 owner=None, read_only: bool = False, sharding=None, host=None,
+                 storage: Optional[torch.dtype] = None) -> None:
         self._array = array
         self.sharding = sharding
         self.host = host
         self.shape = shape
         self.dtype = dtype
+        self.storage = dtype if storage is None else storage
         self.device = device
         self.read_only = read_only
         self.donate = False
         self.call_donor = False
         self.donated_in: Optional[str] = None
         self.owner = weakref.ref(owner) if owner is not None else None
-        self.charged = memory.charges(shape, dtype, device, sharding)
+        self.charged = memory.charges(shape, self.storage, device, sharding)
         memory.charge(self, self.charged)
 
     def __del__(self) -> None:
@@ -74,7 +78,7 @@ class DeviceData:
 
     @property
     def nbytes(self) -> int:
-        n = self.dtype.itemsize
+        n = self.storage.itemsize
         for d in self.shape:
             n *= d
         return n
@@ -106,6 +110,8 @@ class DeviceData:
     def __repr__(self) -> str:
         state = f"donated in graph {self.donated_in}" if self.donated_in else "live"
         where = "" if self.sharding is None else f", sharding={self.sharding}"
+        if self.storage != self.dtype:
+            where += f", storage={self.storage}"
         return (f"DeviceData(shape={list(self.shape)}, dtype={self.dtype}, device={self.device}{where}, "
                 f"{state}, donate={self.donate}, read_only={self.read_only})")
 

@@ -14,7 +14,7 @@ from typing import Protocol
 import jax
 
 from .. import metrics
-from .._jax import jax_devices
+from .._jax import jax_devices, torch_dtype
 from ..ir.scalars import scalar_args
 from ..ir.node import data_node
 from ..lock import LOCK
@@ -79,8 +79,11 @@ def execute(graph: Graph, exe: Runnable) -> tuple:
         if data is None:
             node = order[outputs[slot]]
             out = outs[slot]
+            # the array's own dtype is the storage: narrower than node.dtype under a
+            # storage dtype policy (runtime/storage_dtypes.py)
             data = installed[slot] = DeviceData(out, node.shape, node.dtype, device, owner=st,
-                                                sharding=out.sharding if spmd else None)
+                                                sharding=out.sharding if spmd else None,
+                                                storage=torch_dtype(out.dtype))
         st.write(data_node(data))
     _in_flight.extend(weakref.ref(o) for o in outs)
     if len(_in_flight) > 4096:  # a loop that never waits: forget outputs already freed

@@ -12,7 +12,7 @@ from jax.experimental import multihost_utils
 from .. import metrics
 from .._jax import jax_devices, jax_dtype
 from ..patches import x64
-from . import placement
+from . import placement, storage_dtypes
 from .device_data import DeviceData
 
 
@@ -22,6 +22,9 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(jax_dtype(torch.bfloat16))
     return t.numpy()
+
+
+_BF16 = np.dtype(jax_dtype(torch.bfloat16))
 
 
 @jax.jit
@@ -60,25 +63,29 @@ def upload(t: torch.Tensor, device: int, owner=None, sharding=None) -> DeviceDat
     before we return (a host-to-device copy is synchronous in PyTorch too).
     """
     jax_dtype(t.dtype)  # clear error for unsupported dtypes
+    storage = storage_dtypes.storage_for(t.dtype)
+    # narrowed on the host, with torch's rounding (eager's .to(storage)); half the bytes move
+    host_t = t.cpu() if storage == t.dtype else t.detach().cpu().to(storage)
     if placement.spmd_enabled():
         # SPMD: staged on the host until first use (DeviceData.host says why); the
         # copy detaches it from the source tensor as the device copy would.
-        host = np.array(_to_numpy(t.cpu()), copy=True)
-        metrics.metric_add("OutboundData", t.numel() * t.element_size())
+        host = np.array(_to_numpy(host_t), copy=True)
+        metrics.metric_add("OutboundData", host_t.numel() * host_t.element_size())
         return DeviceData(None, tuple(t.shape), t.dtype, device, owner,
-                          sharding=sharding or placement.replicated(), host=host)
+                          sharding=sharding or placement.replicated(), host=host, storage=storage)
     with metrics.timed("TransferToDeviceTime"):
-        staged = jax.device_put(_to_numpy(t.cpu()), jax_devices()[device])
+        staged = jax.device_put(_to_numpy(host_t), jax_devices()[device])
         array = _owned_copy(staged)
         array.block_until_ready()
         del staged
-    metrics.metric_add("OutboundData", t.numel() * t.element_size())
-    return DeviceData(array, tuple(t.shape), t.dtype, device, owner)
+    metrics.metric_add("OutboundData", host_t.numel() * host_t.element_size())
+    return DeviceData(array, tuple(t.shape), t.dtype, device, owner, storage=storage)
 
 
 @x64
 def download(array, dtype: torch.dtype) -> torch.Tensor:
-    """Blocking copy of a device array to a new CPU tensor of `dtype`."""
+    """Blocking copy of a device array to a new CPU tensor of `dtype` (the array may be
+    held in a narrower storage dtype: the copy is widened on the host)."""
     with metrics.timed("TransferFromDeviceTime"):
         if array.is_fully_addressable:
             host = np.asarray(array)
@@ -88,7 +95,7 @@ def download(array, dtype: torch.dtype) -> torch.Tensor:
             # Shards of other processes: every process reads the same tensors at the same
             # point of an SPMD program, so this collective is reached by all of them.
             host = np.asarray(multihost_utils.process_allgather(array, tiled=True))
-    if dtype == torch.bfloat16:
+    if host.dtype == _BF16:
         out = torch.from_numpy(host.view(np.int16).copy()).view(torch.bfloat16)
     else:
         out = torch.from_numpy(host.copy() if not host.flags.writeable else host)

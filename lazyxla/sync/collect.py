@@ -8,6 +8,9 @@ structure, operand shapes/dtypes and exact wiring, never data values, buffer
 identities, tensor ids or scalar values. Each lifted scalar is its own operand
 (never merged by value), so equal hyper-parameters cannot change the key.
 
+Under a storage dtype policy (runtime/storage_dtypes.py) the key ends with the
+policy's token: the graph computes in its storage dtypes.
+
 In SPMD mode (runtime/placement.py) the key also holds each parameter's
 sharding and the sharding requested for each output (`Graph.out_shardings`):
 an in-place update keeps the sharding of the buffer it replaces (so a donated
@@ -21,7 +24,7 @@ from typing import Optional
 
 from ..ir.graph import Graph
 from ..ir.node import DATA, SCALAR, SHARDING_CONSTRAINT, Node
-from ..runtime import placement
+from ..runtime import placement, storage_dtypes
 from ..runtime.device_data import DeviceData, donated_error
 
 
@@ -61,9 +64,13 @@ def collect(device: int, items: list) -> Graph:
                               for i in by_position)
     outputs = tuple(outputs[i] for i in by_position)
     targets = [(st, rank[slot]) for st, slot in targets]
-    key = (device, tuple(entries), outputs) if out_shardings is None else \
-        (device, tuple(entries), outputs, out_shardings)
-    return Graph(device, order, outputs, params, scalars, key, targets, tuple(rank), out_shardings)
+    policy = storage_dtypes.current()
+    key = (device, tuple(entries), outputs)
+    if out_shardings is not None or policy is not None:
+        key += (out_shardings,)
+    if policy is not None:   # the graph computes in the policy's storage dtypes
+        key += (policy.token,)
+    return Graph(device, order, outputs, params, scalars, key, targets, tuple(rank), out_shardings, policy)
 
 
 def _requested_sharding(root: Node, updated: Optional[int], params: list):

@@ -163,8 +163,55 @@ def _get_graph_hash(tensors: Sequence[torch.Tensor]) -> bytes:
 
 
 def _get_xla_tensors_text(tensors: Sequence[torch.Tensor]) -> str:
-    """lazyxla's IR of what a partial sync of `tensors` would compile (lx.debug.ir_text)."""
-    return lx.debug.ir_text(list(tensors))
+    """Upstream's IR text of `tensors` (one line per node, operands first, from
+    lx.debug.ir_nodes): `IR {`, then `%i = <device shape> <op>(%operands), xla_shape=...`
+    with `device=` on device data, `value=` on scalars and `ROOT=k` on the value of
+    `tensors[k]`, then `}`. Shapes carry the device dtype (bf16 for float32 under
+    XLA_USE_BF16) and upstream's layout ({1,0}); ops are named `aten::<op>`, buffers
+    `xla::device_data`, lifted scalars `prim::Constant`; an output `j` of a
+    multi-output node is the operand `%i.j`."""
+    from .runtime import device_type
+    nodes = lx.debug.ir_nodes(list(tensors))
+    names: List[str] = []
+    lines = ["IR {"]
+    last: dict = {}   # line of the multi-output node an item reads, for its ROOT tags
+    for node in nodes:
+        if node.op == "lazyxla::getitem":
+            owner = node.operands[0]
+            names.append(f"{names[owner]}.{node.value}")
+            for root in node.roots:
+                lines[last[owner]] += f", ROOT={root}"
+            continue
+        name = f"%{len(lines) - 1}"
+        names.append(name)
+        shape = _xla_shape(node.shape, node.device_dtype)
+        tags = [f"xla_shape={shape}"]
+        if node.op == "lazyxla::data":
+            op = "xla::device_data"
+            tags.append(f"device={device_type()}:{node.device}")
+        elif node.op == "lazyxla::scalar":
+            op = "prim::Constant"
+            tags.append(f"value={node.value}")
+        else:
+            op = node.op.split(".", 1)[0]
+        tags += [f"ROOT={root}" for root in node.roots]
+        last[len(names) - 1] = len(lines)
+        lines.append(f"  {name} = {shape} {op}({', '.join(names[i] for i in node.operands)}), {', '.join(tags)}")
+    return "\n".join(lines + ["}", ""])
+
+
+_SHORT_TYPES = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16", torch.float16: "f16",
+                torch.int64: "s64", torch.int32: "s32", torch.int16: "s16", torch.int8: "s8",
+                torch.uint8: "u8", torch.uint32: "u32", torch.uint64: "u64", torch.bool: "pred",
+                torch.complex64: "c64", torch.complex128: "c128"}
+
+
+def _xla_shape(shape, dtype) -> str:
+    """XLA's text of a shape: `f32[10,5]{1,0}` (row-major layout), `f32[]`, or a tuple."""
+    if isinstance(dtype, tuple):
+        return "(" + ", ".join(_xla_shape(s, d) for s, d in zip(shape, dtype) if d is not None) + ")"
+    layout = "{" + ",".join(map(str, reversed(range(len(shape))))) + "}" if shape else ""
+    return f"{_SHORT_TYPES.get(dtype, str(dtype))}[{','.join(map(str, shape))}]{layout}"
 
 
 __getattr__ = unsupported_names(__name__)

@@ -12,7 +12,7 @@ from lazyxla import config
 
 from ..unsupported import refuse, unsupported_names
 from . import _XLAC, runtime  # noqa: F401  (upstream's `torch_xla._XLAC`, `torch_xla.runtime`)
-from . import _closures, _device_names, _preemption  # noqa: F401
+from . import _closures, _device_names, _dtype_env, _preemption  # noqa: F401
 from ._device_names import lazyxla_device, to_upstream
 
 __version__ = f"2.9.0+lazyxla.{lx.__version__}"   # the PyTorch/XLA release whose API is mapped
@@ -22,6 +22,9 @@ __version__ = f"2.9.0+lazyxla.{lx.__version__}"   # the PyTorch/XLA release whos
 if "XLA_ENABLE_PARAM_ALIASING" in os.environ and not config.is_set("aliasing"):
     lx.set_aliasing(os.environ["XLA_ENABLE_PARAM_ALIASING"].strip().lower() not in ("0", "false"))
 
+
+# XLA_USE_BF16 / XLA_DOWNCAST_BF16 / XLA_USE_32BIT_LONG, read at the first tensor they govern.
+_dtype_env.install()
 
 # "xla" devices name lazyxla's wherever torch takes a device (_device_names.py).
 _device_names.enable()

@@ -1,0 +1,157 @@
+"""Storage dtype policy: a tensor's logical dtype (what torch reports) may be held on the
+device in a narrower dtype.
+
+PyTorch/XLA's `XLA_USE_BF16`, `XLA_DOWNCAST_BF16` and `XLA_USE_32BIT_LONG` keep float32
+and float64 tensors as bf16 (or float64 as float32), and int64/uint64 as s32/u32, on the
+device while torch still reports float32/float64/int64. Programs written for them rely on
+it for memory and speed; lazyxla offers the same as a policy: logical dtype -> storage dtype.
+
+Design options considered:
+
+1. Rewrite the tensors' torch dtype (make them bfloat16 tensors). Rejected: the program
+   sees another dtype than it asked for (type promotion, `.dtype` checks, state dicts all
+   change), which is exactly what these switches avoid.
+2. Narrow only the buffers made by host->device transfers, and let each graph compute in
+   whatever types JAX promotion gives. Rejected: a float32 result of bf16 inputs would be
+   float32 or bf16 depending on the op's rule (rules cast results to the node's dtype),
+   so storage would widen again after the first op, and results would not match eager in
+   either type.
+3. (Chosen) A policy that is part of the device data model, applied in two places only:
+   * at host->device transfer (`runtime/transfer.upload`): the host tensor is converted
+     on the host with torch (eager's rounding) and the buffer is the narrow one;
+     `DeviceData.dtype` stays the logical dtype, `DeviceData.storage` is the buffer's;
+   * when a graph is lowered (`compile/program.build`): every node's device dtype is the
+     policy's storage dtype of its logical dtype (the graph's `policy`, taken once per
+     sync by `sync/collect`, and part of the graph key), so computations run in the
+     narrow type as PyTorch/XLA's do, and graph outputs are installed narrow.
+   Host reads convert back to the logical dtype (`runtime/transfer.download`). The
+   per-op tracing path does not look at the policy at all: it costs one lookup per
+   transfer and one per sync.
+
+Answers are fixed at first use: a policy is asked for each logical dtype at most once and
+keeps the answer, so graphs compiled under it stay valid (the graph key holds the
+policy's token, not its answers). That also gives PyTorch/XLA's behaviour for its
+variables, which it reads once per process, the first time a tensor of a type they govern
+is made (compat/torch_xla installs such a policy). Only narrowings are allowed
+(`NARROWINGS`): a storage type must hold the logical type's values, rounded.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping, Optional, Union
+
+import torch
+
+from .. import config
+
+NARROWINGS = {
+    torch.float64: (torch.float32, torch.bfloat16, torch.float16),
+    torch.float32: (torch.bfloat16, torch.float16),
+    torch.int64: (torch.int32,),
+    torch.uint64: (torch.uint32,),
+}
+
+Rule = Union[Mapping[torch.dtype, torch.dtype], Callable[[torch.dtype], torch.dtype]]
+
+
+def _check_pair(logical, storage) -> None:
+    allowed = NARROWINGS.get(logical)
+    if storage == logical:
+        return
+    if allowed is None or storage not in allowed:
+        pairs = "; ".join(f"{str(k)[6:]} -> {'/'.join(str(v)[6:] for v in vs)}" for k, vs in NARROWINGS.items())
+        raise ValueError(f"lazyxla: storage dtype {storage} for logical dtype {logical} is not a narrowing "
+                         f"lazyxla supports; the allowed ones are {pairs}. Leave {logical} out of the "
+                         "policy to store it as itself.")
+
+
+class StoragePolicy:
+    """logical dtype -> storage dtype; each dtype's answer is fixed when first asked.
+
+    `rule` is a mapping (dtypes not in it are stored as themselves) or a function of the
+    logical dtype returning the storage dtype (called once per logical dtype, when first
+    needed). `token` stands for the policy in graph keys: equal mappings share a token."""
+    __slots__ = ("_rule", "_answers", "token", "name")
+
+    def __init__(self, rule: Rule, name: str = "") -> None:
+        if callable(rule):
+            self._rule, self._answers = rule, {}
+            self.token = ("fn", id(self))
+        else:
+            answers = dict(rule)
+            for logical, storage in answers.items():
+                _check_pair(logical, storage)
+            self._rule = None
+            self._answers = {k: v for k, v in answers.items() if k != v}
+            self.token = ("map", tuple(sorted((str(k), str(v)) for k, v in self._answers.items())))
+        self.name = name or self._describe()
+
+    def storage(self, logical: torch.dtype) -> torch.dtype:
+        """The dtype a tensor of dtype `logical` is held in on the device."""
+        answer = self._answers.get(logical)
+        if answer is not None:
+            return answer
+        if self._rule is None or logical not in NARROWINGS:
+            return logical
+        answer = self._rule(logical)
+        _check_pair(logical, answer)
+        self._answers[logical] = answer
+        return answer
+
+    def _describe(self) -> str:
+        if self._rule is not None:
+            return getattr(self._rule, "__name__", "a function")
+        return ", ".join(f"{str(k)[6:]}={str(v)[6:]}" for k, v in self._answers.items()) or "none"
+
+    def __repr__(self) -> str:
+        return f"StoragePolicy({self.name})"
+
+
+def parse(text: str) -> dict:
+    """`LAZYXLA_STORAGE_DTYPES`' form, e.g. "float32=bfloat16,float64=bfloat16,int64=int32"."""
+    mapping = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        logical, _, storage = item.partition("=")
+        try:
+            pair = [getattr(torch, name.strip()) for name in (logical, storage)]
+            if not all(isinstance(d, torch.dtype) for d in pair):
+                raise AttributeError
+        except AttributeError:
+            raise ValueError(f"lazyxla: LAZYXLA_STORAGE_DTYPES={text!r}: {item!r} is not "
+                             "<logical dtype>=<storage dtype>, e.g. float32=bfloat16") from None
+        mapping[pair[0]] = pair[1]
+    return mapping
+
+
+def _initial() -> Optional[StoragePolicy]:
+    text = config.SETTINGS.storage_dtypes
+    return StoragePolicy(parse(text), text) if text else None
+
+
+_current: Optional[StoragePolicy] = _initial()
+
+
+def current() -> Optional[StoragePolicy]:
+    """`lx.storage_dtypes()`: the policy transfers and syncs apply now (its `storage(dtype)`
+    answers); None stores every dtype as itself."""
+    return _current
+
+
+def set_storage_dtypes(rule: Optional[Union[Rule, StoragePolicy]]) -> Optional[StoragePolicy]:
+    """`lx.set_storage_dtypes`: make `rule` (a mapping such as {torch.float32: torch.bfloat16},
+    a function of the logical dtype, or a StoragePolicy) the policy for later transfers
+    and syncs; None or {} for no narrowing. Returns the previous policy (or None). Buffers keep the storage they were made with; a graph computes in
+    the policy current at its sync."""
+    global _current
+    previous = _current
+    if rule is not None and not isinstance(rule, StoragePolicy):
+        rule = StoragePolicy(rule)
+        if rule._rule is None and not rule._answers:
+            rule = None   # an empty mapping: no narrowing, and graph keys as without a policy
+    _current = rule
+    return previous
+
+
+def storage_for(logical: torch.dtype) -> torch.dtype:
+    """Storage dtype of a tensor of `logical` dtype transferred now."""
+    policy = _current
+    return logical if policy is None else policy.storage(logical)
