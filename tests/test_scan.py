@@ -334,3 +334,84 @@ def test_reference_gpt_with_scan_layers_trains_like_its_loop(dev):
             opt.step()
             losses[scan_on].append(loss.item())
     assert losses[True] == pytest.approx(losses[False], rel=1e-5)
+
+
+# -- rematerialize=False: the forward loop saves activations -----------------------------
+
+def tanh_fn(w):
+    def fn(c, x):
+        h = torch.tanh(c @ w + x)
+        return h, h.sum(-1)
+    return fn
+
+
+def test_saved_activations_give_the_loops_values_and_gradients(dev):
+    torch.manual_seed(0)
+    init, xs, w = torch.randn(2, 4), torch.randn(5, 2, 4), torch.randn(4, 4)
+    for fn_maker in (tanh_fn, lambda w: (lambda c, x: (torch.sigmoid(c * w[0] + x), torch.relu(c - x)))):
+        out = {}
+        for side in ("eager", "lazy"):
+            move = (lambda t: t.to(dev)) if side == "lazy" else (lambda t: t.clone())
+            i, x, ww = (move(t).requires_grad_() for t in (init, xs, w))
+            run = (lambda f, a, b: scan(f, a, b, rematerialize=False)) if side == "lazy" else python_scan
+            carry, ys = run(fn_maker(ww), i, x)
+            ((carry ** 2).sum() + (ys ** 2).sum()).backward()
+            out[side] = [carry, ys, i.grad, x.grad, ww.grad]
+        for a, b in zip(out["lazy"], out["eager"]):
+            assert_close(a, b.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_saved_activations_backward_does_not_rerun_fn(dev):
+    """The backward iteration reads the forward's residuals: its program has no tanh
+    (tanh's derivative reads the saved output); the re-running one has."""
+    import jax
+    from lazyxla._jax import jax_dtype
+    w = torch.randn(4, 4).to(dev).requires_grad_()
+    jaxprs = {}
+    for remat in (True, False):
+        fn = tanh_fn(w)
+        scan(fn, torch.randn(2, 4).to(dev), torch.randn(3, 2, 4).to(dev), is_fn_pure=True, rematerialize=remat)
+        (trace,) = scan.__globals__["_TRACES"][fn].values()
+        assert (len(trace.body.residuals) > 0) is (not remat)
+        inputs = [(2, 4), (2, 4), (2, 4), (2,)] + [tuple(r.shape) for r in trace.body.residuals]
+        avals = [jax.ShapeDtypeStruct(s, jax.numpy.float32) for s in inputs]
+        avals += [jax.ShapeDtypeStruct(n.shape, jax_dtype(n.dtype)) for n in trace.backward.extra_operands()]
+        jaxprs[remat] = str(jax.make_jaxpr(trace.backward.program.fn)(*avals))
+    assert "tanh" in jaxprs[True] and "tanh" not in jaxprs[False]
+
+
+def test_saved_activations_replay_random_values(dev):
+    x = torch.ones(4, 1000).to(dev).requires_grad_()
+    _, ys = scan(lambda c, x: (c, torch.nn.functional.dropout(x, 0.5, training=True)), torch.zeros(1).to(dev), x,
+                 rematerialize=False)
+    ys.sum().backward()
+    kept = (ys != 0).float().cpu()
+    assert_close(x.grad, kept * 2.0)
+
+
+def test_scan_layers_saving_activations_trains_like_the_loop(dev):
+    ref = blocks(3)
+    lazy = copy.deepcopy(ref).to(dev)
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(lazy.parameters(), lr=1e-2)
+    x = torch.randn(3, 16)
+    compiles = []
+    for _ in range(3):
+        h = x
+        for block in ref:
+            h = block(h)
+        loss = (h ** 2).mean()
+        opt_ref.zero_grad()
+        loss.backward()
+        opt_ref.step()
+        metrics.clear_all()
+        lazy_loss = (scan_layers(lazy, x.to(dev), is_layer_pure=True, rematerialize=False) ** 2).mean()
+        opt.zero_grad()
+        lazy_loss.backward()
+        opt.step()
+        lx.sync()
+        assert_close(lazy_loss, loss.detach(), rtol=1e-5)
+        compiles.append(metrics.counter_value("UncachedCompile") or 0)
+    for p, q in zip(lazy.parameters(), ref.parameters()):
+        assert_close(p, q.detach(), rtol=1e-4, atol=1e-6)
+    assert compiles[1:] == [0, 0], compiles

@@ -48,9 +48,11 @@ class ScannedLayers(nn.Module):
 
     `is_layer_pure=True` promises that a layer's forward depends only on its tensors
     and its inputs' shapes (as for `scan_layers`): forward and backward are then
-    traced once for the module's lifetime instead of at every call."""
+    traced once for the module's lifetime instead of at every call. `rematerialize`
+    as for `scan`: True keeps no activations and re-runs each layer in the backward."""
 
-    def __init__(self, layers: Sequence[nn.Module], *, is_layer_pure: bool = False) -> None:
+    def __init__(self, layers: Sequence[nn.Module], *, is_layer_pure: bool = False,
+                 rematerialize: bool = True) -> None:
         super().__init__()
         layers = list(layers)
         if not layers:
@@ -73,6 +75,7 @@ class ScannedLayers(nn.Module):
         self.stacked = stacked
         self.num_layers = len(layers)
         self.is_layer_pure = is_layer_pure
+        self.rematerialize = rematerialize
         self._one_layer = layer_function(stacked)
         self.register_state_dict_post_hook(_per_layer_state_dict)
         self.register_load_state_dict_pre_hook(_stack_loaded_state_dict)
@@ -94,7 +97,7 @@ class ScannedLayers(nn.Module):
                 carry, _ = self._one_layer(carry, {name: w[i] for name, w in weights.items()})
             return carry
         cache = _trace_cache(self._one_layer) if self.is_layer_pure else None
-        final, _ = scan_cached(self._one_layer, carry, weights, cache)
+        final, _ = scan_cached(self._one_layer, carry, weights, cache, rematerialize=self.rematerialize)
         return final
 
     def extra_repr(self) -> str:
