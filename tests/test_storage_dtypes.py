@@ -6,6 +6,9 @@ XLA_USE_32BIT_LONG and `_get_xla_tensors_text` through lazyxla.compat."""
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -261,3 +264,31 @@ def test_ir_text_of_device_data_and_multi_output_nodes(torch_xla):
     text = torch_xla._XLAC._get_xla_tensors_text([index, values + 1])
     assert "(bf16[10]{0}, s64[10]{0}) aten::max(%0), xla_shape=(bf16[10]{0}, s64[10]{0}), ROOT=0" in text
     assert "aten::add(%1.0, %2)" in text
+
+
+_SPMD_SCRIPT = """
+import torch, lazyxla as lx
+lx.spmd.use_spmd()
+lx.set_storage_dtypes({torch.float32: torch.bfloat16})
+mesh = lx.spmd.Mesh(range(8), (8,), ("x",))
+host = torch.randn(8, 16)
+w = lx.spmd.mark_sharding(host.to(lx.device()), mesh, ("x", None))
+y = (w * 3).sum(0)
+lx.sync()
+data = w.lazy_value().data
+assert (str(data.array.dtype), data.array.sharding.spec[0]) == ("bfloat16", "x"), data
+assert str(y.lazy_value().data.array.dtype) == "bfloat16"
+assert torch.equal(y.cpu(), (host.bfloat16() * 3).sum(0).float())
+assert torch.equal(torch.cat(lx.spmd.local_shards(w)), host.bfloat16().float())
+print("OK")
+"""
+
+
+def test_spmd_uploads_place_the_narrow_shards():
+    """SPMD stages uploads on the host (DeviceData.host): the staged copy is the narrow one."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    out = subprocess.run([sys.executable, "-c", _SPMD_SCRIPT], env=env, capture_output=True, text=True,
+                         timeout=600, cwd=root)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stdout[-2000:] + out.stderr[-4000:]
