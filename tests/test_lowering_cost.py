@@ -78,16 +78,16 @@ def test_a_400_op_chain_with_packed_scalars_lowers_flat(dev):
 
 
 def test_packed_scalars_reach_each_rule_in_its_own_compute_dtype(dev):
-    # 500 scalars for 4 outputs: packed; float64, bfloat16 (computed in float32) and
+    # 500 scalars (about 400 distinct) for 4 outputs: packed; float64, bfloat16 (computed in float32) and
     # int64 consumers read the same float64 and int64 packs converted to their dtype
     a, b, i = (torch.randn(5, dtype=torch.float64, generator=torch.Generator().manual_seed(2)),
                torch.randn(5, generator=torch.Generator().manual_seed(3)).bfloat16(), torch.arange(5))
 
     def f(a, b, i):
-        for k in range(100):
-            a = a * 1.0001 + 0.1
-            b = b * 0.99 - 0.5
-            i = i + 3
+        for k in range(100):   # values that differ per k: equal ones would share an operand
+            a = a * (1.0001 + k * 1e-6) + 0.1 * k
+            b = b * (0.99 - k * 1e-3) - (0.5 + k)
+            i = i + 3 * k
         return a, b, i, (i * 0.5 - 2.25) / 3
 
     got = f(a.to(dev), b.to(dev), i.to(dev))

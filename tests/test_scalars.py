@@ -107,3 +107,29 @@ def test_scalars_pack_only_for_long_chains(dev):
     assert len(graph.outputs) == 1
     assert [shape for shape, _ in scalars.scalar_avals(graph)] == [(n,), (0,), (0,), (0,)]   # one vector per kind
     assert_close(x, torch.full((4,), 0.5 + sum(i + 0.25 for i in range(n))))
+
+
+def test_long_chains_merge_equal_scalars(dev):
+    """W4's kind of graph, a long chain of fresh literals: at a sync equal values share
+    one operand (sync/collect.py), -0.0 and 0.0 stay apart, and a chain whose values
+    start or stop being equal compiles once per pattern, with the right values."""
+    n = scalars.SEPARATE_SCALARS_MAX
+    x = torch.full((4,), 0.5)
+    xl = x.to(dev)
+    lx.sync()
+
+    def chain(y, a, b):
+        for _ in range(n):
+            y = y * (a * 1.0) + (b * 1.0)   # new float objects per op: 2n lifted scalars
+        return y
+
+    compiles = []
+    for a, b in ((0.5, 0.25), (0.5, 0.5), (0.75, 0.125), (-0.0, 0.0)):
+        y = chain(xl, a, b)
+        (graph, _), = pending_graphs()
+        assert len(graph.scalars) == len({(a, str(a)), (b, str(b))}), graph.scalars   # -0.0 != 0.0 here
+        metrics.clear_all()
+        assert_close(y, chain(x, a, b))
+        compiles.append(metrics.counter_value("UncachedCompile") or 0)
+    # two distinct values share the first executable; (0.5, 0.5), one value, is a new pattern
+    assert compiles == [1, 1, 0, 0], compiles

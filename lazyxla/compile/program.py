@@ -103,10 +103,13 @@ def build(graph: Graph) -> tuple[Callable, int]:
         param_of[id(d)] = i
     # packed scalars: a rule that casts its operands to its compute dtype first gets them
     # read from the pack converted once (see lower/_packs.py)
-    packed = {k: v for k, v in scalar_slot.items() if v[1] is not None}
+    # (so are merged scalars, which many nodes read: sync/collect.py)
+    merged = graph.merged_scalars is not None
+    packed = {k: v for k, v in scalar_slot.items() if merged or v[1] is not None}
     storage = graph.policy.storage if graph.policy is not None else None
     instrs = []
-    for node in graph.order:
+    scalar_reads: dict = {}   # (operand, element, dtype) -> its first read's position in env
+    for position, node in enumerate(graph.order):
         op = node.op
         if op is DATA:
             # a buffer stored otherwise than the graph's policy says (made under another
@@ -116,7 +119,10 @@ def build(graph: Graph) -> tuple[Callable, int]:
                            None, None))
         elif op is SCALAR:
             operand, element = scalar_slot[id(node)]
-            instrs.append((1, operand, element, jax_dtype(node.dtype), None))
+            read = (operand, element, jax_dtype(node.dtype))
+            first = scalar_reads.setdefault(read, position)
+            # merged scalars (sync/collect.py) share an operand: read and cast it once
+            instrs.append((1, *read, None) if first == position else (4, first, None, None, None))
         elif op is GETITEM:
             instrs.append((2, index[id(node.inputs[0])], node.args[1], None, None))
         else:
@@ -139,6 +145,8 @@ def build(graph: Graph) -> tuple[Callable, int]:
                 env.append(cast(flat[a], c) if b is None else _PackRef(a, b, c))
             elif kind == 2:
                 env.append(env[a][b])
+            elif kind == 4:
+                env.append(env[a])
             else:
                 env.append(_apply(a, ctx, _resolve(b, env, packs),
                                   {k: _resolve(v, env, packs) for k, v in c.items()}))

@@ -24,16 +24,20 @@ class DeviceBuffer(Protocol):
 
 class Graph:
     __slots__ = ("device", "order", "outputs", "params", "scalars", "key", "storages", "root_slots",
-                 "out_shardings", "policy")
+                 "out_shardings", "policy", "merged_scalars")
 
     def __init__(self, device: int, order: list, outputs: tuple, params: list,
                  scalars: list, key: tuple, storages: list, root_slots: tuple,
-                 out_shardings: Optional[tuple] = None, policy: Any = None) -> None:
+                 out_shardings: Optional[tuple] = None, policy: Any = None,
+                 merged_scalars: Optional[dict] = None) -> None:
         self.device = device
         self.order = order            # nodes in topological order
         self.outputs = outputs        # positions in `order` of the distinct root nodes, ascending
         self.params: list[DeviceBuffer] = params
-        self.scalars: list[Node] = scalars
+        self.scalars: list[Node] = scalars   # one per scalar operand
+        # equal scalars merged into one operand (sync/collect.py): id(scalar node) ->
+        # index in `scalars`, for every scalar node; None: each node is its own operand
+        self.merged_scalars = merged_scalars
         self.key = key
         self.storages = storages      # (storage, output slot) pairs to install results into
         self.root_slots = root_slots  # output slot of each distinct root, in the order given

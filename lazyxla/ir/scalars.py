@@ -47,9 +47,14 @@ def scalar_kind(node: Node) -> int:
     return 2 if node.dtype == torch.bool else 1
 
 
+def long_chain(n_scalars: int, n_outputs: int) -> bool:
+    """A graph whose scalars are too many to pass apart: packed, and merged by value at a
+    sync (sync/collect.py)."""
+    return n_scalars > SEPARATE_SCALARS_MAX and n_scalars > PACK_SCALARS_PER_OUTPUT * n_outputs
+
+
 def _packed(graph: Graph) -> bool:
-    n = len(graph.scalars)
-    return n > SEPARATE_SCALARS_MAX and n > PACK_SCALARS_PER_OUTPUT * len(graph.outputs)
+    return long_chain(len(graph.scalars), len(graph.outputs))
 
 
 def _pack_layout(graph: Graph) -> tuple[list, list]:
@@ -64,11 +69,16 @@ def _pack_layout(graph: Graph) -> tuple[list, list]:
 
 
 def scalar_slots(graph: Graph, n_params: int) -> dict:
-    """id(scalar node) -> (operand position, element of the pack or None)."""
+    """id(scalar node) -> (operand position, element of the pack or None), for every
+    scalar node of the graph (merged ones share their operand)."""
     if not _packed(graph):
-        return {id(s): (n_params + i, None) for i, s in enumerate(graph.scalars)}
-    layout, _ = _pack_layout(graph)
-    return {id(s): (n_params + k, j) for s, (k, j) in zip(graph.scalars, layout)}
+        slots = {id(s): (n_params + i, None) for i, s in enumerate(graph.scalars)}
+    else:
+        layout, _ = _pack_layout(graph)
+        slots = {id(s): (n_params + k, j) for s, (k, j) in zip(graph.scalars, layout)}
+    if graph.merged_scalars is not None:
+        slots.update({nid: slots[id(graph.scalars[i])] for nid, i in graph.merged_scalars.items()})
+    return slots
 
 
 def scalar_avals(graph: Graph) -> list:

@@ -7,6 +7,10 @@ for a rule marked `casts_to_compute` (lower/_util.py), the rule's compute dtype.
 Reading each element on its own (index, then convert) gave XLA 1,500
 slice-and-convert chains inside W4's one fusion: its compile took about 1.5x as
 long, and the trace twice the primitives.
+
+A merged scalar (one operand that several equal scalars of a long chain share,
+sync/collect.py) is read the same way with no element: converted once per dtype,
+not once per op that reads it.
 """
 from __future__ import annotations
 
@@ -16,7 +20,8 @@ from ._util import cast
 
 
 class PackReader:
-    """Element `element` of the pack at operand position `operand`, as a 0-d array of
+    """Element `element` of the pack at operand position `operand` (None: the 0-d
+    operand itself, a merged scalar), as a 0-d array of
     dtype `dtype`; one per traced program (it holds the tracers of that trace)."""
     __slots__ = ("_flat", "_parts")
 
@@ -24,7 +29,12 @@ class PackReader:
         self._flat = flat
         self._parts: dict = {}
 
-    def read(self, operand: int, element: int, dtype):
+    def read(self, operand: int, element, dtype):
+        if element is None:   # a merged 0-d scalar operand
+            value = self._parts.get((operand, dtype))
+            if value is None:
+                value = self._parts[(operand, dtype)] = cast(self._flat[operand], dtype)
+            return value
         parts = self._parts.get((operand, dtype))
         if parts is None:
             pack = self._flat[operand]

@@ -61,7 +61,7 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
     if not items:
         return None
     try:
-        graph = collect(device, items)
+        graph = collect(device, items, merge_scalars=True)
     except DonatedBufferError:
         if not skip_donated:
             raise
@@ -72,7 +72,7 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
         items = [item for item in items if not reads_donated(item[0])]
         if not items:
             return None
-        graph = collect(device, items)
+        graph = collect(device, items, merge_scalars=True)
     if any(type(d) is Placeholder for d in graph.params):
         raise placeholder_refusal()
     aliasing = config.aliasing_enabled(device)
@@ -278,7 +278,7 @@ def pending_graphs(tensors=None, *, automatic: bool = True, explicit: Optional[b
             items = _pending(storages)
             if not items:
                 continue
-            graph = collect(device, items)
+            graph = collect(device, items, merge_scalars=True)
             use_explicit = explicit if explicit is not None else (
                 tensors is None or config.explicit_donation_enabled(device))
             donors, _ = plan(graph, live_storages(device), automatic=automatic, explicit=use_explicit,

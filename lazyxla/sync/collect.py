@@ -6,7 +6,19 @@ one buffer is never passed, or donated, twice), lifted scalars, and the graph
 key. The key is the sequence of `(signature id, operand positions)` per node:
 structure, operand shapes/dtypes and exact wiring, never data values, buffer
 identities, tensor ids or scalar values. Each lifted scalar is its own operand
-(never merged by value), so equal hyper-parameters cannot change the key.
+(not merged by value), so equal hyper-parameters cannot change the key, with one
+exception: in a long chain (more lifted scalars than `SEPARATE_SCALARS_MAX` and
+`PACK_SCALARS_PER_OUTPUT` per output, ir/scalars.py) a sync merges equal scalars
+into one operand, and the key then says which scalars share one.
+
+Why the exception. Python literals reach the dispatcher as fresh 0-d tensors, so
+`y * 0.5 + 1.0` repeated 500 times is 1,000 operands, and XLA compiles a fusion
+reading 1,000 values about four times slower than one reading the two distinct
+ones (W4, 2,000 ops: 1.3 s against 0.3 s in plain JAX). PyTorch/XLA merges every
+scalar by value and recompiles whenever two hyper-parameters become equal
+(upstream #3604). Limiting the merge to long chains keeps an optimizer step (a
+few scalars per output, where such coincidences happen) free of it; in a long
+chain a coincidence costs one more compile, cached like any other.
 
 Under a storage dtype policy (runtime/storage_dtypes.py) the key ends with the
 policy's token: the graph computes in its storage dtypes.
@@ -23,16 +35,19 @@ from __future__ import annotations
 from typing import Optional
 
 from ..ir.graph import Graph
+from ..ir.scalars import long_chain
 from ..ir.node import DATA, SCALAR, SHARDING_CONSTRAINT, Node
 from ..runtime import placement, storage_dtypes
 from ..runtime.device_data import DeviceData, donated_error
 
 
-def collect(device: int, items: list) -> Graph:
+def collect(device: int, items: list, merge_scalars: bool = False) -> Graph:
     """Graph computing `items`: `(root node, storage or None)` pairs, all on `device`.
 
     A storage receives its root's result after execution; a root without a
-    storage is a temporary output (a view read back to the host).
+    storage is a temporary output (a view read back to the host). `merge_scalars`:
+    merge equal lifted scalars of a long chain (module docstring); captures keep
+    theirs apart (their seeds are replaced per call).
     """
     index: dict = {}
     order: list = []
@@ -64,13 +79,38 @@ def collect(device: int, items: list) -> Graph:
                               for i in by_position)
     outputs = tuple(outputs[i] for i in by_position)
     targets = [(st, rank[slot]) for st, slot in targets]
+    merged = None
+    if merge_scalars and long_chain(len(scalars), len(outputs)):
+        scalars, merged = _merge_equal_scalars(scalars, index, entries)
     policy = storage_dtypes.current()
     key = (device, tuple(entries), outputs)
     if out_shardings is not None or policy is not None:
         key += (out_shardings,)
     if policy is not None:   # the graph computes in the policy's storage dtypes
         key += (policy.token,)
-    return Graph(device, order, outputs, params, scalars, key, targets, tuple(rank), out_shardings, policy)
+    return Graph(device, order, outputs, params, scalars, key, targets, tuple(rank), out_shardings, policy,
+                 merged)
+
+
+def _merge_equal_scalars(scalars: list, index: dict, entries: list) -> tuple[list, dict]:
+    """One operand per distinct (dtype, value) of `scalars`; rewrites their key
+    entries to the shared operand. Returns the distinct scalars and, for every
+    scalar node, the index of its operand. Values compare by bits (float.hex):
+    -0.0 and 0.0 stay apart."""
+    distinct: list = []
+    slot_of_value: dict = {}
+    slot_of_node: dict = {}
+    for node in scalars:
+        value = node.data
+        bits = (value.real.hex(), value.imag.hex()) if isinstance(value, complex) else \
+            value.hex() if isinstance(value, float) else (type(value), value)
+        slot = slot_of_value.setdefault((node.dtype, bits), len(distinct))
+        if slot == len(distinct):
+            distinct.append(node)
+        slot_of_node[id(node)] = slot
+        position = index[id(node)]
+        entries[position] = entries[position][:2] + (slot,)
+    return distinct, slot_of_node
 
 
 def _requested_sharding(root: Node, updated: Optional[int], params: list):
