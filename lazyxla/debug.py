@@ -95,6 +95,15 @@ def ir_text(tensors=None) -> str:
     return "\n".join(texts) if texts else "(nothing pending)"
 
 
+def hlo_text(tensors=None) -> str:
+    """XLA HLO text of what a sync would compile (of `tensors`, or of every live pending
+    tensor when None), as lazyxla hands it to XLA: lowered, not compiled, nothing run.
+    Loops (scan, while_loop) show as HLO `while` instructions."""
+    from .compile.cache import hlo_text as graph_hlo
+    texts = [graph_hlo(graph, donors) for graph, donors in pending_graphs(tensors)]
+    return "\n".join(texts) if texts else "(nothing pending)"
+
+
 class IRNode(NamedTuple):
     """One node of `ir_nodes`. `op`: the ATen name ("aten::div.Tensor_mode"), or
     "lazyxla::data" (a device buffer), "lazyxla::scalar" (a lifted Python scalar, `value`),

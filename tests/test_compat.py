@@ -561,3 +561,28 @@ def test_amp_is_torch_autocast_and_grad_scaler_on_lazyxla(torch_xla):
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="not an XLA device"):
         amp.autocast("cpu")
+
+
+def test_xm_attribute_fork_rng_and_hlo_text(torch_xla):
+    """What upstream's scan_layers tests use: `torch_xla.xm`, `xm.fork_rng` with
+    `set_rng_state`, and `_XLAC._get_xla_tensors_hlo` (lx.debug.hlo_text)."""
+    import torch_xla.core.xla_model as xm
+    from torch_xla.experimental.scan import scan
+    assert torch_xla.xm is xm
+    before = xm.get_rng_state()
+    draws = []
+    for _ in range(2):
+        with xm.fork_rng():
+            xm.set_rng_state(42)
+            draws.append(torch.rand(5, device="xla").cpu())
+    assert torch.equal(draws[0], draws[1]) and torch.equal(xm.get_rng_state(), before)
+
+    dev = torch_xla.device()
+    xs = torch.arange(12.0).reshape(3, 4)
+    carry, _ = scan(lambda c, x: (c + x, c * x), torch.zeros(4, device=dev), xs.to(dev))
+    lx.metrics.clear_all()
+    text = torch_xla._XLAC._get_xla_tensors_hlo([carry])
+    assert text.startswith("HloModule") and "while(" in text and "condition=" in text and "body=" in text
+    assert lx.metrics.counter_value("UncachedCompile") is None   # lowered only: nothing compiled or run
+    assert carry.cpu().tolist() == xs.sum(0).tolist()
+    assert lx.debug.hlo_text([]) == "(nothing pending)"

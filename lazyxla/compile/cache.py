@@ -197,19 +197,35 @@ def compile_graph(graph: Graph, donors: tuple) -> Executable:
         return _compile(graph, donors)
 
 
-def _compile(graph: Graph, donors: tuple) -> Executable:
+def _lower(graph: Graph, donors: tuple) -> tuple[jax.stages.Lowered, int]:
+    """`graph`'s program traced and lowered for its placements and donors (not
+    compiled), and its number of parameters."""
     program, n_params = build(graph)
     in_shardings, scalar_sharding, out_shardings = _placements(graph)
     avals = [jax.ShapeDtypeStruct(d.shape, jax_dtype(d.storage), sharding=s)
              for d, s in zip(graph.params, in_shardings)]
     avals += [jax.ShapeDtypeStruct(shape, dt, sharding=scalar_sharding) for shape, dt in scalar_avals(graph)]
     jitted = jax.jit(program, donate_argnums=donors, keep_unused=True, out_shardings=out_shardings)
+    return jitted.lower(*avals), n_params
+
+
+@x64
+def hlo_text(graph: Graph, donors: tuple) -> str:
+    """XLA's HLO text of `graph`'s program as handed to the compiler (before XLA's
+    passes): what lx.debug.hlo_text shows."""
+    with _gc_paused():
+        lowered, _ = _lower(graph, donors)
+        return lowered.compiler_ir("hlo").as_hlo_text()
+
+
+def _compile(graph: Graph, donors: tuple) -> Executable:
     start = time.perf_counter_ns()
     try:
         with warnings.catch_warnings():
             # Explicit donors without a matching output are freed, not reused; JAX warns.
             warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
-            compiled = jitted.lower(*avals).compile(compiler_options(graph) or None)
+            lowered, n_params = _lower(graph, donors)
+            compiled = lowered.compile(compiler_options(graph) or None)
     except LoweringError:
         raise
     except Exception as e:

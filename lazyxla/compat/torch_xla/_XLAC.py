@@ -162,6 +162,13 @@ def _get_graph_hash(tensors: Sequence[torch.Tensor]) -> bytes:
     return bytes.fromhex(lx.graph_hash(list(tensors)))
 
 
+def _get_xla_tensors_hlo(tensors: Sequence[torch.Tensor]) -> str:
+    """HLO text of the graph computing `tensors` (lx.debug.hlo_text): lazyxla's lowering
+    of it, not upstream's (instruction names and layouts differ; loops are HLO `while`s
+    in both)."""
+    return lx.debug.hlo_text(list(tensors))
+
+
 def _get_xla_tensors_text(tensors: Sequence[torch.Tensor]) -> str:
     """Upstream's IR text of `tensors` (one line per node, operands first, from
     lx.debug.ir_nodes): `IR {`, then `%i = <device shape> <op>(%operands), xla_shape=...`

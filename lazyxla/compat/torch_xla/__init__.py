@@ -111,4 +111,8 @@ def manual_seed(seed: int, device=None) -> None:
     torch.manual_seed(seed)
 
 
+# upstream's `torch_xla.xm` (its torch_xla.py imports xla_model as xm); last, since
+# xla_model imports this package
+from .core import xla_model as xm  # noqa: E402,F401
+
 __getattr__ = unsupported_names(__name__)

@@ -2,7 +2,8 @@
 saving, ordinals (torch_xla/core/xla_model.py upstream)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+import contextlib
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import torch
 
@@ -136,10 +137,34 @@ def save(data: Any, file_or_path, master_only: bool = True, global_master: bool 
 
 # -- random state: lazyxla's random ops draw seeds from torch's default generator ----
 
-def set_rng_state(seed: int, device: Optional[str] = None) -> None:
-    """torch.manual_seed(seed): reseeds the CPU generator too (lazyxla draws device
-    seeds from it), where upstream seeds the device only."""
-    torch_xla.manual_seed(seed)
+def set_rng_state(seed: Union[int, torch.Tensor], device: Optional[str] = None) -> None:
+    """An int: torch.manual_seed(seed), reseeding the CPU generator too (lazyxla draws
+    device seeds from it), where upstream seeds the device only. A state from
+    `get_rng_state()`: that generator state back."""
+    if isinstance(seed, torch.Tensor):
+        torch.random.set_rng_state(seed)
+    else:
+        torch_xla.manual_seed(seed)
+
+
+def get_rng_state(device: Optional[str] = None) -> torch.Tensor:
+    """The state lazyxla's random ops draw their seeds from: torch's default generator's
+    (a uint8 tensor; upstream returns the device's int seed). `set_rng_state` takes it."""
+    return torch.random.get_rng_state()
+
+
+@contextlib.contextmanager
+def fork_rng(device: Optional[str] = None, enabled: bool = True) -> Iterator[None]:
+    """Random ops inside draw from the current state; on exit the state is what it was
+    before (torch's default generator's, which lazyxla's random ops draw from)."""
+    if not enabled:
+        yield
+        return
+    state = get_rng_state(device)
+    try:
+        yield
+    finally:
+        set_rng_state(state, device)
 
 
 def get_memory_info(device: Optional[torch.device] = None) -> Dict[str, int]:
