@@ -31,9 +31,6 @@ EXPECTED_FAILURES=(
     "MetricsTest.test_execute_time_metric"   # lazyxla's ExecuteTime: the dispatch, not the async run
     "MetricsTest.test_eager_metrics"         # torch_xla.experimental.eager_mode is not mapped
     "MetricsTest.test_get_fallback_ops"      # imports torchvision
-    "ScanTest.test_scan_with_rematerialization"    # lazyxla's scan backward always re-runs fn
-    "ScanTest.test_scan_activation_aliases_input0" # saved carries have xs's shape there too
-    "ScanTest.test_scan_activation_aliases_input1"
 )
 # file -> tests that pass under lazyxla (PyTorch/XLA 2.9 itself on CPU in the comment).
 # A file without a test runner counts 1 when it exits 0.
@@ -45,7 +42,7 @@ declare -A PASSES=(
     [test/test_inplace_update.py]=5                 # 2.9: 5
     [test/test_as_stride_use_slice.py]=4            # 2.9: 4
     [test/test_metrics.py]=7                        # 2.9: 10
-    [test/scan/test_scan.py]=29                     # 2.9: 32
+    [test/scan/test_scan.py]=32                     # 2.9: 32
     [test/scan/test_scan_layers.py]=11              # 2.9: 11
     [test/test_while_loop.py]=3                     # 2.9: 3 (+1 skipped)
     [test/test_grad_checkpoint.py]=1                # no test runner: exits 0

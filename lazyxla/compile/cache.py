@@ -215,7 +215,15 @@ def hlo_text(graph: Graph, donors: tuple) -> str:
     passes): what lx.debug.hlo_text shows."""
     with _gc_paused():
         lowered, _ = _lower(graph, donors)
-        return lowered.compiler_ir("hlo").as_hlo_text()
+        computation = lowered.compiler_ir("hlo")
+    try:   # XLA's full form, operands with their shapes (`sine(f32[4,4]{1,0} %x.1)`)
+        from jaxlib._hlo import HloPrintOptions
+    except ImportError:   # another jaxlib layout: JAX's short form
+        return computation.as_hlo_text()
+    options = HloPrintOptions()
+    options.print_operand_shape = True
+    options.print_metadata = False
+    return computation.as_hlo_module().to_string(options)
 
 
 def _compile(graph: Graph, donors: tuple) -> Executable:

@@ -398,6 +398,11 @@ class _Body:
             self.results = self(*leaves)
         return self.results + self.residuals
 
+    def reads_carries(self) -> bool:
+        """Whether the backward iteration reads the iteration's carry: always when it
+        re-runs fn, else only if autograd saved a carry input itself."""
+        return not self.save_activations or any(k[0] == "input" and k[1] < self.n_carry for k in self.saved)
+
     def release(self) -> None:
         """Keep only the shapes of the traced tensors. The trace outlives the call (a
         cache, or the autograd node of the step); its tensors' autograd graph would
@@ -485,7 +490,7 @@ class _Plan:
         self.n_carry, self.n_xs = len(init), len(xs)
         self.n_out = len(trace.body.results)
         self.n_res = len(trace.body.residuals)
-        self.save_carries = need_grad
+        self.save_carries = need_grad and trace.body.reads_carries()
         self.seeds: list = []
 
     def run_forward(self, init: list, xs: list) -> list[LazyTensor]:
@@ -500,8 +505,8 @@ class _Plan:
 
     def run_backward(self, carries: list, xs: list, g_carry: list, g_ys: list, residuals: list) -> list:
         """Insert the backward loop; the gradients of (*init, *xs, *closures), None where
-        a leaf is not differentiable."""
-        carry_examples = [c[0] for c in carries]
+        a leaf is not differentiable. `carries` is empty when the forward saved none."""
+        carry_examples = [c[0] for c in carries] if self.save_carries else list(g_carry)
         x_examples = [x[0] for x in xs]
         diff_c, diff_x = _diff_positions(carry_examples), _diff_positions(x_examples)
         backward = self.trace.backward or _capture_backward(self.body, carry_examples, x_examples,
@@ -513,11 +518,12 @@ class _Plan:
         operands = [t.checked_value() for t in inputs]
         outer = backward.extra_operands()
         operands += outer[:len(outer) - backward.n_seeds] + list(self.seeds)
-        program = _backward_loop(backward, self.length, len(carries), len(xs), len(diff_c), len(diff_x),
-                                 len(g_ys), len(residuals))
+        unsaved = None if self.save_carries else [(tuple(c.shape), c.dtype) for c in carry_examples]
+        program = _backward_loop(backward, self.length, self.n_carry, len(xs), len(diff_c), len(diff_x),
+                                 len(g_ys), len(residuals), unsaved)
         specs = [(shape, contiguous_strides(shape), dtype) for shape, dtype in program.out_avals]
         outs = insert_call(program, operands, specs, self.device)
-        g_init = [None] * len(carries)
+        g_init = [None] * self.n_carry
         g_xs = [None] * len(xs)
         for i, g in zip(diff_c, outs[:len(diff_c)]):
             g_init[i] = g
@@ -630,16 +636,25 @@ def _forward_loop(body: Capture, length: int, n_carry: int, n_xs: int, n_res: in
 
 
 def _backward_loop(body: Capture, length: int, n_carry: int, n_xs: int, n_dc: int, n_dx: int,
-                   n_dy: int, n_res: int) -> Subprogram:
+                   n_dy: int, n_res: int, unsaved_carries: Optional[list] = None) -> Subprogram:
     """(*carries [N,...], *xs, *d final carry, *d ys, *residuals [N,...], *outer, *seeds) ->
-    (*d init, *d xs stacked, *d closures summed), the body run from the last iteration."""
+    (*d init, *d xs stacked, *d closures summed), the body run from the last iteration.
+    `unsaved_carries`: the (shape, dtype) of each carry when the forward saved none
+    (the backward iteration reads no carry: it gets zeros, dead code to XLA)."""
     body_fn = body.program.fn
     n_seeds = body.n_seeds
     avals = body.program.out_avals     # d carry in, d x slices, d closures
     dc_avals, dx_avals, dcl_avals = avals[:n_dc], avals[n_dc:n_dc + n_dx], avals[n_dc + n_dx:]
     out_avals = list(dc_avals) + [((length, *s), d) for s, d in dx_avals] + list(dcl_avals)
 
+    if unsaved_carries is not None:
+        n_saved = 0
+        zero_carries = lambda: tuple(jnp.zeros(s, jax_dtype(d)) for s, d in unsaved_carries)  # noqa: E731
+    else:
+        n_saved = n_carry
+
     def fn(*operands):
+        operands = tuple(operands[:n_saved]) + (() if n_saved else (None,) * n_carry) + tuple(operands[n_saved:])
         carries = operands[:n_carry]
         xs = operands[n_carry:n_carry + n_xs]
         g_final = tuple(operands[n_carry + n_xs:n_carry + n_xs + n_dc])
@@ -651,6 +666,8 @@ def _backward_loop(body: Capture, length: int, n_carry: int, n_xs: int, n_dc: in
         def step(state, inp):
             g_carry, g_closures = state
             carry_in, x, g_y, res, i = inp
+            if not n_saved:
+                carry_in = zero_carries()
             index = i.astype(jnp.int64) * _SEED_MIX
             outs = body_fn(*carry_in, *x, *g_carry, *g_y, *res, *outer, *(s ^ index for s in seeds))
             summed = tuple(a + b for a, b in zip(g_closures, outs[n_dc + n_dx:]))
@@ -658,10 +675,13 @@ def _backward_loop(body: Capture, length: int, n_carry: int, n_xs: int, n_dc: in
 
         zeros = tuple(jnp.zeros(s, jax_dtype(d)) for s, d in dcl_avals)
         (g_init, g_closures), g_xs = lax.scan(step, (g_final, zeros),
-                                              (carries, xs, g_ys, residuals, jnp.arange(length)), reverse=True)
+                                              (carries if n_saved else (), xs, g_ys, residuals, jnp.arange(length)),
+                                              reverse=True)
         return (*g_init, *g_xs, *g_closures)
 
-    return Subprogram(fn, ("scan_backward", body.program.key, length, n_carry, n_xs, n_dc, n_dx, n_dy, n_res),
+    key = ("scan_backward", body.program.key, length, n_carry, n_xs, n_dc, n_dx, n_dy, n_res,
+           None if unsaved_carries is None else tuple(unsaved_carries))
+    return Subprogram(fn, key,
                       f"scan_backward[{length}]", out_avals)
 
 
@@ -677,7 +697,7 @@ class _ScanFunction(torch.autograd.Function):
         residuals = outs[plan.n_out:plan.n_out + plan.n_res]
         carries = outs[plan.n_out + plan.n_res:]
         ctx.plan = plan
-        ctx.save_for_backward(*carries, *xs, *residuals)
+        ctx.save_for_backward(*carries, *xs, *residuals)   # carries: none if the backward reads none
         results = outs[:plan.n_out]
         ctx.mark_non_differentiable(*[r for r in results if not _differentiable(r)])
         return tuple(results)
@@ -687,8 +707,10 @@ class _ScanFunction(torch.autograd.Function):
         plan: _Plan = ctx.plan
         saved = ctx.saved_tensors
         n_carry, n_xs = plan.n_carry, plan.n_xs
-        carries, xs, residuals = saved[:n_carry], saved[n_carry:n_carry + n_xs], saved[n_carry + n_xs:]
-        g_carry = [_zeros_if_none(g, c[0]) for g, c in zip(grads[:n_carry], carries)]
+        n_saved = n_carry if plan.save_carries else 0
+        carries, xs, residuals = saved[:n_saved], saved[n_saved:n_saved + n_xs], saved[n_saved + n_xs:]
+        carry_avals = plan.forward.program.out_avals[:n_carry]
+        g_carry = [_zeros_if_none(g, None, shape, dtype, plan.device) for g, (shape, dtype) in zip(grads, carry_avals)]
         ys = grads[n_carry:]
         y_avals = plan.forward.program.out_avals[n_carry:plan.n_out]
         g_ys = [_zeros_if_none(g, None, (plan.length, *shape), dtype, plan.device)

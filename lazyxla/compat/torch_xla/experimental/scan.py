@@ -1,9 +1,13 @@
 """`torch_xla.experimental.scan`: lx.experimental.scan.
 
-Differences: `partition_fn` is accepted and not used: lazyxla's backward always
-re-runs each iteration (the memory of `min_cut_rematerialization_partition` or
-better, the values of any partition); it only tells cache entries apart, as
-upstream's cache does. `is_fn_pure=True` reuses traces as lx.experimental.scan's
+`partition_fn` chooses what the backward reads, as upstream: the default
+(`default_partition`) saves the iteration's activations (lx.experimental.scan's
+`rematerialize=False`), `min_cut_rematerialization_partition` keeps none and
+re-runs the iteration in the backward (`rematerialize=True`); any other
+partition function is taken as the default. Unlike upstream's partitioners, the
+saved values are exactly what torch's autograd saves (no min-cut search), and
+values never depend on the choice. `partition_fn` also tells cache entries apart,
+as upstream's cache does. `is_fn_pure=True` reuses traces as lx.experimental.scan's
 `is_fn_pure` does, kept in `_SCAN_COMPUTATION_CACHE` (fn -> {key: (iteration,
 forward capture, backward capture)}; the backward is traced at the first call).
 A `fn` that writes into a tensor from outside raises `InputMutationError`
@@ -35,10 +39,16 @@ def scan(fn: Callable, init: Any, xs: Any, partition_fn: Optional[Callable] = No
          is_fn_pure: bool = False) -> tuple[Any, Any]:
     cache = _SCAN_COMPUTATION_CACHE.setdefault(fn, {}) if is_fn_pure else None
     try:
-        return scan_cached(fn, init, xs, cache, partition_fn)
+        return scan_cached(fn, init, xs, cache, partition_fn, rematerialize=rematerializes(partition_fn))
     except _lx_experimental.InputMutationError as e:
         raise _CompatMutationError(f"{e} (PyTorch/XLA reports this as an AssertionError from tracing fn "
                                    "with FakeTensors)") from e
+
+
+def rematerializes(partition_fn: Optional[Callable]) -> bool:
+    """Whether upstream's `partition_fn` keeps no activations (module docstring)."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    return partition_fn is min_cut_rematerialization_partition
 
 
 def tree_flatten_none(pytree: Any) -> tuple[list, Callable[[Sequence], Any]]:
