@@ -51,6 +51,7 @@ from . import experimental  # noqa: E402,F401
 from . import distributed, spmd  # noqa: E402,F401
 from .devices import device, device_count, devices, memory_info, platform  # noqa: E402,F401
 from .runtime.storage_dtypes import current as storage_dtypes, set_storage_dtypes  # noqa: E402,F401
+from .compile.precision import matmul_precision, set_matmul_precision  # noqa: E402,F401
 from . import dynamo as _dynamo  # noqa: E402
 
 _dynamo.register()   # torch.compile(backend="lazyxla"), torch.ops.lazyxla.set_buffer_donor_
@@ -62,7 +63,7 @@ __all__ = [
     "sync", "sync_tensors", "wait_device_ops",
     "set_buffer_donation", "get_buffer_donation", "is_donated",
     "set_explicit_donation", "explicit_donation_enabled", "explicit_donation",
-    "set_aliasing", "aliasing_enabled", "set_storage_dtypes", "storage_dtypes",
+    "set_aliasing", "aliasing_enabled", "set_storage_dtypes", "storage_dtypes", "set_matmul_precision", "matmul_precision",
     "graph_hash", "metrics", "debug", "experimental", "save", "optimization_barrier_", "utils",
     "spmd", "distributed",
     "DonatedBufferError", "LoweringError", "LazyTensor",

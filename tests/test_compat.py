@@ -608,3 +608,31 @@ def test_scan_partition_fn_chooses_saved_activations_or_rerunning(torch_xla):
     (saved, c1, x1), (rerun, c2, x2) = grads[default_partition], grads[min_cut_rematerialization_partition]
     assert saved == 0 and rerun == 2
     assert_close(c1, c2) and assert_close(x1, x2)
+
+
+def test_backends_mat_mul_precision_is_lx_matmul_precision(torch_xla):
+    """torch_xla.backends onto lx.set_matmul_precision: the level reaches XLA's dot
+    (its HLO) and the compile cache key (another level compiles again; XLA:CPU computes
+    float32 the same at every level, so the values are equal)."""
+    import re
+    import torch_xla.backends as backends
+    dev = torch_xla.device()
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    assert backends.get_mat_mul_precision() == "highest"   # lazyxla's default: eager's float32
+    try:
+        products = []
+        for level in ("high", "default", "high"):
+            backends.set_mat_mul_precision(level)
+            assert lx.matmul_precision() == level
+            c = a.to(dev) @ b.to(dev)
+            # XLA omits the DEFAULT precision from the dot
+            expected = [] if level == "default" else [level]
+            assert re.findall(r"operand_precision=\{(\w+),", lx.debug.hlo_text([c])) == expected
+            lx.metrics.clear_all()
+            products.append(c.cpu())
+            assert (lx.metrics.counter_value("UncachedCompile") or 0) == (0 if len(products) == 3 else 1)
+        assert_close(products[0], a @ b) and assert_close(products[1], a @ b)
+        with pytest.raises(ValueError, match="'medium' is not one of 'default', 'high', 'highest'"):
+            backends.set_mat_mul_precision("medium")
+    finally:
+        lx.set_matmul_precision("highest")

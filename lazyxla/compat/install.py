@@ -30,7 +30,7 @@ from .unsupported import ALIAS as _ALIAS, UnsupportedError
 PACKAGES = frozenset((
     "torch_xla", "torch_xla.core", "torch_xla.debug", "torch_xla.experimental", "torch_xla._dynamo",
     "torch_xla.utils", "torch_xla.distributed", "torch_xla.test",
-    "torch_xla.experimental.distributed_checkpoint", "torch_xla.amp",
+    "torch_xla.experimental.distributed_checkpoint", "torch_xla.amp", "torch_xla.backends",
 ))
 MODULES = PACKAGES | frozenset((
     "torch_xla._XLAC", "torch_xla.runtime", "torch_xla.core.xla_model", "torch_xla.debug.metrics",

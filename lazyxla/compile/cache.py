@@ -23,6 +23,7 @@ from .. import config, metrics
 from .._jax import jax_devices, jax_dtype
 from ..errors import LoweringError
 from ..patches import x64
+from . import precision
 from ..runtime import placement
 from ..runtime.host_heap import release_free_heap
 from ..ir.graph import Graph
@@ -206,7 +207,8 @@ def _lower(graph: Graph, donors: tuple) -> tuple[jax.stages.Lowered, int]:
              for d, s in zip(graph.params, in_shardings)]
     avals += [jax.ShapeDtypeStruct(shape, dt, sharding=scalar_sharding) for shape, dt in scalar_avals(graph)]
     jitted = jax.jit(program, donate_argnums=donors, keep_unused=True, out_shardings=out_shardings)
-    return jitted.lower(*avals), n_params
+    with precision.lowering(graph.matmul_precision):
+        return jitted.lower(*avals), n_params
 
 
 @x64

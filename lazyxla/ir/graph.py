@@ -24,12 +24,12 @@ class DeviceBuffer(Protocol):
 
 class Graph:
     __slots__ = ("device", "order", "outputs", "params", "scalars", "key", "storages", "root_slots",
-                 "out_shardings", "policy", "merged_scalars")
+                 "out_shardings", "policy", "merged_scalars", "matmul_precision")
 
     def __init__(self, device: int, order: list, outputs: tuple, params: list,
                  scalars: list, key: tuple, storages: list, root_slots: tuple,
                  out_shardings: Optional[tuple] = None, policy: Any = None,
-                 merged_scalars: Optional[dict] = None) -> None:
+                 merged_scalars: Optional[dict] = None, matmul_precision: str = "highest") -> None:
         self.device = device
         self.order = order            # nodes in topological order
         self.outputs = outputs        # positions in `order` of the distinct root nodes, ascending
@@ -38,6 +38,8 @@ class Graph:
         # equal scalars merged into one operand (sync/collect.py): id(scalar node) ->
         # index in `scalars`, for every scalar node; None: each node is its own operand
         self.merged_scalars = merged_scalars
+        # level of float32 matmuls the graph is lowered at (compile/precision.py; in the key)
+        self.matmul_precision = matmul_precision
         self.key = key
         self.storages = storages      # (storage, output slot) pairs to install results into
         self.root_slots = root_slots  # output slot of each distinct root, in the order given

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..compile import precision
 from ..ir.graph import Graph
 from ..ir.scalars import long_chain
 from ..ir.node import DATA, SCALAR, SHARDING_CONSTRAINT, Node
@@ -88,8 +89,11 @@ def collect(device: int, items: list, merge_scalars: bool = False) -> Graph:
         key += (out_shardings,)
     if policy is not None:   # the graph computes in the policy's storage dtypes
         key += (policy.token,)
+    level = precision.matmul_precision()
+    if level != precision.DEFAULT_LEVEL:   # lowered at another matmul precision: another program
+        key += (("matmul_precision", level),)
     return Graph(device, order, outputs, params, scalars, key, targets, tuple(rank), out_shardings, policy,
-                 merged)
+                 merged, level)
 
 
 def _merge_equal_scalars(scalars: list, index: dict, entries: list) -> tuple[list, dict]:

@@ -11,7 +11,7 @@ import lazyxla as lx
 from lazyxla import config
 
 from ..unsupported import refuse, unsupported_names
-from . import _XLAC, runtime  # noqa: F401  (upstream's `torch_xla._XLAC`, `torch_xla.runtime`)
+from . import _XLAC, backends, runtime  # noqa: F401  (upstream's `torch_xla._XLAC`, `.backends`, `.runtime`)
 from . import _closures, _device_names, _dtype_env, _preemption  # noqa: F401
 from ._device_names import lazyxla_device, to_upstream
 
