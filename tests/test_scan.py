@@ -118,13 +118,15 @@ def blocks(n):
     return torch.nn.ModuleList([Block() for _ in range(n)])
 
 
-def test_scan_layers_trains_like_the_plain_loop(dev):
-    ref = blocks(4)
+def train_against_the_loop(dev, n_layers: int, **scan_layers_kwargs) -> list[tuple[int, int]]:
+    """3 AdamW steps of `n_layers` blocks, run by scan_layers(**kwargs) and by the eager
+    loop: gradients and losses equal each step, parameters at the end. Returns each
+    step's (traced ops before the sync, compiles)."""
+    ref = blocks(n_layers)
     lazy = copy.deepcopy(ref).to(dev)
     opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     opt = torch.optim.AdamW(lazy.parameters(), lr=1e-2)
     x = torch.randn(3, 16)
-    xl = x.to(dev)
     per_step = []
     for _ in range(3):
         h = x
@@ -136,18 +138,24 @@ def test_scan_layers_trains_like_the_plain_loop(dev):
         opt_ref.step()
 
         metrics.clear_all()
-        lazy_loss = (scan_layers(lazy, xl) ** 2).mean()
+        lazy_loss = (scan_layers(lazy, x.to(dev), **scan_layers_kwargs) ** 2).mean()
         opt.zero_grad()
         lazy_loss.backward()
         for p, q in zip(lazy.parameters(), ref.parameters()):
             assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
         opt.step()
+        traced = metrics.counter_value("TracedOps")
         lx.sync()
         assert_close(lazy_loss, loss.detach(), rtol=1e-5)
-        per_step.append(metrics.counter_value("UncachedCompile") or 0)
+        per_step.append((traced, metrics.counter_value("UncachedCompile") or 0))
     for p, q in zip(lazy.parameters(), ref.parameters()):
         assert_close(p, q.detach(), rtol=1e-4, atol=1e-6)
-    assert per_step[1:] == [0, 0], per_step
+    return per_step
+
+
+def test_scan_layers_trains_like_the_plain_loop(dev):
+    compiles = [c for _, c in train_against_the_loop(dev, 4)]
+    assert compiles[1:] == [0, 0], compiles
 
 
 def traced_ops(dev, n):
@@ -286,31 +294,7 @@ def test_pure_fn_is_traced_once_across_calls(dev):
 
 
 def test_pure_layers_are_traced_once_across_steps(dev):
-    ref = blocks(3)
-    lazy = copy.deepcopy(ref).to(dev)
-    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
-    opt = torch.optim.AdamW(lazy.parameters(), lr=1e-2)
-    x = torch.randn(3, 16)
-    traced = []
-    for _ in range(3):
-        h = x
-        for block in ref:
-            h = block(h)
-        loss = (h ** 2).mean()
-        opt_ref.zero_grad()
-        loss.backward()
-        opt_ref.step()
-
-        metrics.clear_all()
-        lazy_loss = (scan_layers(lazy, x.to(dev), is_layer_pure=True) ** 2).mean()
-        opt.zero_grad()
-        lazy_loss.backward()
-        opt.step()
-        traced.append(metrics.counter_value("TracedOps"))
-        lx.sync()
-        assert_close(lazy_loss, loss.detach(), rtol=1e-5)
-    for p, q in zip(lazy.parameters(), ref.parameters()):
-        assert_close(p, q.detach(), rtol=1e-4, atol=1e-6)
+    traced = [t for t, _ in train_against_the_loop(dev, 3, is_layer_pure=True)]
     assert traced[1] == traced[2] < traced[0], traced
 
 
@@ -390,28 +374,5 @@ def test_saved_activations_replay_random_values(dev):
 
 
 def test_scan_layers_saving_activations_trains_like_the_loop(dev):
-    ref = blocks(3)
-    lazy = copy.deepcopy(ref).to(dev)
-    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
-    opt = torch.optim.AdamW(lazy.parameters(), lr=1e-2)
-    x = torch.randn(3, 16)
-    compiles = []
-    for _ in range(3):
-        h = x
-        for block in ref:
-            h = block(h)
-        loss = (h ** 2).mean()
-        opt_ref.zero_grad()
-        loss.backward()
-        opt_ref.step()
-        metrics.clear_all()
-        lazy_loss = (scan_layers(lazy, x.to(dev), is_layer_pure=True, rematerialize=False) ** 2).mean()
-        opt.zero_grad()
-        lazy_loss.backward()
-        opt.step()
-        lx.sync()
-        assert_close(lazy_loss, loss.detach(), rtol=1e-5)
-        compiles.append(metrics.counter_value("UncachedCompile") or 0)
-    for p, q in zip(lazy.parameters(), ref.parameters()):
-        assert_close(p, q.detach(), rtol=1e-4, atol=1e-6)
+    compiles = [c for _, c in train_against_the_loop(dev, 3, is_layer_pure=True, rematerialize=False)]
     assert compiles[1:] == [0, 0], compiles
