@@ -42,22 +42,45 @@ DEFAULT_SHORT_METRICS = (
 )
 
 
-# Per-op records: a counter per traced op (`xla::<op>`, upstream's names; ops whose
-# result is a host value, such as `.item()`'s `_local_scalar_dense`, count as
-# `aten::<op>`, as upstream's fallback counters do), `CreateXlaTensor` per fresh lazyxla
-# tensor an op returns, and the `LazyTracing` time of each op. Off by default, so the
-# per-op path pays one flag test; `set_op_records(True)` (lazyxla.compat does) turns
-# them on. The list is read by frontend/dispatch.py.
+# Detailed records, PyTorch/XLA's finer names, off by default because they cost time on
+# lazyxla's hot paths; `set_op_records(True)` (lazyxla.compat does) turns them on:
+# * per op: a counter per traced op (`xla::<op>`, upstream's names; ops whose result is a
+#   host value, such as `.item()`'s `_local_scalar_dense`, count as `aten::<op>`, as
+#   upstream's fallback counters do), `CreateXlaTensor` per fresh lazyxla tensor an op
+#   returns, `DestroyXlaTensor` per lazyxla tensor freed, the `LazyTracing` time of each
+#   op. Off, the per-op path pays one flag test (frontend/dispatch.py).
+# * per graph: `TensorsGraphSize` (nodes of a synced graph), `DeviceLockWait` (a sync's
+#   wait for the runtime lock), `UnwrapXlaData` / `WrapXlaData` (gathering the graph's
+#   parameter buffers / installing its outputs as device data) and `ExecuteReadyTime`
+#   (launch until the outputs are ready, measured by a waiter thread,
+#   runtime/ready_times.py). Off, a graph pays a few flag tests; on, about 25 us.
 op_records = [False]
 
 
 def set_op_records(enabled: bool) -> None:
-    """Record a counter and the tracing time per traced op (see above); off by default."""
+    """Turn the detailed records (see above) on or off; off by default."""
     op_records[0] = bool(enabled)
+    for listener in op_records_listeners:
+        listener(op_records[0])
 
 
 def op_records_enabled() -> bool:
     return op_records[0]
+
+
+# Called with the new value whenever set_op_records runs: the dispatcher folds the records
+# switch and eager mode into one flag (frontend/dispatch.py), and this module is a leaf.
+op_records_listeners: list = []
+
+# Called before any read of the metrics: measurements still in flight (the time until a
+# graph's outputs are ready, runtime/ready_times.py) land first, so a read after a host
+# read or `wait_device_ops()` sees every execution that has finished.
+before_read: list = []
+
+
+def _settle() -> None:
+    for hook in before_read:
+        hook()
 
 
 # -- recording (internal) ---------------------------------------------------------------
@@ -103,11 +126,13 @@ def counter_value(name: str) -> Optional[int]:
 
 
 def metric_names() -> list[str]:
+    _settle()
     return sorted(k for k, m in list(_metrics.items()) if m.total)
 
 
 def metric_data(name: str):
     """`(total_samples, accumulator, samples)` or None when the metric has no samples."""
+    _settle()
     m = _metrics.get(name)
     if m is None or not m.total:
         return None
@@ -119,6 +144,7 @@ def clear_counters() -> None:
 
 
 def clear_metrics() -> None:
+    _settle()   # a measurement in flight belongs to the time before the clear
     with _lock:
         _metrics.clear()
 
@@ -162,12 +188,14 @@ def _report(counters: Iterable[str], metrics: Iterable[str]) -> str:
 
 def report() -> str:
     """Every metric then every counter, as PyTorch/XLA's `metrics_report()`."""
+    _settle()
     return _report(counter_names(), metric_names())
 
 
 def short_report(counter_names_: Optional[Iterable[str]] = None,
                  metric_names_: Optional[Iterable[str]] = None) -> str:
     """The important few; host-fallback `aten::*` counters are always appended."""
+    _settle()
     counters = list(counter_names_ or DEFAULT_SHORT_COUNTERS)
     counters += [n for n in counter_names() if n.startswith("aten::") and n not in counters]
     return _report(counters, metric_names_ or DEFAULT_SHORT_METRICS)

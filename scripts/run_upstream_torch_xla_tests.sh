@@ -27,9 +27,6 @@ fi
 
 # Tests that assert upstream's behaviour where lazyxla deliberately differs.
 EXPECTED_FAILURES=(
-    "MetricsTest.test_metrics_report"        # upstream's runtime internals (cache misses, data wrapping)
-    "MetricsTest.test_execute_time_metric"   # lazyxla's ExecuteTime: the dispatch, not the async run
-    "MetricsTest.test_eager_metrics"         # torch_xla.experimental.eager_mode is not mapped
     "MetricsTest.test_get_fallback_ops"      # imports torchvision
 )
 # file -> tests that pass under lazyxla (PyTorch/XLA 2.9 itself on CPU in the comment).
@@ -41,7 +38,7 @@ declare -A PASSES=(
     [test/test_devices.py]=10                       # 2.9: 10
     [test/test_inplace_update.py]=5                 # 2.9: 5
     [test/test_as_stride_use_slice.py]=4            # 2.9: 4
-    [test/test_metrics.py]=7                        # 2.9: 10
+    [test/test_metrics.py]=10                       # 2.9: 10
     [test/scan/test_scan.py]=32                     # 2.9: 32
     [test/scan/test_scan_layers.py]=11              # 2.9: 11
     [test/test_while_loop.py]=3                     # 2.9: 3 (+1 skipped)

@@ -143,6 +143,30 @@ def test_upstream_counters_metrics_and_fallback_ops(torch_xla):
     assert met.counter_names() == [] and met.counter_value("FakeCounter") is None
 
 
+def test_eager_mode_and_upstream_execute_semantics(torch_xla):
+    import torch_xla.debug.metrics as met
+    assert torch_xla.experimental.eager_mode is lx.experimental.eager_mode
+    with torch_xla.experimental.eager_mode_context(True):
+        assert torch_xla.experimental.is_eager_mode()
+        met.clear_all()
+        t = torch.tensor(5.0, device="xla") * 2
+        torch_xla.sync()   # nothing left to run
+        assert met.metric_data("EagerOpExecuteTime")[0] == 2 and "ExecuteTime" not in met.metric_names()
+    assert not lx.experimental.is_eager_mode()
+    met.clear_all()
+    y = t * 3
+    torch_xla.sync()
+    # upstream's ExecuteTime is the run until the outputs are ready: lazyxla's ExecuteReadyTime
+    assert met.metric_data("ExecuteTime") == lx.metrics.metric_data("ExecuteReadyTime")
+    report = met.metrics_report()
+    assert report.count("Metric: ExecuteTime\n") == 1 and "Metric: ExecuteReadyTime" in report
+    assert "Metric: ExecuteTime" in met.short_metrics_report()
+    # no device-data cache: each scalar a run sends is upstream's cache miss
+    assert met.counter_value("DeviceDataCacheMiss") == lx.metrics.counter_value("UploadedScalars") == 1
+    assert "Counter: DeviceDataCacheMiss\n  Value: 1" in report
+    assert y.item() == 30.0
+
+
 def test_optimizer_step_and_step_closures(torch_xla):
     import torch_xla.core.xla_model as xm
     dev = torch_xla.device()

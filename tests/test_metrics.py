@@ -146,3 +146,50 @@ def test_op_records_are_off_by_default_and_count_each_traced_op(dev):
         assert m.metric_data("LazyTracing")[0] >= 4
     finally:
         m.set_op_records(False)
+
+
+@pytest.fixture
+def detailed():
+    m.set_op_records(True)
+    try:
+        yield
+    finally:
+        m.set_op_records(False)
+
+
+def test_detailed_records_per_graph_and_tensor(dev, detailed):
+    from lazyxla.sync.api import LastGraph
+    x = rand(8, seed=40).to(dev)
+    y = x * 3 + 1           # two lifted scalars
+    lx.sync()               # no wait: reading the metrics waits for the run's measurement
+    assert m.metric_data("ExecuteReadyTime")[0] == 1
+    assert m.metric_data("TensorsGraphSize")[:2] == (1, LastGraph.n_nodes)
+    for name in ("UnwrapXlaData", "WrapXlaData", "DeviceLockWait", "ExecuteTime"):
+        assert m.metric_data(name)[0] == 1, name
+    assert m.counter_value("UploadedScalars") == 2
+    assert_close(y, rand(8, seed=40) * 3 + 1)
+    before = m.counter_value("DestroyXlaTensor") or 0
+    del y
+    assert m.counter_value("DestroyXlaTensor") == before + 1
+
+
+def test_detailed_records_are_off_by_default(dev):
+    x = rand(8, seed=41).to(dev)
+    y = x * 3
+    lx.sync()
+    del y
+    lx.wait_device_ops()
+    names = set(m.metric_names()) | set(m.counter_names())
+    assert not names & {"ExecuteReadyTime", "TensorsGraphSize", "UnwrapXlaData", "WrapXlaData",
+                        "DeviceLockWait", "DestroyXlaTensor", "CreateXlaTensor"}
+    assert m.metric_data("ExecuteTime")[0] == 1 and m.counter_value("UploadedScalars") == 1
+
+
+def test_ready_time_waits_for_donated_outputs(dev, detailed):
+    # every step donates the previous step's output: the waiter must still record each run
+    x = rand(16, seed=42).to(dev)
+    for _ in range(5):
+        x.mul_(1.5)
+        lx.sync()
+    assert m.metric_data("ExecuteReadyTime")[0] == 5
+    assert_close(x, rand(16, seed=42) * 1.5 ** 5, rtol=1e-4)

@@ -86,7 +86,9 @@ def lookup(graph: Graph, donors: tuple) -> Optional[Executable]:
     return exe
 
 
-def get_or_compile(graph: Graph, donors: tuple) -> Executable:
+def get_or_compile(graph: Graph, donors: tuple, eager: bool = False) -> Executable:
+    """The cached executable of (graph key, donors), else a compiled one (timed as
+    `CompileTime`, or `EagerOpCompileTime` for an eager op's graph)."""
     exe = lookup(graph, donors)
     if exe is not None:
         metrics.counter_add("CachedCompile")
@@ -97,7 +99,7 @@ def get_or_compile(graph: Graph, donors: tuple) -> Executable:
     settings = config.SETTINGS
     if settings.explain_recompiles:   # LAZYXLA_EXPLAIN_RECOMPILES
         warnings.warn(f"lazyxla: compiling graph {key_hex(graph.key + (donors,))}: {reason}", stacklevel=4)
-    exe = compile_graph(graph, donors)
+    exe = compile_graph(graph, donors, "EagerOpCompileTime" if eager else "CompileTime")
     _cache[(graph.key, donors)] = exe
     while len(_cache) > settings.compile_cache_size:
         _cache.popitem(last=False)
@@ -193,9 +195,9 @@ def _gc_paused():
 
 
 @x64
-def compile_graph(graph: Graph, donors: tuple) -> Executable:
+def compile_graph(graph: Graph, donors: tuple, metric: str = "CompileTime") -> Executable:
     with _gc_paused():
-        return _compile(graph, donors)
+        return _compile(graph, donors, metric)
 
 
 def _lower(graph: Graph, donors: tuple) -> tuple[jax.stages.Lowered, int]:
@@ -228,7 +230,7 @@ def hlo_text(graph: Graph, donors: tuple) -> str:
     return computation.as_hlo_module().to_string(options)
 
 
-def _compile(graph: Graph, donors: tuple) -> Executable:
+def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
     start = time.perf_counter_ns()
     try:
         with warnings.catch_warnings():
@@ -242,7 +244,7 @@ def _compile(graph: Graph, donors: tuple) -> Executable:
         raise LoweringError(f"lazyxla: compiling graph {key_hex(graph.key)} "
                             f"({len(graph.order)} nodes) failed: {type(e).__name__}: {e}") from e
     elapsed = time.perf_counter_ns() - start
-    metrics.metric_add("CompileTime", elapsed)
+    metrics.metric_add(metric, elapsed)
     metrics.metric_add("InputOutputAliasCount", len(donors))
     metrics.counter_add("CreateCompileHandles")
     release_free_heap()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from ..sync.capture import InputMutationError
+from .eager import eager_mode, eager_mode_context, is_eager_mode
 from .gradient_accumulation import gradient_accumulation
 from .scan import ScanError, scan, scan_layers
 from .scanned_layers import ScannedLayers
 from .while_loop import WhileLoopError, fori_loop, while_loop
 
-__all__ = ["gradient_accumulation", "InputMutationError", "scan", "scan_layers", "ScannedLayers", "ScanError",
+__all__ = ["eager_mode", "eager_mode_context", "is_eager_mode", "gradient_accumulation", "InputMutationError", "scan", "scan_layers", "ScannedLayers", "ScanError",
            "while_loop", "fori_loop", "WhileLoopError"]

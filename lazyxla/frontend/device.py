@@ -73,6 +73,8 @@ def register_kernels() -> None:
     from .storage import Storage
     from .tensor import LazyTensor
     from .tracing import check_allocation, contiguous_strides
+    from .dispatch import eager, eager_depth
+    from .sync_hooks import eager_run
 
     lib = torch.library.Library("aten", "IMPL")
     aten = torch.ops.aten
@@ -100,7 +102,11 @@ def register_kernels() -> None:
         if op_records[0]:   # lx.metrics.set_op_records: a fresh lazyxla tensor
             counters["CreateXlaTensor"] += 1
         with LOCK:
-            return LazyTensor.wrap(Storage(node, index), None, node, spec)
+            st = Storage(node, index)
+            out = LazyTensor.wrap(st, None, node, spec)
+            if eager[0] and not eager_depth[0]:   # eager mode: a factory's value exists at once
+                eager_run([st])
+            return out
 
     def _zeros_node(size, dtype) -> Node:
         from ..ir.node import intern_sig

@@ -16,13 +16,13 @@ import time
 import torch
 
 from .. import config, metrics
-from ..ir.node import Node, intern_sig
+from ..ir.node import DATA, Node, intern_sig
 from ..ir.ops import facts
 from ..lower.registry import LOWERINGS
 from .device import DEVICE_TYPE
 from .foreach import foreach_handler
 from .opinfo import OpInfo, functional_variant, is_inplace, is_out
-from .sync_hooks import cut_graphs
+from .sync_hooks import cut_graphs, eager_run
 from .tensor import LazyTensor, copy_bits
 from .torch_compat import decomposition_table, has_composite_implicit_kernel
 from .tracing import DeviceMismatchError, convert_call, lookup, make_node, trace, wrap_outputs
@@ -35,6 +35,26 @@ _INFOS: dict = {}
 DECOMPOSITIONS = facts("decomposition")
 _counters = metrics._counters
 _op_records = metrics.op_records
+
+# Eager mode (experimental/eager.py): each op dispatched from outside lazyxla runs as its
+# own graph before it returns. `eager_depth` counts the ops in progress, so the ops a
+# handler or decomposition issues join their caller's graph.
+eager = [False]
+eager_depth = [0]
+# The one flag the per-op path tests: op records (lx.metrics.set_op_records) or eager mode.
+_per_op = [False]
+
+
+def _refresh_per_op(_=None) -> None:
+    _per_op[0] = _op_records[0] or eager[0]
+
+
+def set_eager(enabled: bool) -> None:
+    eager[0] = enabled
+    _refresh_per_op()
+
+
+metrics.op_records_listeners.append(_refresh_per_op)
 
 # Graph size cap: after this many traced ops without a sync, pending work is cut
 # into a graph and run (like a step barrier, minus MarkStep), so a long loop
@@ -52,9 +72,40 @@ def dispatch(func, args, kwargs):
     budget[0] += 1
     if budget[0] > GRAPH_OP_LIMIT:
         cut_graphs()
-    if _op_records[0]:
-        return _recorded(func, info, args, kwargs)
+    if _per_op[0]:
+        return _per_op_dispatch(func, info, args, kwargs)
     return info.handler(func, info, args, kwargs)
+
+
+def _per_op_dispatch(func, info, args, kwargs):
+    """`dispatch` with op records and/or eager mode on."""
+    if not eager[0] or eager_depth[0]:
+        return _recorded(func, info, args, kwargs) if _op_records[0] else info.handler(func, info, args, kwargs)
+    eager_depth[0] += 1
+    try:
+        out = _recorded(func, info, args, kwargs) if _op_records[0] else info.handler(func, info, args, kwargs)
+    finally:
+        eager_depth[0] -= 1
+    pending = written_pending(args, kwargs, out)
+    if pending:
+        eager_run(pending)
+    return out
+
+
+def written_pending(args, kwargs, out) -> list:
+    """Storages an op may have given pending work: those of its results and of its tensor
+    arguments (in-place and `out=` targets; lists for foreach ops). Arguments that were
+    still pending from lazy mode are run along, once, in the same graph."""
+    found: dict = {}
+    for group in ((out,) if not isinstance(out, (tuple, list)) else out, args, kwargs.values()):
+        for v in group:
+            if isinstance(v, LazyTensor):
+                found[id(v._st)] = v._st
+            elif isinstance(v, (tuple, list)):
+                for x in v:
+                    if isinstance(x, LazyTensor):
+                        found[id(x._st)] = x._st
+    return [st for st in found.values() if st.value.op is not DATA]
 
 
 # Ops whose result is a host value: upstream counts them as fallbacks (`aten::<op>`).

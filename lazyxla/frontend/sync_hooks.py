@@ -1,8 +1,8 @@
 """The two services the tracer needs from the sync layer, installed by it.
 
 A host read (`.item()`, `.cpu()`, a host fallback) must materialise pending
-work, and the graph-size cap must cut the pending graph; both are sync-layer
-work. The frontend sits below sync (LAYOUT.md), so instead of importing it
+work, the graph-size cap must cut the pending graph, and eager mode runs each
+op's graph at once; all are sync-layer work. The frontend sits below sync (LAYOUT.md), so instead of importing it
 the frontend calls these slots, which `sync/api.py` fills when it is imported
 (`import lazyxla` always imports it before any tensor exists).
 """
@@ -14,11 +14,13 @@ import torch
 
 _host_values: Optional[Callable[..., list]] = None
 _cut_graphs: Optional[Callable[[], None]] = None
+_eager_run: Optional[Callable[[list], None]] = None
 
 
-def install(host_values_fn: Callable[..., list], cut_graphs_fn: Callable[[], None]) -> None:
-    global _host_values, _cut_graphs
-    _host_values, _cut_graphs = host_values_fn, cut_graphs_fn
+def install(host_values_fn: Callable[..., list], cut_graphs_fn: Callable[[], None],
+            eager_run_fn: Callable[[list], None]) -> None:
+    global _host_values, _cut_graphs, _eager_run
+    _host_values, _cut_graphs, _eager_run = host_values_fn, cut_graphs_fn, eager_run_fn
 
 
 def _missing() -> RuntimeError:
@@ -41,3 +43,11 @@ def cut_graphs() -> None:
     if _cut_graphs is None:
         raise _missing()
     _cut_graphs()
+
+
+def eager_run(storages: list) -> None:
+    """Run the pending work of `storages` now, as eager mode does after each op
+    (sync/api.py `eager_run`)."""
+    if _eager_run is None:
+        raise _missing()
+    _eager_run(storages)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import metrics
 from ..ir.node import DATA, Node
 from ..runtime.device_data import donated_error
 from ..lock import LOCK
@@ -215,6 +216,23 @@ def lazy_tensors_in(value, out: list) -> list:
 
 def _dispatch(func, args, kwargs):  # replaced by frontend.dispatch.dispatch on import
     raise RuntimeError("lazyxla: dispatch is not initialised; import lazyxla")
+
+
+def _count_destroyed(self, _counters=metrics._counters) -> None:
+    _counters["DestroyXlaTensor"] += 1
+
+
+def _destroy_records(enabled: bool) -> None:
+    """With lx.metrics' op records on, count lazy tensors freed (`DestroyXlaTensor`,
+    upstream's name). The finalizer exists only then: freeing a tensor costs nothing extra
+    otherwise (a finalizer added to the class takes effect at once, for every instance)."""
+    if enabled:
+        LazyTensor.__del__ = _count_destroyed
+    elif "__del__" in LazyTensor.__dict__:
+        del LazyTensor.__del__
+
+
+metrics.op_records_listeners.append(_destroy_records)
 
 
 def bind_dispatch(fn) -> None:

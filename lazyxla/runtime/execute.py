@@ -8,6 +8,7 @@ graph key that consumed them.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from typing import Protocol
 
@@ -20,7 +21,7 @@ from ..ir.node import data_node
 from ..lock import LOCK
 from ..patches import x64
 from ..ir.graph import Graph
-from . import memory, placement, shutdown
+from . import memory, placement, ready_times, shutdown
 from .device_data import DeviceData
 
 _in_flight: list = []
@@ -38,18 +39,32 @@ class Runnable(Protocol):
 
 
 @x64
-def execute(graph: Graph, exe: Runnable) -> tuple:
-    """Run `exe` on `graph`'s parameters; install results; return all output arrays."""
+def execute(graph: Graph, exe: Runnable, eager: bool = False) -> tuple:
+    """Run `exe` on `graph`'s parameters; install results; return all output arrays.
+
+    `ExecuteTime` times the launch (`EagerOpExecuteTime` for an eager op's graph). With
+    lx.metrics' detailed records on (`set_op_records`), a step's graph also records
+    `UnwrapXlaData` (gathering the parameters' buffers), `WrapXlaData` (installing the
+    outputs as device data) and, off the step loop's path, `ExecuteReadyTime` (launch
+    until the outputs are ready, runtime/ready_times.py); they cost about 25 us per
+    graph (a tiny step: 110 -> 135 us), so they are not always on."""
     params = graph.params
+    detailed = metrics.op_records[0] and not eager
+    if detailed:
+        start = time.perf_counter_ns()
     args = [d.array for d in params]
+    if detailed:
+        metrics.metric_add("UnwrapXlaData", time.perf_counter_ns() - start)
     args += scalar_args(graph)
+    if graph.scalars:   # sent with this run: lazyxla keeps no device copies of them
+        metrics.counter_add("UploadedScalars", len(graph.scalars))
     devices = _devices(graph)
     analysis = exe.memory_analysis()
     memory.check_fits(devices, analysis, exe.key_hex)
     memory.note_execution(devices, memory.execution_extra(analysis))
+    start = time.perf_counter_ns()
     try:
-        with metrics.timed("ExecuteTime"):
-            outs = exe.call(*args)
+        outs = exe.call(*args)
     except Exception as e:
         # Nothing has been installed or marked yet, so every tensor keeps its value or
         # pending computation. Only a backend that consumed donated inputs before
@@ -64,6 +79,9 @@ def execute(graph: Graph, exe: Runnable) -> tuple:
         except AttributeError:
             pass
         raise
+    metrics.metric_add("EagerOpExecuteTime" if eager else "ExecuteTime", time.perf_counter_ns() - start)
+    if detailed:
+        ready_times.watch(start, outs)
     metrics.counter_add("ExecuteComputation")
     if exe.donors:
         donated = 0
@@ -71,6 +89,8 @@ def execute(graph: Graph, exe: Runnable) -> tuple:
             donated += params[i].nbytes
             params[i].mark_donated(exe.key_hex)
         metrics.metric_add("DonatedBytes", donated)
+    if detailed:
+        wrap_start = time.perf_counter_ns()
     installed: list = [None] * len(outs)
     order, outputs, device = graph.order, graph.outputs, graph.device
     spmd = placement.spmd_enabled()
@@ -85,6 +105,8 @@ def execute(graph: Graph, exe: Runnable) -> tuple:
                                                 sharding=out.sharding if spmd else None,
                                                 storage=torch_dtype(out.dtype))
         st.write(data_node(data))
+    if detailed:
+        metrics.metric_add("WrapXlaData", time.perf_counter_ns() - wrap_start)
     _in_flight.extend(weakref.ref(o) for o in outs)
     if len(_in_flight) > 4096:  # a loop that never waits: forget outputs already freed
         _in_flight[:] = [r for r in _in_flight if r() is not None]

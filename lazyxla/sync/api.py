@@ -16,7 +16,9 @@ the live holders of every buffer (see alias/planner.py).
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional
+import contextlib
+import time
+from typing import Iterable, Iterator, Optional
 
 import torch
 
@@ -53,10 +55,25 @@ class LastGraph:
     n_nodes: int = 0
 
 
+@contextlib.contextmanager
+def _runtime_lock() -> Iterator[None]:
+    """The runtime lock; with lx.metrics' detailed records on (`set_op_records`) its wait
+    is recorded as `DeviceLockWait` (upstream's name for a sync's wait for its device)."""
+    if not metrics.op_records[0]:
+        with LOCK:
+            yield
+        return
+    start = time.perf_counter_ns()
+    with LOCK:
+        metrics.metric_add("DeviceLockWait", time.perf_counter_ns() - start)
+        yield
+
+
 def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str,
-         skip_donated: bool = False) -> Optional[tuple]:
+         skip_donated: bool = False, eager: bool = False) -> Optional[tuple]:
     """Collect, plan, compile and run one graph; its outputs, one per distinct root of
-    `items` in the order they first appear (see _slot_of)."""
+    `items` in the order they first appear (see _slot_of). `eager`: the graph of one
+    eager op (experimental/eager.py), timed under the eager metrics."""
     forget_lifted_scalars()   # ops traced from here on start a new sharing pattern
     if not items:
         return None
@@ -78,9 +95,11 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
     aliasing = config.aliasing_enabled(device)
     donors, decisions = plan(graph, live_storages(device), automatic=automatic, explicit=explicit,
                              aliasing=aliasing, kind=kind)
+    if metrics.op_records[0] and not eager:   # detailed records (lx.metrics.set_op_records)
+        metrics.metric_add("TensorsGraphSize", len(graph.order))
     try:
-        exe = get_or_compile(graph, donors)
-        outs = execute(graph, exe)
+        exe = get_or_compile(graph, donors, eager)
+        outs = execute(graph, exe, eager)
     except Exception as e:
         # Compile and execute change nothing before the executable has run (execute()
         # marks donors and installs results only after it returns), so the sync is
@@ -110,7 +129,7 @@ def _pending(storages) -> list:
 
 def sync(wait: bool = False) -> None:
     """Step barrier: materialise every live pending tensor, one graph per device."""
-    with LOCK:
+    with _runtime_lock():
         traced_since_sync[0] = 0
         end_optimizer_step()   # a step that raised never ran the post hook
         for device in live_devices():
@@ -126,7 +145,7 @@ def cut_graphs() -> None:
     safe via the planner). Never explicit donors, even with explicit donation enabled:
     the cut happens at an op the user did not choose, often one that reads the marked
     tensor, which then raised DonatedBufferError at a random op (differential tester)."""
-    with LOCK:
+    with _runtime_lock():
         traced_since_sync[0] = 0
         metrics.counter_add("GraphSizeCut")
         for device in live_devices():
@@ -148,6 +167,19 @@ def _check_lazy(tensors, what: str) -> list:
     return out
 
 
+def eager_run(storages: list) -> None:
+    """Eager mode (experimental/eager.py): run the pending work of `storages`, the ones
+    an op just wrote, now, as one graph per device; donors as a partial sync's. Called
+    from the op's dispatch, which holds the runtime lock."""
+    traced_since_sync[0] = 0
+    groups: dict = {}
+    for st in storages:
+        groups.setdefault(st.device, []).append(st)
+    for device, group in groups.items():
+        _run(device, _pending(group), automatic=True, explicit=config.explicit_donation_enabled(device),
+             kind="eager op", eager=True)
+
+
 def _by_device(tensors: Iterable[LazyTensor]) -> dict:
     groups: dict = {}
     seen: set = set()
@@ -162,7 +194,7 @@ def _by_device(tensors: Iterable[LazyTensor]) -> dict:
 def sync_tensors(tensors, *, wait: bool = True, donate_inplace: bool = True) -> None:
     """Partial sync of just `tensors`; never donates a buffer another live tensor needs."""
     tensors = _check_lazy(tensors, "sync_tensors")
-    with LOCK:
+    with _runtime_lock():
         for device, storages in _by_device(tensors).items():
             _run(device, _pending(storages), automatic=donate_inplace,
                  explicit=config.explicit_donation_enabled(device), kind="partial sync")
@@ -295,4 +327,4 @@ def graph_hash(tensors) -> str:
     return key_hex(tuple(graph.key + (donors,) for graph, donors in graphs))
 
 
-sync_hooks.install(host_values, cut_graphs)
+sync_hooks.install(host_values, cut_graphs, eager_run)
