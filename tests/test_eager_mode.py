@@ -170,3 +170,37 @@ def test_lazy_mode_is_unchanged_after_eager_mode(dev):
     assert not holds_data(y)
     lx.sync()
     assert samples("ExecuteTime") == 1 and samples("EagerOpExecuteTime") == 0
+
+
+def test_decomposed_op_is_one_graph_and_updates_its_buffers(dev):
+    # native_batch_norm runs lazyxla's decomposition (several ops, and a write into the
+    # running stats): one graph for the call, every tensor it wrote holds device data
+    x, rm, rv = rand(4, 3, 5, seed=11), torch.zeros(3), torch.ones(3)
+    xd, rmd, rvd = x.to(dev), rm.to(dev), rv.to(dev)
+    with eager.eager_mode_context(True):
+        traced = m.counter_value("TracedOps") or 0
+        y = torch.nn.functional.batch_norm(xd, rmd, rvd, training=True, momentum=0.1)
+        assert holds_data(y) and holds_data(rmd) and holds_data(rvd)
+        assert samples("EagerOpExecuteTime") < m.counter_value("TracedOps") - traced
+    expected = torch.nn.functional.batch_norm(x, rm, rv, training=True, momentum=0.1)
+    assert_close(y, expected)
+    assert_close(rmd, rm)
+    assert_close(rvd, rv)
+
+
+def test_foreach_optimizer_step_writes_every_parameter(dev):
+    torch.manual_seed(3)
+    cpu = [torch.randn(3, 2, requires_grad=True), torch.randn(4, requires_grad=True)]
+    lazy = [p.detach().to(dev).requires_grad_() for p in cpu]
+    opts = [torch.optim.Adam(ps, lr=0.01, foreach=True) for ps in (cpu, lazy)]
+    with eager.eager_mode_context(True):
+        for _ in range(2):
+            for ps, opt in zip((cpu, lazy), opts):
+                opt.zero_grad()
+                sum((p * p).sum() for p in ps).backward()
+                opt.step()
+            assert all(holds_data(p) for p in lazy)
+            assert all(holds_data(s) for st in opts[1].state.values() for s in st.values()
+                       if isinstance(s, torch.Tensor) and s.device.type == "lazyxla")
+    for p, q in zip(lazy, cpu):
+        assert_close(p, q, rtol=1e-5, atol=1e-6)
