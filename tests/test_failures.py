@@ -83,7 +83,7 @@ def test_broken_tensor_deleted_next_step_barrier_works(dev):
 
 
 def test_compile_failure_raises_and_loses_nothing(dev, monkeypatch):
-    def fail(graph, donors):
+    def fail(graph, donors, *metric):
         raise RuntimeError("RESOURCE_EXHAUSTED: injected compile failure")
 
     monkeypatch.setattr(cache, "compile_graph", fail)
@@ -108,8 +108,8 @@ def _flaky_compile(monkeypatch, failures: int, consume_donors: bool = False):
     real = cache.compile_graph
     state = {"left": failures}
 
-    def compile_graph(graph, donors):
-        exe = real(graph, donors)
+    def compile_graph(graph, donors, *metric):
+        exe = real(graph, donors, *metric)
         call = exe.call
 
         def flaky(*args):

@@ -14,7 +14,7 @@ import gc
 import threading
 import time
 import warnings
-from typing import Optional
+from typing import Any, NamedTuple, Optional
 
 import jax
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
@@ -200,17 +200,28 @@ def compile_graph(graph: Graph, donors: tuple, metric: str = "CompileTime") -> E
         return _compile(graph, donors, metric)
 
 
-def _lower(graph: Graph, donors: tuple) -> tuple[jax.stages.Lowered, int]:
-    """`graph`'s program traced and lowered for its placements and donors (not
-    compiled), and its number of parameters."""
-    program, n_params = build(graph)
-    in_shardings, scalar_sharding, out_shardings = _placements(graph)
-    avals = [jax.ShapeDtypeStruct(d.shape, jax_dtype(d.storage), sharding=s)
-             for d, s in zip(graph.params, in_shardings)]
-    avals += [jax.ShapeDtypeStruct(shape, dt, sharding=scalar_sharding) for shape, dt in scalar_avals(graph)]
-    jitted = jax.jit(program, donate_argnums=donors, keep_unused=True, out_shardings=out_shardings)
-    with precision.lowering(graph.matmul_precision):
-        return jitted.lower(*avals), n_params
+class _Jitted(NamedTuple):
+    """`graph`'s program as a jax.jit function for its placements and donors, with the
+    avals to lower it for and its number of parameters. Building it raises lazyxla's
+    own errors (placements on several meshes) as they are; lowering comes after."""
+    fn: Any
+    avals: list
+    n_params: int
+    matmul_precision: str
+
+    @staticmethod
+    def of(graph: Graph, donors: tuple) -> "_Jitted":
+        program, n_params = build(graph)
+        in_shardings, scalar_sharding, out_shardings = _placements(graph)
+        avals = [jax.ShapeDtypeStruct(d.shape, jax_dtype(d.storage), sharding=s)
+                 for d, s in zip(graph.params, in_shardings)]
+        avals += [jax.ShapeDtypeStruct(shape, dt, sharding=scalar_sharding) for shape, dt in scalar_avals(graph)]
+        fn = jax.jit(program, donate_argnums=donors, keep_unused=True, out_shardings=out_shardings)
+        return _Jitted(fn, avals, n_params, graph.matmul_precision)
+
+    def lower(self) -> jax.stages.Lowered:
+        with precision.lowering(self.matmul_precision):
+            return self.fn.lower(*self.avals)
 
 
 @x64
@@ -218,8 +229,7 @@ def hlo_text(graph: Graph, donors: tuple) -> str:
     """XLA's HLO text of `graph`'s program as handed to the compiler (before XLA's
     passes): what lx.debug.hlo_text shows."""
     with _gc_paused():
-        lowered, _ = _lower(graph, donors)
-        computation = lowered.compiler_ir("hlo")
+        computation = _Jitted.of(graph, donors).lower().compiler_ir("hlo")
     try:   # XLA's full form, operands with their shapes (`sine(f32[4,4]{1,0} %x.1)`)
         from jaxlib._hlo import HloPrintOptions
     except ImportError:   # another jaxlib layout: JAX's short form
@@ -231,13 +241,14 @@ def hlo_text(graph: Graph, donors: tuple) -> str:
 
 
 def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
+    jitted = _Jitted.of(graph, donors)
+    n_params = jitted.n_params
     start = time.perf_counter_ns()
     try:
         with warnings.catch_warnings():
             # Explicit donors without a matching output are freed, not reused; JAX warns.
             warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
-            lowered, n_params = _lower(graph, donors)
-            compiled = lowered.compile(compiler_options(graph) or None)
+            compiled = jitted.lower().compile(compiler_options(graph) or None)
     except LoweringError:
         raise
     except Exception as e:
