@@ -125,8 +125,8 @@ def test_the_backends_out_of_memory_becomes_the_same_error(dev, monkeypatch):
     y = x * 5
     real = cache.get_or_compile
 
-    def exhausted(graph, donors):
-        exe = real(graph, donors)
+    def exhausted(graph, donors, *eager):
+        exe = real(graph, donors, *eager)
         wrapped = cache.Executable(exe.key_hex, exe.donors, exe.compiled, exe.n_params, exe.compile_ns)
 
         def fail(*args):
