@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 from typing import Callable, Iterator, List, Optional
 
@@ -112,7 +113,8 @@ def manual_seed(seed: int, device=None) -> None:
 
 
 # upstream's `torch_xla.xm` (its torch_xla.py imports xla_model as xm); last, since
-# xla_model imports this package
-from .core import xla_model as xm  # noqa: E402,F401
+# xla_model imports this package. Imported by its full name: `from .core import
+# xla_model` would ask the package's unsupported-name hook first.
+xm = importlib.import_module(f"{__name__}.core.xla_model")
 
 __getattr__ = unsupported_names(__name__)
