@@ -22,9 +22,8 @@ from typing import Iterator
 
 import jax
 
-from ..lower._precision import dot_precision_at
+from ..lower._precision import LEVELS, dot_precision_at
 
-LEVELS = ("default", "high", "highest")
 DEFAULT_LEVEL = "highest"
 _level = [DEFAULT_LEVEL]
 

@@ -51,6 +51,8 @@ tensor, the only traced work that grows with depth).
 """
 from __future__ import annotations
 
+import itertools
+
 import weakref
 from typing import Any, Callable, Hashable, NamedTuple, Optional, Sequence
 from weakref import WeakKeyDictionary
@@ -654,13 +656,10 @@ def _backward_loop(body: Capture, length: int, n_carry: int, n_xs: int, n_dc: in
         n_saved = n_carry
 
     def fn(*operands):
-        operands = tuple(operands[:n_saved]) + (() if n_saved else (None,) * n_carry) + tuple(operands[n_saved:])
-        carries = operands[:n_carry]
-        xs = operands[n_carry:n_carry + n_xs]
-        g_final = tuple(operands[n_carry + n_xs:n_carry + n_xs + n_dc])
-        g_ys = operands[n_carry + n_xs + n_dc:n_carry + n_xs + n_dc + n_dy]
-        residuals = operands[n_carry + n_xs + n_dc + n_dy:n_carry + n_xs + n_dc + n_dy + n_res]
-        rest = operands[n_carry + n_xs + n_dc + n_dy + n_res:]
+        ends = list(itertools.accumulate((n_saved, n_xs, n_dc, n_dy, n_res)))
+        carries, xs, g_final, g_ys, residuals = (tuple(operands[start:end])
+                                                 for start, end in zip([0] + ends, ends))
+        rest = operands[ends[-1]:]
         outer, seeds = rest[:len(rest) - n_seeds], rest[len(rest) - n_seeds:]
 
         def step(state, inp):
@@ -675,7 +674,7 @@ def _backward_loop(body: Capture, length: int, n_carry: int, n_xs: int, n_dc: in
 
         zeros = tuple(jnp.zeros(s, jax_dtype(d)) for s, d in dcl_avals)
         (g_init, g_closures), g_xs = lax.scan(step, (g_final, zeros),
-                                              (carries if n_saved else (), xs, g_ys, residuals, jnp.arange(length)),
+                                              (carries, xs, g_ys, residuals, jnp.arange(length)),
                                               reverse=True)
         return (*g_init, *g_xs, *g_closures)
 
@@ -710,19 +709,17 @@ class _ScanFunction(torch.autograd.Function):
         n_saved = n_carry if plan.save_carries else 0
         carries, xs, residuals = saved[:n_saved], saved[n_saved:n_saved + n_xs], saved[n_saved + n_xs:]
         carry_avals = plan.forward.program.out_avals[:n_carry]
-        g_carry = [_zeros_if_none(g, None, shape, dtype, plan.device) for g, (shape, dtype) in zip(grads, carry_avals)]
+        g_carry = [_zeros_if_none(g, shape, dtype, plan.device) for g, (shape, dtype) in zip(grads, carry_avals)]
         ys = grads[n_carry:]
         y_avals = plan.forward.program.out_avals[n_carry:plan.n_out]
-        g_ys = [_zeros_if_none(g, None, (plan.length, *shape), dtype, plan.device)
+        g_ys = [_zeros_if_none(g, (plan.length, *shape), dtype, plan.device)
                 for g, (shape, dtype) in zip(ys, y_avals)]
         with torch.no_grad():
             return (None, *plan.run_backward(list(carries), list(xs), g_carry, g_ys, list(residuals)))
 
 
-def _zeros_if_none(g, like, shape=None, dtype=None, device=None):
+def _zeros_if_none(g, shape, dtype, device):
     """A zero cotangent for an output the loss does not depend on."""
     if g is not None:
         return g
-    if like is not None:
-        return torch.zeros_like(like)
     return torch.zeros(shape, dtype=dtype, device=torch.device("lazyxla", device))

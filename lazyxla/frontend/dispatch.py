@@ -79,11 +79,12 @@ def dispatch(func, args, kwargs):
 
 def _per_op_dispatch(func, info, args, kwargs):
     """`dispatch` with op records and/or eager mode on."""
+    run = _recorded if _op_records[0] else info.handler
     if not eager[0] or eager_depth[0]:
-        return _recorded(func, info, args, kwargs) if _op_records[0] else info.handler(func, info, args, kwargs)
+        return run(func, info, args, kwargs)
     eager_depth[0] += 1
     try:
-        out = _recorded(func, info, args, kwargs) if _op_records[0] else info.handler(func, info, args, kwargs)
+        out = run(func, info, args, kwargs)
     finally:
         eager_depth[0] -= 1
     pending = written_pending(args, kwargs, out)

@@ -15,7 +15,7 @@ from typing import Iterator
 
 from jax import lax
 
-_LEVELS = {"default": lax.Precision.DEFAULT, "high": lax.Precision.HIGH, "highest": lax.Precision.HIGHEST}
+LEVELS = {"default": lax.Precision.DEFAULT, "high": lax.Precision.HIGH, "highest": lax.Precision.HIGHEST}
 _current = [lax.Precision.HIGHEST]
 
 
@@ -26,7 +26,7 @@ def dot_precision() -> lax.Precision:
 @contextlib.contextmanager
 def dot_precision_at(level: str) -> Iterator[None]:
     previous = _current[0]
-    _current[0] = _LEVELS[level]
+    _current[0] = LEVELS[level]
     try:
         yield
     finally:
