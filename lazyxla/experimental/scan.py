@@ -28,19 +28,20 @@ Options considered for the backward:
 
 `rematerialize=False` gives the first option with torch's formulas: the forward
 trace records, through `saved_tensors_hooks`, every tensor autograd saves; those
-computed inside `fn` from values that require grad become extra outputs of the
-body (residuals), stacked by the forward loop; the backward's re-trace hands
+computed inside `fn` from its inputs (a layer norm's mean and rstd too, which have
+no grad_fn) become extra outputs of the body (residuals), stacked by the forward loop; the backward's re-trace hands
 autograd the residuals in their place, so its re-run forward is dead code that
 the capture drops. Measured on the reference GPT at 32 layers (2-core CPU,
-AdamW, stacked layers, the three interleaved in one quiet process): a step takes
-1.41 s saving, 1.43 s re-running and 1.44 s as the plain loop, while the peak
-device memory is 1.2 GB saving, 0.5 GB re-running and 1.05 GB for the loop; on
-this CPU the extra forward costs no time the loop's memory traffic does not,
-hence the default.
+AdamW, stacked layers, quiet machine): a step takes 1.50 s saving and 1.35 s
+re-running (eager: 1.02 s), while the peak device memory is 1.2 GB saving and
+0.5 GB re-running. Saving writes 22 MB of residuals per layer into stacked
+buffers (zero-filled first, as `lax.scan` builds its outputs) and reads them back;
+on this CPU that memory traffic costs more than one layer's forward again, hence
+the default.
 
 Random ops get a seed per call, mixed with the iteration index, and the
 backward replays the same seeds, so its recomputation sees the forward's
-random values.
+random values (saving activations, a dropout mask is a residual instead).
 
 `scan_layers(layers, *inputs)` stacks the layers' parameters and buffers
 along a new leading dimension (one traced op per tensor name, whatever the
@@ -66,7 +67,7 @@ from .._jax import jax_dtype
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import contiguous_strides
 from ..ir.call import Subprogram, call_node
-from ..ir.node import OPT_BARRIER, Node, getitem_node, intern_sig
+from ..ir.node import DATA, OPT_BARRIER, Node, getitem_node, intern_sig
 from ..sync.capture import Capture, CaptureError, capture, insert_call
 from ._leaves import require_lazy
 from .gradient_accumulation import _SEED_MIX
@@ -359,6 +360,7 @@ class _Body:
         self.results: list = []
         self.start_seq = 0
         self.closures: list[torch.Tensor] = []   # leaves requiring grad that fn reads
+        self._independent: dict[int, Node] = {}   # IR nodes that read no placeholder, by id (_record)
 
     def __call__(self, *leaves: LazyTensor) -> list:
         carry = tree_unflatten(list(leaves[:self.n_carry]), self.carry_spec)
@@ -411,14 +413,17 @@ class _Body:
         keep values made inside fn without inputs (a mask) alive and pending, and
         every sync would compute them as extra outputs."""
         self.placeholders = []
+        self._independent = {}
         self.results = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in self.results]
         self.residuals = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in self.residuals]
 
     def _record(self, t: torch.Tensor) -> tuple:
         """saved_tensors_hooks pack of the forward trace: sort each saved tensor.
         An iteration input is read again in the backward; a tensor computed from
-        values that require grad is a residual (stacked by the forward loop); the rest
-        (outer leaves, values made without grad such as masks) the backward's re-trace
+        the inputs is a residual (stacked by the forward loop): one with a grad_fn, or
+        an output autograd does not differentiate, such as a layer norm's mean and
+        rstd (left to the re-trace, they would make it re-run all the iteration before
+        them). The rest (outer leaves, constants such as masks) the backward's re-trace
         makes or reads itself. The trace's graph is never run backward, so it keeps
         only this token: a tensor kept here that its own node saved (an op's output)
         would make a reference cycle through autograd that Python's gc cannot free."""
@@ -426,13 +431,33 @@ class _Body:
         for i, ph in enumerate(self.placeholders):
             if t is ph:
                 kind = ("input", i)
-        if kind == ("keep",) and t.grad_fn is not None:
+        if kind == ("keep",) and (t.grad_fn is not None or self._computed_from_inputs(t)):
             j = next((j for j, r in enumerate(self.residuals) if r is t), len(self.residuals))
             if j == len(self.residuals):
                 self.residuals.append(t)
             kind = ("residual", j)
         self.saved.append(kind)
         return kind
+
+
+    def _computed_from_inputs(self, t: torch.Tensor) -> bool:
+        """Whether t's pending IR reads one of the iteration's placeholders. Subgraphs
+        found not to are remembered (`_independent`, which holds them so that their
+        ids stay theirs until `release`), so each node is walked once."""
+        if not isinstance(t, LazyTensor):
+            return False
+        own = {id(ph.lazy_value().data) for ph in self.placeholders}
+        stack, seen = [t.lazy_value()], {}
+        while stack:
+            node = stack.pop()
+            if id(node) in seen or id(node) in self._independent:
+                continue
+            seen[id(node)] = node
+            if node.op == DATA and id(node.data) in own:
+                return True
+            stack.extend(node.inputs)
+        self._independent.update(seen)
+        return False
 
 
 def _capture(fn: Callable, examples: list, name: str, requires_grad=None) -> Capture:
@@ -513,13 +538,15 @@ class _Plan:
         diff_c, diff_x = _diff_positions(carry_examples), _diff_positions(x_examples)
         backward = self.trace.backward or _capture_backward(self.body, carry_examples, x_examples,
                                                             [y[0] for y in g_ys], [r[0] for r in residuals])
-        if backward.n_seeds != len(self.seeds):
+        # Saving activations, random values are residuals (a dropout mask) and the
+        # backward draws none; re-running fn, it replays every seed of the forward.
+        if backward.n_seeds not in (0, len(self.seeds)):
             raise CaptureError(f"scan: the backward re-run of fn draws {backward.n_seeds} random seeds where "
                                f"the forward drew {len(self.seeds)}; not supported yet")
         inputs = list(carries) + list(xs) + [g_carry[i] for i in diff_c] + list(g_ys) + list(residuals)
         operands = [t.checked_value() for t in inputs]
         outer = backward.extra_operands()
-        operands += outer[:len(outer) - backward.n_seeds] + list(self.seeds)
+        operands += outer[:len(outer) - backward.n_seeds] + (list(self.seeds) if backward.n_seeds else [])
         unsaved = None if self.save_carries else [(tuple(c.shape), c.dtype) for c in carry_examples]
         program = _backward_loop(backward, self.length, self.n_carry, len(xs), len(diff_c), len(diff_x),
                                  len(g_ys), len(residuals), unsaved)
