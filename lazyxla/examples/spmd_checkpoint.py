@@ -18,10 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
+
+from ._local_processes import free_port, main as run_main, run_workers
 
 _TAG = "RESULT "
 
@@ -90,34 +90,12 @@ def worker(args) -> None:
     print(_TAG + json.dumps(result), flush=True)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run(args, phase: str, processes: int, devices: int, path: str) -> list:
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
-    base = [sys.executable, "-m", __spec__.name, "--phase", phase, "--path", path, "--processes", str(processes),
-            "--coordinator", f"127.0.0.1:{_free_port()}", "--store", f"127.0.0.1:{_free_port()}",
-            "--steps", str(args.steps), "--timeout", str(args.timeout)]
-    procs = [subprocess.Popen(base + ["--process-id", str(i)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(processes)]
-    results = []
-    for i, p in enumerate(procs):
-        try:
-            out, err = p.communicate(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            out, err = p.communicate()
-            print(f"{phase} process {i} timed out after {args.timeout} s", file=sys.stderr)
-        if p.returncode != 0:
-            raise SystemExit(f"{phase} process {i} failed (exit {p.returncode}):\n{err[-3000:]}")
-        line = next(ln for ln in out.splitlines() if ln.startswith(_TAG))
-        results.append(json.loads(line[len(_TAG):]))
-        print(f"{phase} process {i}: {results[-1]}")
-    return results
+    return run_workers(__spec__.name, ["--phase", phase, "--path", path, "--processes", str(processes),
+                                       "--coordinator", f"127.0.0.1:{free_port()}",
+                                       "--store", f"127.0.0.1:{free_port()}",
+                                       "--steps", str(args.steps), "--timeout", str(args.timeout)],
+                       processes, devices, args.timeout, _TAG, label=f"{phase} process")
 
 
 def _check_writers(path: str, model) -> str:
@@ -171,18 +149,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=3, help="steps before and after the checkpoint")
     ap.add_argument("--path", help="checkpoint folder (default: a new temporary one)")
-    ap.add_argument("--timeout", type=int, default=300, help="seconds any wait may take")
-    ap.add_argument("--check", action="store_true", help="compare with one eager CPU run")
     ap.add_argument("--phase", choices=("save", "load"), help=argparse.SUPPRESS)
     ap.add_argument("--processes", type=int, default=1, help=argparse.SUPPRESS)
-    ap.add_argument("--coordinator", help=argparse.SUPPRESS)
     ap.add_argument("--store", help=argparse.SUPPRESS)
-    ap.add_argument("--process-id", type=int, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.process_id is not None:
-        worker(args)
-        return 0
-    return launch(args)
+    return run_main(ap, argv, worker, launch)
 
 
 if __name__ == "__main__":

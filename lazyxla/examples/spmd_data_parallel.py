@@ -13,10 +13,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
-import socket
-import subprocess
 import sys
+
+from ._local_processes import free_port, main as run_main, run_workers
 
 _TAG = "LOSSES "
 
@@ -64,39 +63,12 @@ def worker(args) -> None:
                              "global_read": global_read, "losses": losses}), flush=True)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(args) -> int:
-    coordinator = f"127.0.0.1:{_free_port()}"
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={args.devices_per_process}",
-               JAX_PLATFORMS="cpu")
-    base = [sys.executable, "-m", __spec__.name, "--coordinator", coordinator, "--processes",
-            str(args.processes), "--steps", str(args.steps), "--batch", str(args.batch),
-            "--timeout", str(args.timeout)]
-    procs = [subprocess.Popen(base + ["--process-id", str(i)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(args.processes)]
-    results, failed = [], False
-    for i, p in enumerate(procs):
-        try:
-            out, err = p.communicate(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            out, err = p.communicate()
-            print(f"process {i} timed out after {args.timeout} s", file=sys.stderr)
-        if p.returncode != 0:
-            failed = True
-            print(f"process {i} failed (exit {p.returncode}):\n{err[-3000:]}", file=sys.stderr)
-            continue
-        line = next(ln for ln in out.splitlines() if ln.startswith(_TAG))
-        results.append(json.loads(line[len(_TAG):]))
-        print(f"process {i}: {results[-1]}")
-    if failed:
-        return 1
+    coordinator = f"127.0.0.1:{free_port()}"
+    results = run_workers(__spec__.name, ["--coordinator", coordinator, "--processes", str(args.processes),
+                                          "--steps", str(args.steps), "--batch", str(args.batch),
+                                          "--timeout", str(args.timeout)],
+                          args.processes, args.devices_per_process, args.timeout, _TAG)
     if args.check:
         import torch
         w = _workload(args.batch)
@@ -119,15 +91,7 @@ def main(argv=None) -> int:
     ap.add_argument("--devices-per-process", type=int, default=4)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--batch", type=int, default=16, help="global batch (split over all devices)")
-    ap.add_argument("--timeout", type=int, default=300, help="seconds any wait may take")
-    ap.add_argument("--check", action="store_true", help="compare with one eager CPU run")
-    ap.add_argument("--coordinator", help=argparse.SUPPRESS)
-    ap.add_argument("--process-id", type=int, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.process_id is not None:
-        worker(args)
-        return 0
-    return launch(args)
+    return run_main(ap, argv, worker, launch)
 
 
 if __name__ == "__main__":
