@@ -2,11 +2,13 @@
 at several depths, its blocks run as a Python loop or with
 `lx.experimental.scan_layers`, beside eager and, optionally, PyTorch/XLA.
 
-    python scripts/depth_bench.py [--layers 4,16,32] [--steps 6]
-        [--torch-xla-python /opt/txla/bin/python]
+    python scripts/depth_bench.py [--layers 4,16,32] [--steps 6] [--repeats 1]
+        [--systems eager,lazyxla,...] [--torch-xla-python /opt/txla/bin/python]
 
 Each cell runs in its own process with the persistent compile cache off (cold first
-steps). Reported per cell: the first step (trace + compile + run), the median of the
+steps). With `--repeats N` every cell runs N times, the rounds interleaved (all cells
+once, then all again) so that a slow minute of a shared machine falls on every cell
+alike; each column is then the median over the rounds. Reported per cell: the first step (trace + compile + run), the median of the
 later steps, the median host time before the step barrier (tracing), the XLA compile
 time within the first step (CompileTime metric of lazyxla and PyTorch/XLA), and the peak
 device memory lazyxla's ledger saw (`torch.lazyxla.max_memory_allocated`).
@@ -91,24 +93,40 @@ def _child(python: str, system: str, layers: int, steps: int) -> dict:
     return json.loads(lines[-1])
 
 
+def _median_row(results: list) -> dict:
+    """One cell's runs as one row: the median of each measured column (the first
+    failure, if a run failed)."""
+    failed = [r for r in results if "error" in r]
+    if failed:
+        return failed[0]
+    row = dict(results[0])
+    for column, value in row.items():
+        if isinstance(value, float):
+            row[column] = statistics.median(r[column] for r in results)
+    return row
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cell", nargs=2, metavar=("SYSTEM", "LAYERS"))
     p.add_argument("--layers", default="4,16,32")
     p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--repeats", type=int, default=1, help="runs of each cell (median reported)")
+    p.add_argument("--systems", default=",".join(SYSTEMS))
     p.add_argument("--torch-xla-python")
     args = p.parse_args(argv)
     if args.cell:
         print(json.dumps(run_cell(args.cell[0], int(args.cell[1]), args.steps)))
         return 0
-    rows = []
-    for layers in map(int, args.layers.split(",")):
-        for system in SYSTEMS:
-            if system == "torch_xla" and not args.torch_xla_python:
-                continue
+    cells = [(layers, system) for layers in map(int, args.layers.split(","))
+             for system in args.systems.split(",") if system != "torch_xla" or args.torch_xla_python]
+    runs: dict = {cell: [] for cell in cells}
+    for _ in range(args.repeats):
+        for layers, system in cells:
             python = args.torch_xla_python if system == "torch_xla" else sys.executable
-            rows.append(_child(python, system, layers, args.steps))
-            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            runs[layers, system].append(_child(python, system, layers, args.steps))
+            print(json.dumps(runs[layers, system][-1]), file=sys.stderr, flush=True)
+    rows = [_median_row(runs[cell]) for cell in cells]
     print("| layers | system | first step (s) | its compile (s) | step (ms) | tracing (ms) | peak device MB | loss |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -119,6 +137,13 @@ def main(argv=None) -> int:
         compiled = f"{r['compile_s']:.2f}" if r.get("compile_s") is not None else "-"
         print(f"| {r['layers']} | {r['system']} | {r['first_s']:.2f} | {compiled} | {r['step_ms']:.0f} | {r['tracing_ms']:.1f} "
               f"| {peak} | {r['loss']:.4f} |")
+    depths = sorted({r["layers"] for r in rows})
+    first = {(r["layers"], r["system"]): r["first_s"] for r in rows if "error" not in r}
+    if len(depths) > 1:
+        print(f"\nfirst step, {depths[-1]} layers / {depths[0]}:")
+        for system in dict.fromkeys(r["system"] for r in rows):
+            if (depths[0], system) in first and (depths[-1], system) in first:
+                print(f"- {system}: {first[depths[-1], system] / first[depths[0], system]:.2f}x")
     return 0
 
 
