@@ -200,11 +200,13 @@ def test_graph_size_cut_skips_pending_tensor_reading_a_donated_buffer(dev, monke
 # -- uploads own their memory ----------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_upload_does_not_alias_the_host_tensor(dev, dtype):
+@pytest.mark.parametrize("n", [1 << 20, 1 << 23], ids=["runtime-copy", "compiled-copy"])
+def test_upload_does_not_alias_the_host_tensor(dev, dtype, n):
     """Bug: on the CPU backend jax.device_put adopted the CPU tensor's memory, so a later
     in-place change of the source (`h.to(dev); h.mul_(0)`) changed the device tensor, and
-    an in-place step that donated the upload could write through into `h`."""
-    n = 1 << 20  # large enough for JAX's zero-copy path
+    an in-place step that donated the upload could write through into `h`. Both sizes
+    take JAX's zero-copy path; the device copy is a runtime copy below 16 MB, a compiled
+    one above (runtime/transfer.py)."""
     h = torch.arange(n, dtype=torch.float32).remainder_(250.0).to(dtype)
     expected = h.clone()
     w = h.to(dev)
