@@ -27,9 +27,9 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 _BF16 = np.dtype(jax_dtype(torch.bfloat16))
 
 
-@jax.jit
-def _owned_copy(x):
-    return jnp.copy(x)
+@functools.lru_cache(maxsize=None)
+def _owned_copy_to(sharding):
+    return jax.jit(jnp.copy, out_shardings=sharding)
 
 
 # Below this size an upload's device copy is a runtime buffer copy; above, a compiled
@@ -40,16 +40,12 @@ def _owned_copy(x):
 _COMPILED_COPY_BYTES = 16 << 20
 
 
-def _owned(staged: jax.Array, device) -> jax.Array:
-    """A copy of `staged` (which may alias host memory) in a buffer XLA owns."""
+def _owned(staged: jax.Array, sharding) -> jax.Array:
+    """A copy of `staged` (which may alias host memory) placed by `sharding`, in
+    buffers XLA owns."""
     if staged.nbytes < _COMPILED_COPY_BYTES:
-        return jax.device_put(staged, device, may_alias=False)
-    return _owned_copy(staged)
-
-
-@functools.lru_cache(maxsize=None)
-def _owned_copy_to(sharding):
-    return jax.jit(jnp.copy, out_shardings=sharding)
+        return jax.device_put(staged, sharding, may_alias=False)
+    return _owned_copy_to(sharding)(staged)
 
 
 @x64
@@ -58,10 +54,8 @@ def place(host: np.ndarray, sharding) -> jax.Array:
     own slice (this process supplies those of its addressable devices), copied into an
     XLA-owned buffer for the same reasons as in `upload`."""
     with metrics.timed("TransferToDeviceTime"):
-        staged = jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
-        array = _owned_copy_to(sharding)(staged)
+        array = _owned(jax.make_array_from_callback(host.shape, sharding, lambda index: host[index]), sharding)
         array.block_until_ready()
-        del staged
     return array
 
 
@@ -89,7 +83,7 @@ def upload(t: torch.Tensor, device: int, owner=None, sharding=None) -> DeviceDat
         return DeviceData(None, tuple(t.shape), t.dtype, device, owner,
                           sharding=sharding or placement.replicated(), host=host, storage=storage)
     with metrics.timed("TransferToDeviceTime"):
-        target = jax_devices()[device]
+        target = jax.sharding.SingleDeviceSharding(jax_devices()[device])
         array = _owned(jax.device_put(_to_numpy(host_t), target), target)
         array.block_until_ready()
     metrics.metric_add("OutboundData", host_t.numel() * host_t.element_size())
@@ -122,4 +116,4 @@ def reshard(array: jax.Array, sharding) -> jax.Array:
     """`array` moved to `sharding` (also onto another device order), into buffers XLA
     owns so that they can be donated later."""
     with metrics.timed("TransferToDeviceTime"):
-        return _owned_copy_to(sharding)(jax.device_put(array, sharding))
+        return _owned(jax.device_put(array, sharding), sharding)
