@@ -68,8 +68,10 @@ def upload(t: torch.Tensor, device: int, owner=None, sharding=None) -> DeviceDat
     promises: the device tensor would change when the source CPU tensor is later
     modified, and XLA cannot reuse an adopted buffer when it is donated (the
     first step after an upload would hold two copies). So the adopted array is
-    copied once on the device into an XLA-owned buffer, and the copy completes
-    before we return (a host-to-device copy is synchronous in PyTorch too).
+    copied once on the device into an XLA-owned buffer (`_owned`), and the copy
+    completes before we return (a host-to-device copy is synchronous in PyTorch
+    too). `may_alias=False` on that device array, unlike on a host array, does
+    copy (tests/test_donation_safety.py checks both of `_owned`'s paths).
     """
     jax_dtype(t.dtype)  # clear error for unsupported dtypes
     storage = storage_dtypes.storage_for(t.dtype)
