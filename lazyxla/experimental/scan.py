@@ -31,13 +31,13 @@ trace records, through `saved_tensors_hooks`, every tensor autograd saves; those
 computed inside `fn` from its inputs (a layer norm's mean and rstd too, which have
 no grad_fn) become extra outputs of the body (residuals), stacked by the forward
 loop; the backward's re-trace hands autograd the residuals in their place, so its
-re-run forward is dead code that the capture drops. Measured on the reference GPT at 32 layers (2-core CPU,
-AdamW, stacked layers, quiet machine): a step takes 1.50 s saving and 1.35 s
-re-running (eager: 1.02 s), while the peak device memory is 1.2 GB saving and
-0.5 GB re-running. Saving writes 22 MB of residuals per layer into stacked
-buffers (zero-filled first, as `lax.scan` builds its outputs) and reads them back;
-on this CPU that memory traffic costs more than one layer's forward again, hence
-the default.
+re-run forward is dead code that the capture drops. Measured on the reference GPT
+at 32 layers (2-core CPU, AdamW, stacked layers, quiet machine): a step takes
+1.50 s saving and 1.35 s re-running (eager: 1.02 s), while the peak device memory
+is 1.2 GB saving and 0.5 GB re-running. Saving writes 22 MB of residuals per
+layer into stacked buffers (zero-filled first, as `lax.scan` builds its outputs)
+and reads them back; on this CPU that memory traffic costs more than one layer's
+forward again, hence the default.
 
 Random ops get a seed per call, mixed with the iteration index, and the
 backward replays the same seeds, so its recomputation sees the forward's
@@ -53,7 +53,6 @@ tensor, the only traced work that grows with depth).
 from __future__ import annotations
 
 import itertools
-
 import weakref
 from typing import Any, Callable, Hashable, NamedTuple, Optional, Sequence
 from weakref import WeakKeyDictionary
@@ -67,7 +66,8 @@ from .._jax import jax_dtype
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import contiguous_strides
 from ..ir.call import Subprogram, call_node
-from ..ir.node import DATA, OPT_BARRIER, Node, getitem_node, intern_sig
+from ..ir.graph import data_reachable
+from ..ir.node import OPT_BARRIER, Node, getitem_node, intern_sig
 from ..sync.capture import Capture, CaptureError, capture, insert_call
 from ._leaves import require_lazy
 from .gradient_accumulation import _SEED_MIX
@@ -360,7 +360,6 @@ class _Body:
         self.results: list = []
         self.start_seq = 0
         self.closures: list[torch.Tensor] = []   # leaves requiring grad that fn reads
-        self._independent: dict[int, Node] = {}   # IR nodes that read no placeholder, by id (_record)
 
     def __call__(self, *leaves: LazyTensor) -> list:
         carry = tree_unflatten(list(leaves[:self.n_carry]), self.carry_spec)
@@ -413,7 +412,6 @@ class _Body:
         keep values made inside fn without inputs (a mask) alive and pending, and
         every sync would compute them as extra outputs."""
         self.placeholders = []
-        self._independent = {}
         self.results = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in self.results]
         self.residuals = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in self.residuals]
 
@@ -439,25 +437,12 @@ class _Body:
         self.saved.append(kind)
         return kind
 
-
     def _computed_from_inputs(self, t: torch.Tensor) -> bool:
-        """Whether t's pending IR reads one of the iteration's placeholders. Subgraphs
-        found not to are remembered (`_independent`, which holds them so that their
-        ids stay theirs until `release`), so each node is walked once."""
+        """Whether t's pending IR reads one of the iteration's placeholders."""
         if not isinstance(t, LazyTensor):
             return False
         own = {id(ph.lazy_value().data) for ph in self.placeholders}
-        stack, seen = [t.lazy_value()], {}
-        while stack:
-            node = stack.pop()
-            if id(node) in seen or id(node) in self._independent:
-                continue
-            seen[id(node)] = node
-            if node.op == DATA and id(node.data) in own:
-                return True
-            stack.extend(node.inputs)
-        self._independent.update(seen)
-        return False
+        return not own.isdisjoint(data_reachable([t.lazy_value()]))
 
 
 def _capture(fn: Callable, examples: list, name: str, requires_grad=None) -> Capture:
