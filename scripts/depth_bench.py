@@ -1,6 +1,7 @@
 """Compile time against depth (issue #22): the reference GPT (lazyxla/workloads.py)
-at several depths, its blocks run as a Python loop or with
-`lx.experimental.scan_layers`, beside eager and, optionally, PyTorch/XLA.
+at several depths, its blocks run as a Python loop, with
+`lx.experimental.scan_layers` or as `lx.experimental.ScannedLayers`, beside eager and,
+optionally, PyTorch/XLA.
 
     python scripts/depth_bench.py [--layers 4,16,32] [--steps 6] [--repeats 1]
         [--systems eager,lazyxla,...] [--torch-xla-python /opt/txla/bin/python]
@@ -8,10 +9,11 @@ at several depths, its blocks run as a Python loop or with
 Each cell runs in its own process with the persistent compile cache off (cold first
 steps). With `--repeats N` every cell runs N times, the rounds interleaved (all cells
 once, then all again) so that a slow minute of a shared machine falls on every cell
-alike; each column is then the median over the rounds. Reported per cell: the first step (trace + compile + run), the median of the
-later steps, the median host time before the step barrier (tracing), the XLA compile
-time within the first step (CompileTime metric of lazyxla and PyTorch/XLA), and the peak
-device memory lazyxla's ledger saw (`torch.lazyxla.max_memory_allocated`).
+alike; each column is then the median over the rounds. Reported per cell: the first
+step (trace + compile + run), the median of the later steps, the median host time
+before the step barrier (tracing), the XLA compile time within the first step
+(CompileTime metric of lazyxla and PyTorch/XLA), and the peak device memory lazyxla's
+ledger saw (`torch.lazyxla.max_memory_allocated`).
 """
 from __future__ import annotations
 
