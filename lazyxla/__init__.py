@@ -38,6 +38,7 @@ _enable_foreach_default()
 _track_optimizer_steps()
 
 from .sync.api import graph_hash, sync, sync_tensors, wait_device_ops  # noqa: E402,F401
+from .sync.barriers import implied_barriers_enabled, set_implied_barriers  # noqa: E402,F401
 from .donation import (  # noqa: E402,F401
     aliasing_enabled, explicit_donation, explicit_donation_enabled, get_buffer_donation, is_donated,
     set_aliasing, set_buffer_donation, set_explicit_donation)
@@ -60,7 +61,7 @@ from ._versions import LAZYXLA_VERSION as __version__  # noqa: E402
 
 __all__ = [
     "device", "devices", "device_count", "platform", "memory_info",
-    "sync", "sync_tensors", "wait_device_ops",
+    "sync", "sync_tensors", "wait_device_ops", "set_implied_barriers", "implied_barriers_enabled",
     "set_buffer_donation", "get_buffer_donation", "is_donated",
     "set_explicit_donation", "explicit_donation_enabled", "explicit_donation",
     "set_aliasing", "aliasing_enabled", "set_storage_dtypes", "storage_dtypes", "set_matmul_precision", "matmul_precision",

@@ -35,6 +35,9 @@ class Config:
     """Initial value of `lx.aliasing_enabled()`; off turns all donation off (read at import)."""
     graph_op_limit: int = 20000
     """Traced ops after which pending work is cut into a graph (read at import: hot path)."""
+    implied_barriers: bool = True
+    """Initial value of `lx.implied_barriers_enabled()`: `optimizer.step()` ends a step and a
+    host read materializes the pending work it shares with live tensors (sync/barriers.py)."""
     compile_cache_size: int = 1024
     """Executables kept in the in-memory compile cache (least recently used evicted)."""
     metrics_samples: int = 1024

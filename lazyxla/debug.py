@@ -10,6 +10,7 @@ from .frontend.tensor import LazyTensor
 from .ir.node import DATA, GETITEM, SCALAR
 from .runtime import storage_dtypes
 from .memory_report import memory_report  # noqa: F401  (lx.debug.memory_report)
+from .sync import barriers
 from .sync.api import LastGraph, pending_graphs
 
 
@@ -59,6 +60,13 @@ def donation_report() -> Optional[DonationReport]:
         return None
     return DonationReport(exe.key_hex, LastGraph.kind, LastGraph.n_nodes, LastGraph.decisions,
                           exe.memory_analysis())
+
+
+def implied_barriers() -> list:
+    """The last step barriers lazyxla placed itself (sync/barriers.py), oldest first: records
+    of `reason` ("optimizer.step", the graph size cap), `where` (the user's file:line) and
+    `nodes` (IR nodes the barrier ran); counted in `ImpliedBarrier`."""
+    return barriers.recent()
 
 
 def explain_last_compile() -> Optional[str]:

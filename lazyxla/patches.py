@@ -280,7 +280,8 @@ PATCHES: tuple[Patch, ...] = (
     Patch("optimizer_step_hooks", "torch",
           ("torch.optim.optimizer global step pre/post hooks",),
           "state created inside an optimizer step is materialised at once, so warm-up compiles "
-          "one step graph instead of two; the hooks mark the step (frontend/optim.py).",
+          "one step graph instead of two; the hooks mark the step (frontend/optim.py), and the "
+          "post hook ends a training step: an implied step barrier (sync/barriers.py).",
           TORCH_VERIFIED, _apply_step_hooks, _undo_hooks,
           ("torch.optim.optimizer.register_optimizer_step_pre_hook",
            "torch.optim.optimizer.register_optimizer_step_post_hook")),

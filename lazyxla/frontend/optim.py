@@ -21,7 +21,10 @@ so every step barrier closes the window as well.
 """
 from __future__ import annotations
 
+import torch
+
 from .. import patches
+from .sync_hooks import optimizer_stepped
 from .tensor import LazyTensor
 
 
@@ -40,10 +43,19 @@ def end_optimizer_step(*_hook_args) -> None:
     _in_step[0] = False
 
 
+def _optimizer_step_done(optimizer, *_hook_args) -> None:
+    """Global post hook: close the step window, then let the sync layer end the step
+    (an implied step barrier, sync/barriers.py). Under torch.compile this is traced as a
+    constant no-op: compiled code places no barrier."""
+    _in_step[0] = False
+    if not torch.compiler.is_compiling():
+        optimizer_stepped(optimizer)
+
+
 def _begin_optimizer_step(*_hook_args) -> None:
     _in_step[0] = True
 
 
 def track_optimizer_steps() -> None:
     """Register the global step hooks (patch "optimizer_step_hooks"; once)."""
-    patches.apply("optimizer_step_hooks", _begin_optimizer_step, end_optimizer_step)
+    patches.apply("optimizer_step_hooks", _begin_optimizer_step, _optimizer_step_done)

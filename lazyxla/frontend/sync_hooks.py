@@ -1,8 +1,9 @@
 """The two services the tracer needs from the sync layer, installed by it.
 
 A host read (`.item()`, `.cpu()`, a host fallback) must materialise pending
-work, the graph-size cap must cut the pending graph, and eager mode runs each
-op's graph at once; all are sync-layer work. The frontend sits below sync (LAYOUT.md), so instead of importing it
+work, the graph-size cap must cut the pending graph, eager mode runs each
+op's graph at once, and the end of an optimizer step may be a step barrier;
+all are sync-layer work. The frontend sits below sync (LAYOUT.md), so instead of importing it
 the frontend calls these slots, which `sync/api.py` fills when it is imported
 (`import lazyxla` always imports it before any tensor exists).
 """
@@ -15,12 +16,14 @@ import torch
 _host_values: Optional[Callable[..., list]] = None
 _cut_graphs: Optional[Callable[[], None]] = None
 _eager_run: Optional[Callable[[list], None]] = None
+_optimizer_stepped: Optional[Callable[[object], None]] = None
 
 
 def install(host_values_fn: Callable[..., list], cut_graphs_fn: Callable[[], None],
-            eager_run_fn: Callable[[list], None]) -> None:
-    global _host_values, _cut_graphs, _eager_run
+            eager_run_fn: Callable[[list], None], optimizer_stepped_fn: Callable[[object], None]) -> None:
+    global _host_values, _cut_graphs, _eager_run, _optimizer_stepped
     _host_values, _cut_graphs, _eager_run = host_values_fn, cut_graphs_fn, eager_run_fn
+    _optimizer_stepped = optimizer_stepped_fn
 
 
 def _missing() -> RuntimeError:
@@ -43,6 +46,14 @@ def cut_graphs() -> None:
     if _cut_graphs is None:
         raise _missing()
     _cut_graphs()
+
+
+def optimizer_stepped(optimizer) -> None:
+    """An optimizer step just ended: the sync layer may place an implied step barrier
+    (sync/barriers.py)."""
+    if _optimizer_stepped is None:
+        raise _missing()
+    _optimizer_stepped(optimizer)
 
 
 def eager_run(storages: list) -> None:

@@ -7,12 +7,16 @@ donors the kind of sync allows (API.md "Sync"):
 | entry point                         | automatic donors | explicit donors        |
 |-------------------------------------|------------------|------------------------|
 | lx.sync() (step barrier)            | yes              | yes                    |
+| implied barrier (optimizer.step())  | yes              | yes                    |
+| graph size cut                      | yes              | no                     |
 | lx.sync_tensors(donate_inplace=True)| yes (safe only)  | if explicit enabled    |
 | lx.sync_tensors(donate_inplace=False)| no              | if explicit enabled    |
 | host reads (.cpu(), .item(), print) | no               | if explicit enabled    |
 
 Automatic donation is safe at partial syncs too because the planner checks
-the live holders of every buffer (see alias/planner.py).
+the live holders of every buffer (see alias/planner.py). A host read's graph
+also computes the live pending tensors that share work with it
+(sync/barriers.py), so that work is not computed again at the next sync.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from ..alias import config
 from ..alias.planner import plan
 from ..compile.cache import Executable, get_or_compile, key_hex
 from ..errors import DonatedBufferError
-from ..frontend.dispatch import traced_since_sync
+from ..frontend.dispatch import GRAPH_OP_LIMIT, traced_since_sync
 from ..frontend.storage import is_wide_read, live_devices, live_storages
 from ..frontend.optim import end_optimizer_step
 from ..frontend.tensor import LazyTensor
@@ -38,7 +42,8 @@ from ..ir.node import DATA
 from ..runtime import memory
 from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
-from .capture import Placeholder, placeholder_refusal
+from . import barriers
+from .capture import Placeholder, capturing, placeholder_refusal
 from .collect import collect
 from .view_read import read_view
 
@@ -130,27 +135,46 @@ def _pending(storages) -> list:
 def sync(wait: bool = False) -> None:
     """Step barrier: materialise every live pending tensor, one graph per device."""
     with _runtime_lock():
-        traced_since_sync[0] = 0
         end_optimizer_step()   # a step that raised never ran the post hook
-        for device in live_devices():
-            _run(device, _pending(live_storages(device)), automatic=True, explicit=True,
-                 kind="step barrier", skip_donated=True)
+        _barrier("step barrier", explicit=True)
         metrics.counter_add("MarkStep")
     if wait:
         wait_device_ops()
 
 
-def cut_graphs() -> None:
-    """Graph size cap reached: materialise all pending work (automatic aliasing stays
-    safe via the planner). Never explicit donors, even with explicit donation enabled:
-    the cut happens at an op the user did not choose, often one that reads the marked
-    tensor, which then raised DonatedBufferError at a random op (differential tester)."""
+def _barrier(kind: str, explicit: bool) -> int:
+    """Run all pending work, one graph per device (lock held); the number of IR nodes run."""
+    traced_since_sync[0] = 0
+    nodes = 0
+    for device in live_devices():
+        if _run(device, _pending(live_storages(device)), automatic=True, explicit=explicit,
+                kind=kind, skip_donated=True) is not None:
+            nodes += LastGraph.n_nodes
+    return nodes
+
+
+def optimizer_stepped(optimizer) -> None:
+    """`optimizer.step()` ended (frontend/optim.py's post hook): the implied step barrier
+    of sync/barriers.py, with lx.sync()'s donation, unless switched off, inside a captured
+    function, or for an optimizer of non-lazy parameters."""
+    if not barriers.implied_barriers_enabled() or capturing() or not barriers.has_lazy_params(optimizer):
+        return
     with _runtime_lock():
-        traced_since_sync[0] = 0
+        nodes = _barrier("implied step barrier (optimizer.step)", explicit=True)
+    barriers.record("optimizer.step", nodes)
+
+
+def cut_graphs() -> None:
+    """Graph size cap reached: warn (once), then materialise all pending work (automatic
+    aliasing stays safe via the planner). Never explicit donors, even with explicit
+    donation enabled: the cut happens at an op the user did not choose, often one that
+    reads the marked tensor, which then raised DonatedBufferError at a random op
+    (differential tester)."""
+    barriers.warn_graph_size(GRAPH_OP_LIMIT)
+    with _runtime_lock():
         metrics.counter_add("GraphSizeCut")
-        for device in live_devices():
-            _run(device, _pending(live_storages(device)), automatic=True,
-                 explicit=False, kind="graph size cut", skip_donated=True)
+        nodes = _barrier("graph size cut", explicit=False)
+    barriers.record("graph size cap (LAZYXLA_GRAPH_OP_LIMIT)", nodes)
 
 
 def _check_lazy(tensors, what: str) -> list:
@@ -224,7 +248,7 @@ def host_values(tensors: list, allow_explicit: bool = True) -> list:
                 slots[id(t)] = len(items)
                 items.append((node, None))
             explicit = allow_explicit and config.explicit_donation_enabled(device)
-            outs = _run_read(device, items, _wide_extra(device, storages), explicit)
+            outs = _run_read(device, items, _read_extra(device, storages, items), explicit)
             for t in tensors:
                 if t._st.device == device and id(t) in slots:
                     results[id(t)] = outs[_slot_of(items, slots[id(t)])]
@@ -258,13 +282,20 @@ def _read_device_data(tensors: list) -> dict:
     return hosts
 
 
-def _wide_extra(device: int, storages: list) -> list:
-    """The rest of the device's pending work, if one of `storages` is a wide read
-    (frontend/storage.py `mark_wide_read`)."""
-    if not any(is_wide_read(st) for st in storages):
-        return []
+def _read_extra(device: int, storages: list, items: list) -> list:
+    """Other live pending storages a host read of `storages` materializes in its graph:
+    all of the device's pending work for a wide read (frontend/storage.py
+    `mark_wide_read`, GradScaler's found_inf), else those sharing pending work with the
+    read (sync/barriers.py), so no later sync computes that work again."""
     own = set(map(id, storages))
-    return [item for item in _pending(live_storages(device)) if id(item[1]) not in own]
+    if any(is_wide_read(st) for st in storages):
+        return [item for item in _pending(live_storages(device)) if id(item[1]) not in own]
+    if not barriers.implied_barriers_enabled():
+        return []
+    extra = barriers.sharing_items(device, [node for node, _ in items], own)
+    if extra:
+        metrics.counter_add("WideRead")
+    return extra
 
 
 def _run_read(device: int, items: list, extra: list, explicit: bool) -> tuple:
@@ -327,4 +358,4 @@ def graph_hash(tensors) -> str:
     return key_hex(tuple(graph.key + (donors,) for graph, donors in graphs))
 
 
-sync_hooks.install(host_values, cut_graphs, eager_run)
+sync_hooks.install(host_values, cut_graphs, eager_run, optimizer_stepped)

@@ -1,0 +1,146 @@
+"""Materialization points lazyxla places itself: implied step barriers and wide host reads.
+
+Real training code (Hugging Face Trainer, accelerate, plain loops that only read the loss)
+never calls `lx.sync()`. This module holds the rules that keep its pending work bounded
+and computed once (docs/design.md "Real code places no barriers"):
+
+- `optimizer.step()` on lazy parameters ends a step: an implied step barrier, with the
+  donation of `lx.sync()`. Not inside compiled code (dynamo traces the hook away), nor
+  while a function is captured (gradient accumulation, scan, while_loop bodies).
+- a host read also materializes every live pending tensor that shares pending work with
+  what it reads (`sharing_items`), so that work is never computed twice.
+- the graph-size cap (`LAZYXLA_GRAPH_OP_LIMIT`) warns once, then cuts: never silent growth.
+
+One switch (`set_implied_barriers`, `LAZYXLA_IMPLIED_BARRIERS`) turns the first two off:
+then barriers are only where the user writes them and a read computes only what it reads,
+as before. Every barrier lazyxla placed is counted (`ImpliedBarrier`) and recorded with
+its reason and the user's line (`lx.debug.implied_barriers()`).
+"""
+from __future__ import annotations
+
+import collections
+import warnings
+from typing import NamedTuple, Optional
+
+from .. import config, metrics
+from ..frontend.provenance import user_frame
+from ..frontend.storage import live_storages
+from ..ir.node import DATA, SCALAR, Node
+
+_enabled = [config.SETTINGS.implied_barriers]
+RECORDS_KEPT = 64
+
+
+class BarrierRecord(NamedTuple):
+    """One barrier lazyxla placed: why, the user's `file:line` (None if unknown), and the
+    number of IR nodes the barrier's graphs computed."""
+    reason: str
+    where: Optional[str]
+    nodes: int
+
+
+_records: collections.deque = collections.deque(maxlen=RECORDS_KEPT)
+_size_warning_given = [False]
+
+
+def set_implied_barriers(enabled: bool) -> None:
+    """Switch implied step barriers at `optimizer.step()` and wide host reads on or off."""
+    _enabled[0] = bool(enabled)
+
+
+def implied_barriers_enabled() -> bool:
+    return _enabled[0]
+
+
+def record(reason: str, nodes: int) -> None:
+    metrics.counter_add("ImpliedBarrier")
+    _records.append(BarrierRecord(reason, user_frame(), nodes))
+
+
+def recent() -> list[BarrierRecord]:
+    """The last barriers lazyxla placed (at most RECORDS_KEPT), oldest first."""
+    return list(_records)
+
+
+def clear_records() -> None:
+    _records.clear()
+
+
+def warn_graph_size(limit: int) -> None:
+    """The cap was reached: say so once per process, with the fix."""
+    if _size_warning_given[0]:
+        return
+    _size_warning_given[0] = True
+    warnings.warn(
+        f"lazyxla: {limit} ops were traced without a step barrier, so lazyxla ran the pending "
+        "work as a graph here (an implied barrier, counted in ImpliedBarrier). A loop that "
+        "never syncs makes each read compile a larger graph: call lx.sync() (or "
+        "optimizer.step(), which ends a step) once per iteration, or raise "
+        "LAZYXLA_GRAPH_OP_LIMIT if the step really is this long.", stacklevel=4)
+
+
+def has_lazy_params(optimizer) -> bool:
+    """Whether `optimizer` updates lazy tensors (its first parameter decides)."""
+    from ..frontend.tensor import LazyTensor
+    for group in getattr(optimizer, "param_groups", ()):
+        for p in group.get("params", ()):
+            return isinstance(p, LazyTensor)
+    return False
+
+
+def sharing_items(device: int, roots: list, own: set) -> list:
+    """`(value, storage)` for each live pending storage of `device`, other than those in
+    `own` (ids), whose pending IR shares a computed node with `roots`.
+
+    Leaves (device data, lifted scalars) do not count as shared work. One walk marks the
+    read's nodes; a second, memoized over all storages, asks of each storage's IR whether
+    it reaches a marked node. Both stop at leaves, so the cost is the size of the pending
+    graph once, whatever the number of storages."""
+    read = _computed_nodes(roots)
+    if not read:
+        return []
+    reaches: dict = {}
+    found = []
+    for st in live_storages(device):
+        value = st.value
+        if value.op is DATA or id(st) in own:
+            continue
+        if _reaches(value, read, reaches):
+            found.append((value, st))
+    return found
+
+
+def _computed_nodes(roots: list) -> set:
+    seen: set = set()
+    stack = [r for r in roots if r.op is not DATA and r.op is not SCALAR]
+    while stack:
+        node = stack.pop()
+        nid = id(node)
+        if nid in seen:
+            continue
+        seen.add(nid)
+        for inp in node.inputs:
+            if inp.op is not DATA and inp.op is not SCALAR and id(inp) not in seen:
+                stack.append(inp)
+    return seen
+
+
+def _reaches(root: Node, targets: set, memo: dict) -> bool:
+    """Whether `root`'s computed IR contains a node of `targets`; iterative post-order,
+    results kept in `memo` (id -> bool) for the next storage's walk."""
+    stack = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        nid = id(node)
+        if nid in memo:
+            continue
+        if nid in targets:
+            memo[nid] = True
+            continue
+        computed = [i for i in node.inputs if i.op is not DATA and i.op is not SCALAR]
+        if not expanded:
+            stack.append((node, True))
+            stack.extend((i, False) for i in computed if id(i) not in memo)
+            continue
+        memo[nid] = any(memo[id(i)] for i in computed)
+    return memo[id(root)]
