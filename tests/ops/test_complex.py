@@ -410,9 +410,9 @@ def test_training_complex_parameters(dev, make):
         for _ in range(3):
             opt.zero_grad()
             (xs @ w).abs().pow(2).sum().backward()
-            opt.step()
+            lx.metrics.clear_all()
+            opt.step()   # ends the step on the device: an implied step barrier
             if target != "cpu":
-                lx.metrics.clear_all()
                 lx.sync()
                 assert lx.metrics.metric_data("DonatedBytes")[1] >= w.numel() * w.element_size()  # w's buffer at least
         results.append(w.detach())
