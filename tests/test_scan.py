@@ -344,7 +344,9 @@ def test_saved_activations_give_the_loops_values_and_gradients(dev):
             ((carry ** 2).sum() + (ys ** 2).sum()).backward()
             out[side] = [carry, ys, i.grad, x.grad, ww.grad]
         for a, b in zip(out["lazy"], out["eager"]):
-            assert_close(a, b.detach(), rtol=1e-4, atol=1e-5)
+            # atol 1e-4: gradients of size 1e3 cancel to 0.05 here, and the read of the
+            # carry (a wide read) cuts the program elsewhere than before: rounding order
+            assert_close(a, b.detach(), rtol=1e-4, atol=1e-4)
 
 
 def layer_norm_fn(w):

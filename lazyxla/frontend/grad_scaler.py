@@ -15,6 +15,10 @@ as PyTorch/XLA's GradScaler does with a `mark_step()` before the read. A
 GradScaler step is then two graphs (forward + backward + unscale, then optimizer
 step + scale update), each compiled once. Fused optimizers avoid the read altogether
 (frontend/fused_optim.py): one graph per step.
+
+With implied barriers on, the optimizer step inside `GradScaler.step` does not end the
+training step: the barrier waits for `GradScaler.update` (`_update_scale_`), so the scale
+update joins the optimizer's graph.
 """
 from __future__ import annotations
 
@@ -22,6 +26,16 @@ import torch
 
 from ..ir.ops import registrar
 from .storage import mark_wide_read
+from .sync_hooks import scaler_updated
+
+# Between GradScaler's inf check (unscale_) and its scale update a GradScaler step is
+# open: the optimizer step inside it is not the end of the training step, the update is
+# (sync/barriers.py defers its implied barrier to `_update_scale_`).
+_scaler_step_open = [False]
+
+
+def scaler_step_open() -> bool:
+    return _scaler_step_open[0]
 
 aten = torch.ops.aten
 register_decomposition = registrar("decomposition")
@@ -51,6 +65,7 @@ def _non_finite_check_and_unscale_(grads, found_inf, inv_scale) -> None:
         else:
             aten.copy_(g, aten.mul.Tensor(aten._to_copy(g, dtype=inv_scale.dtype), inv_scale))
     mark_wide_read(found_inf._st)
+    _scaler_step_open[0] = True
 
 
 @register_decomposition(aten._amp_update_scale_.default)
@@ -74,4 +89,6 @@ def _update_scale_(scale, growth_tracker, found_inf, growth_factor: float, backo
     no_inf_scale = aten.where.self(aten.logical_and(grow, aten.isfinite(grown)), grown, scale)
     aten.copy_(scale, aten.where.self(found, backed_off, no_inf_scale))
     aten.copy_(growth_tracker, aten.where.ScalarSelf(aten.logical_or(found, grow), 0, successful))
+    _scaler_step_open[0] = False
+    scaler_updated()
     return scale

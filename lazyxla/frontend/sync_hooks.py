@@ -17,13 +17,15 @@ _host_values: Optional[Callable[..., list]] = None
 _cut_graphs: Optional[Callable[[], None]] = None
 _eager_run: Optional[Callable[[list], None]] = None
 _optimizer_stepped: Optional[Callable[[object], None]] = None
+_scaler_updated: Optional[Callable[[], None]] = None
 
 
 def install(host_values_fn: Callable[..., list], cut_graphs_fn: Callable[[], None],
-            eager_run_fn: Callable[[list], None], optimizer_stepped_fn: Callable[[object], None]) -> None:
-    global _host_values, _cut_graphs, _eager_run, _optimizer_stepped
+            eager_run_fn: Callable[[list], None], optimizer_stepped_fn: Callable[[object], None],
+            scaler_updated_fn: Callable[[], None]) -> None:
+    global _host_values, _cut_graphs, _eager_run, _optimizer_stepped, _scaler_updated
     _host_values, _cut_graphs, _eager_run = host_values_fn, cut_graphs_fn, eager_run_fn
-    _optimizer_stepped = optimizer_stepped_fn
+    _optimizer_stepped, _scaler_updated = optimizer_stepped_fn, scaler_updated_fn
 
 
 def _missing() -> RuntimeError:
@@ -54,6 +56,13 @@ def optimizer_stepped(optimizer) -> None:
     if _optimizer_stepped is None:
         raise _missing()
     _optimizer_stepped(optimizer)
+
+
+def scaler_updated() -> None:
+    """GradScaler's scale update was traced: a deferred implied barrier may run now."""
+    if _scaler_updated is None:
+        raise _missing()
+    _scaler_updated()
 
 
 def eager_run(storages: list) -> None:

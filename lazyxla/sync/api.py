@@ -32,6 +32,7 @@ from ..alias.planner import plan
 from ..compile.cache import Executable, get_or_compile, key_hex
 from ..errors import DonatedBufferError
 from ..frontend.dispatch import GRAPH_OP_LIMIT, traced_since_sync
+from ..frontend.grad_scaler import scaler_step_open
 from ..frontend.storage import is_wide_read, live_devices, live_storages
 from ..frontend.optim import end_optimizer_step
 from ..frontend.tensor import LazyTensor
@@ -159,9 +160,26 @@ def optimizer_stepped(optimizer) -> None:
     function, or for an optimizer of non-lazy parameters."""
     if not barriers.implied_barriers_enabled() or capturing() or not barriers.has_lazy_params(optimizer):
         return
+    if scaler_step_open():   # inside GradScaler.step: the step ends at GradScaler.update
+        _deferred_barrier[0] = True
+        return
+    _implied_barrier("optimizer.step")
+
+
+_deferred_barrier = [False]
+
+
+def scaler_updated() -> None:
+    """GradScaler.update traced its scale update: run the barrier its step deferred."""
+    if _deferred_barrier[0]:
+        _deferred_barrier[0] = False
+        _implied_barrier("optimizer.step (after GradScaler.update)")
+
+
+def _implied_barrier(reason: str) -> None:
     with _runtime_lock():
         nodes = _barrier("implied step barrier (optimizer.step)", explicit=True)
-    barriers.record("optimizer.step", nodes)
+    barriers.record(reason, nodes)
 
 
 def cut_graphs() -> None:
@@ -358,4 +376,4 @@ def graph_hash(tensors) -> str:
     return key_hex(tuple(graph.key + (donors,) for graph, donors in graphs))
 
 
-sync_hooks.install(host_values, cut_graphs, eager_run, optimizer_stepped)
+sync_hooks.install(host_values, cut_graphs, eager_run, optimizer_stepped, scaler_updated)
