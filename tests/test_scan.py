@@ -393,3 +393,52 @@ def test_saved_activations_replay_random_values(dev):
 def test_scan_layers_saving_activations_trains_like_the_loop(dev):
     compiles = [c for _, c in train_against_the_loop(dev, 3, is_layer_pure=True, rematerialize=False)]
     assert compiles[1:] == [0, 0], compiles
+
+
+def cumsum_in_place(carry, x):
+    """PyTorch/XLA's examples/scan/scan_examples.py: the carry updated in place."""
+    carry += x
+    return carry, carry
+
+
+def product_in_place(carry, x):
+    """An in-place op whose derivative reads the carry before the write (mul_ saves it)."""
+    carry, total = carry
+    carry *= x
+    total += carry.sum()
+    return (carry, total), carry
+
+
+@pytest.mark.parametrize("rematerialize", [True, False])
+@pytest.mark.parametrize("fn, init", [(cumsum_in_place, lambda: torch.randn(3)),
+                                      (product_in_place, lambda: (torch.randn(3), torch.zeros(())))])
+def test_in_place_carry_with_grad(dev, fn, init, rematerialize):
+    """Placeholders requiring grad are autograd leaves, which refuse in-place ops; fn
+    gets writable tensors. The loop it stands for gives each iteration its own carry
+    (in eager, `carry += x` on the leaf init would raise), hence the clone below."""
+    torch.manual_seed(0)
+    init, xs = init(), torch.randn(5, 3)
+    out = {}
+    for side in ("eager", "lazy"):
+        move = (lambda t: t.to(dev)) if side == "lazy" else (lambda t: t.clone())
+        i, x = (torch.utils._pytree.tree_map(lambda t: move(t).requires_grad_(), v) for v in (init, xs))
+        if side == "lazy":
+            carry, ys = scan(fn, i, x, rematerialize=rematerialize)
+        else:
+            carry, ys = python_scan(lambda c, x: fn(torch.utils._pytree.tree_map(torch.clone, c), x), i, x)
+        loss = sum((t ** 2).sum() for t in leaves(carry, ys))
+        loss.backward()
+        out[side] = [t.detach().cpu() for t in leaves(carry, ys)] + grads_of(leaves(i, x))
+    for a, b in zip(out["lazy"], out["eager"]):
+        assert_close(a, b, rtol=1e-4, atol=1e-5)
+    if fn is cumsum_in_place:
+        assert_close(out["lazy"][1], init + torch.cumsum(xs, 0))   # ys
+
+
+def test_in_place_carry_without_grad_leaves_init_alone(dev):
+    init, xs = torch.randn(3), torch.randn(4, 3)
+    lazy_init = init.to(dev)
+    carry, ys = scan(cumsum_in_place, lazy_init, xs.to(dev))
+    assert_close(ys, init + torch.cumsum(xs, 0))
+    assert_close(carry, init + xs.sum(0))
+    assert_close(lazy_init, init)   # scan's carry is its own: init is not written

@@ -1,6 +1,7 @@
 """Everyday tensor API on the lazyxla device: printing, pickling, numpy, copies."""
 import copy
 import io
+import warnings
 
 import pytest
 import torch
@@ -60,3 +61,33 @@ def test_data_assignment_follows_the_new_tensor(dev):
     assert p.tolist() == [4.0, 4.0, 4.0]
     p.data.mul_(2)
     assert p.tolist() == [8.0, 8.0, 8.0]
+
+
+@pytest.mark.parametrize("value", [8.313600540161133, -0.5, 3, 0, True])
+def test_0d_tensor_formats_as_its_number(dev, value):
+    """f"{loss:.4f}" in training logs: a 0-d tensor formats as its .item(), like on CPU."""
+    cpu = torch.tensor(value)
+    lazy = cpu.to(dev)
+    specs = ["", ".4f", ".3e", ">10", "g"] if cpu.dtype != torch.bool else ["", ">6"]
+    if cpu.dtype == torch.int64:
+        specs += ["d", "05d", "x"]
+    for spec in specs:
+        assert format(lazy, spec) == format(cpu, spec), spec
+    assert f"{lazy}" == f"{cpu}" and "{:.3f}".format(lazy.float()) == "{:.3f}".format(cpu.float())
+    grad = torch.tensor(float(value), requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # torch warns when .item() of a tensor requiring grad...
+        assert f"{grad.to(dev) * 2:.2f}" == f"{grad * 2:.2f}"   # ...formatting does not
+    # A lazy Parameter is a LazyTensor and formats as its number too (a CPU Parameter
+    # raises TypeError: torch's check is `type(self) is Tensor`).
+    param = torch.nn.Parameter(torch.tensor(float(value)).to(dev))
+    assert f"{param:.3f}" == f"{float(value):.3f}"
+
+
+def test_non_0d_tensor_formats_as_torch_does(dev):
+    cpu = torch.tensor([1.5, 2.0])
+    lazy = cpu.to(dev)
+    assert f"{lazy}" == repr(lazy) and f"{cpu}" == repr(cpu)
+    for t in (cpu, lazy):
+        with pytest.raises(TypeError, match="unsupported format string"):
+            format(t, ".4f")

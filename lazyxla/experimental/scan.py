@@ -357,13 +357,17 @@ class _Body:
         self.y_spec = None
         self.y_nones: list[bool] = []
         self.placeholders: list = []
+        self.args: list = []            # what fn got for each placeholder (_writable)
+        self.arg_versions: list[int] = []
         self.results: list = []
         self.start_seq = 0
         self.closures: list[torch.Tensor] = []   # leaves requiring grad that fn reads
 
     def __call__(self, *leaves: LazyTensor) -> list:
-        carry = tree_unflatten(list(leaves[:self.n_carry]), self.carry_spec)
-        x = tree_unflatten(list(leaves[self.n_carry:]), self.x_spec)
+        args = self.args = [_writable(t) for t in leaves]
+        self.arg_versions = [t._version for t in args]
+        carry = tree_unflatten(args[:self.n_carry], self.carry_spec)
+        x = tree_unflatten(args[self.n_carry:], self.x_spec)
         out = self.fn(carry, x)
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise ScanError(f"scan: fn must return (new_carry, y), got {type(out).__name__}")
@@ -411,7 +415,7 @@ class _Body:
         cache, or the autograd node of the step); its tensors' autograd graph would
         keep values made inside fn without inputs (a mask) alive and pending, and
         every sync would compute them as extra outputs."""
-        self.placeholders = []
+        self.placeholders, self.args = [], []
         self.results = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in self.results]
         self.residuals = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in self.residuals]
 
@@ -426,8 +430,8 @@ class _Body:
         only this token: a tensor kept here that its own node saved (an op's output)
         would make a reference cycle through autograd that Python's gc cannot free."""
         kind: tuple = ("keep",)
-        for i, ph in enumerate(self.placeholders):
-            if t is ph:
+        for i, (ph, arg, version) in enumerate(zip(self.placeholders, self.args, self.arg_versions)):
+            if t is ph or (t is arg and t._version == version):   # fn's argument, not yet written
                 kind = ("input", i)
         if kind == ("keep",) and (t.grad_fn is not None or self._computed_from_inputs(t)):
             j = next((j for j, r in enumerate(self.residuals) if r is t), len(self.residuals))
@@ -443,6 +447,20 @@ class _Body:
             return False
         own = {id(ph.lazy_value().data) for ph in self.placeholders}
         return not own.isdisjoint(data_reachable([t.lazy_value()]))
+
+
+def _writable(placeholder: LazyTensor) -> LazyTensor:
+    """What fn gets for a placeholder: a placeholder that requires grad is an autograd
+    leaf, and torch refuses in-place ops on those ("a leaf Variable that requires grad
+    is being used in an in-place operation"), yet `carry += x` is how the Python loop
+    often reads. fn gets a clone instead (a copy XLA elides); gradients flow through
+    it to the leaf, and fn's writes stay inside the iteration (scan never writes into
+    init or xs). Without grad the placeholder itself is writable: capture turns the
+    write into the iteration's value. _Body._record counts a clone autograd saves
+    before any write as the input it copies."""
+    if placeholder.requires_grad and torch.is_grad_enabled():
+        return placeholder.clone()
+    return placeholder
 
 
 def _capture(fn: Callable, examples: list, name: str, requires_grad=None) -> Capture:

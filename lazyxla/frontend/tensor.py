@@ -147,6 +147,14 @@ class LazyTensor(torch.Tensor):
         with LOCK:  # each traced op is atomic w.r.t. syncs in other threads (lazyxla/lock.py)
             return _dispatch(func, args, kwargs or {})
 
+    def __format__(self, format_spec: str) -> str:
+        # torch formats a 0-d tensor as its number only when `type(self) is Tensor`, so
+        # f"{loss:.4f}" on a lazy tensor printed the repr (or raised): logs and the
+        # parsers reading them expect the number, as on CPU. Reads the value (a sync).
+        if self.dim() == 0:
+            return self.detach().item().__format__(format_spec)
+        return super().__format__(format_spec)
+
     def __repr__(self, *, tensor_contents=None) -> str:  # noqa: D105
         try:
             host = host_value(self)
