@@ -37,6 +37,11 @@ _scaler_step_open = [False]
 def scaler_step_open() -> bool:
     return _scaler_step_open[0]
 
+
+def close_scaler_step() -> None:
+    """A step barrier ends any GradScaler step (one that never reached `update`)."""
+    _scaler_step_open[0] = False
+
 aten = torch.ops.aten
 register_decomposition = registrar("decomposition")
 

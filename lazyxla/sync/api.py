@@ -32,7 +32,7 @@ from ..alias.planner import plan
 from ..compile.cache import Executable, get_or_compile, key_hex
 from ..errors import DonatedBufferError
 from ..frontend.dispatch import GRAPH_OP_LIMIT, traced_since_sync
-from ..frontend.grad_scaler import scaler_step_open
+from ..frontend.grad_scaler import close_scaler_step, scaler_step_open
 from ..frontend.storage import is_wide_read, live_devices, live_storages
 from ..frontend.optim import end_optimizer_step
 from ..frontend.tensor import LazyTensor
@@ -137,6 +137,8 @@ def sync(wait: bool = False) -> None:
     """Step barrier: materialise every live pending tensor, one graph per device."""
     with _runtime_lock():
         end_optimizer_step()   # a step that raised never ran the post hook
+        close_scaler_step()    # nor one whose GradScaler.update never came
+        _deferred_barrier[0] = False
         _barrier("step barrier", explicit=True)
         metrics.counter_add("MarkStep")
     if wait:
@@ -177,6 +179,7 @@ def scaler_updated() -> None:
 
 
 def _implied_barrier(reason: str) -> None:
+    close_scaler_step()
     with _runtime_lock():
         nodes = _barrier("implied step barrier (optimizer.step)", explicit=True)
     barriers.record(reason, nodes)
