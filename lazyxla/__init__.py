@@ -25,6 +25,9 @@ from .frontend import dispatch as _dispatch  # noqa: E402,F401
 from .frontend.tensor import LazyTensor  # noqa: E402,F401
 
 _device.register_kernels()
+from .frontend import accelerator as _accelerator  # noqa: E402
+
+_accelerator.install()   # torch.accelerator.* and Tensor.pin_memory() for the lazyxla device
 
 from .frontend import autocast as _autocast  # noqa: E402
 from .frontend import grad_scaler as _grad_scaler  # noqa: E402,F401  (registers GradScaler's ops)

@@ -211,6 +211,21 @@ def _undo_hooks(handles: tuple) -> None:
         handle.remove()
 
 
+def _apply_accelerator_hooks(wrappers: dict[str, Callable[[Any], Any]], names: tuple[str, ...]) -> list:
+    return _wrap(tuple(f"torch._C.{name}" for name in names), wrappers)
+
+
+def _apply_cpu_pin_memory(kernel: Callable) -> Any:
+    import torch
+    library = torch.library.Library("aten", "IMPL")
+    library.impl("_pin_memory", kernel, "CPU")
+    return library
+
+
+def _undo_library(library: Any) -> None:
+    library._destroy()
+
+
 def _apply_meta_path(finder: object) -> object:
     sys.meta_path.insert(0, finder)
     return finder
@@ -285,6 +300,20 @@ PATCHES: tuple[Patch, ...] = (
           TORCH_VERIFIED, _apply_step_hooks, _undo_hooks,
           ("torch.optim.optimizer.register_optimizer_step_pre_hook",
            "torch.optim.optimizer.register_optimizer_step_post_hook")),
+    Patch("torch_accelerator_hooks", "torch",
+          ("torch._C._accelerator_* (allocator, memory stats and info, synchronize: those the "
+           "release has)",),
+          "torch takes the renamed PrivateUse1 backend for the process's accelerator and answers "
+          "torch.accelerator.empty_cache / memory_stats / synchronize through C++ allocator and "
+          "guard hooks that a Python backend cannot register; while lazyxla is the current "
+          "accelerator they answer from its buffer ledger (frontend/accelerator.py).",
+          TORCH_VERIFIED, _apply_accelerator_hooks, _restore, ("torch._C._get_accelerator",)),
+    Patch("cpu_pin_memory", "torch", ("aten::_pin_memory, CPU kernel",),
+          "Tensor.pin_memory() (DataLoader(pin_memory=True), Trainer's default) asks the current "
+          "accelerator's hooks for a pinned allocator, which a Python backend cannot provide; "
+          "for lazyxla a pin is a host copy, for another device torch's own kernel runs "
+          "(frontend/accelerator.py).",
+          TORCH_VERIFIED, _apply_cpu_pin_memory, _undo_library, ("torch.ops.aten._pin_memory.default",)),
     Patch("dynamo_import_hook", "torch", ("sys.meta_path (a one-shot finder for torch._dynamo)",),
           "importing dynamo costs ~1.1 s, so the backend is registered when something imports "
           "torch._dynamo, not at `import lazyxla` (dynamo/__init__.py).",

@@ -10,9 +10,10 @@ backend_registration's dummy module, which this replaces, answered
 `is_available`, `is_initialized`, `current_device` and `device_count`, which
 torch's generic device code (`torch.get_device_module`, checkpointing, DDP) asks.
 `torch.amp.GradScaler("lazyxla")` needs nothing beyond the autocast support.
-The memory figures (`memory_allocated`, `max_memory_allocated`,
-`reset_peak_memory_stats`, `memory_stats`) answer as torch.cuda's do, from the
-runtime's ledger of live device buffers (runtime/memory.py).
+The memory figures (`memory_allocated`, `max_memory_allocated`, `memory_reserved`,
+`reset_peak_memory_stats`, `memory_stats`, `mem_get_info`) answer as torch.cuda's
+do, from the runtime's ledger of live device buffers (runtime/memory.py);
+torch.accelerator's functions reach the same answers (frontend/accelerator.py).
 `current_stream` / `stream` serve torch code written for stream devices, such as
 torch.distributed.checkpoint's file writer (filesystem.py `_OverlappingCpuLoader`):
 lazyxla has one implicit stream per device, since JAX orders the work it runs.
@@ -110,8 +111,48 @@ def reset_peak_memory_stats(device=None) -> None:
 
 
 def memory_stats(device=None) -> dict:
-    """torch.cuda.memory_stats' names for the ledger's counters, plus `bytes_limit`."""
-    return memory.stats(memory_device(device))
+    """torch.cuda.memory_stats' names for the ledger's counters, plus `bytes_limit`;
+    `reserved_bytes` is what the backend's allocator holds where it says (GPU, TPU),
+    else the live bytes."""
+    index = memory_device(device)
+    stats = memory.stats(index)
+    backend = memory.backend_stats(index) or {}
+    reserved = int(backend.get("pool_bytes", backend.get("bytes_reserved", 0))) or stats[
+        "allocated_bytes.all.current"]
+    stats["reserved_bytes.all.current"] = reserved
+    stats["reserved_bytes.all.peak"] = max(reserved, int(backend.get("peak_pool_bytes", 0)))
+    return stats
+
+
+def memory_reserved(device=None) -> int:
+    return memory_stats(device)["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device=None) -> int:
+    return memory_stats(device)["reserved_bytes.all.peak"]
+
+
+def reset_accumulated_memory_stats(device=None) -> None:
+    memory.reset_accumulated(memory_device(device))
+
+
+def mem_get_info(device=None) -> tuple[int, int]:
+    """(free, total) bytes, as torch.cuda.mem_get_info: the device's capacity less what
+    its allocator uses (GPU, TPU) or lazyxla's live buffers (CPU)."""
+    index = memory_device(device)
+    total = memory.bytes_limit(index)
+    backend = memory.backend_stats(index) or {}
+    used = int(backend.get("bytes_in_use", memory.allocated(index)))
+    return max(total - used, 0), total
+
+
+def empty_cache() -> None:
+    """Let finished executions release their buffers and hand freed host heap back to the
+    OS. JAX's device allocators keep their pools: nothing in JAX empties them."""
+    from ..runtime.execute import wait_all
+    from ..runtime.host_heap import release_free_heap
+    wait_all()
+    release_free_heap()
 
 
 class Stream:
@@ -144,4 +185,6 @@ def stream(s: Stream) -> "contextlib.AbstractContextManager":
 
 
 def synchronize(device=None) -> None:
+    """Wait for the executions scheduled so far. Pending lazy work is not run: a step
+    barrier (`lx.sync()`, `optimizer.step()`) does that."""
     _STREAM.synchronize()

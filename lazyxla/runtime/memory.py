@@ -123,6 +123,11 @@ def reset_peak(device: int) -> None:
     led.peak_buffers = led.buffers
 
 
+def reset_accumulated(device: int) -> None:
+    led = _ledger(device)
+    led.allocated = led.freed = 0
+
+
 def stats(device: int) -> dict:
     """Counters under torch.cuda.memory_stats' names."""
     led = _ledger(device)
