@@ -38,6 +38,10 @@ class Config:
     implied_barriers: bool = True
     """Initial value of `lx.implied_barriers_enabled()`: `optimizer.step()` ends a step and a
     host read materializes the pending work it shares with live tensors (sync/barriers.py)."""
+    host_read_max_elements: int = 4096
+    """A host read whose pending graph has no value larger than this (elements), no random
+    op and only scalars as device inputs is computed by eager PyTorch on the host, without
+    a device graph (sync/host_eval.py); 0 turns that off."""
     compile_cache_size: int = 1024
     """Executables kept in the in-memory compile cache (least recently used evicted)."""
     metrics_samples: int = 1024

@@ -11,6 +11,10 @@ import pytest
 _CACHE_DIR = tempfile.mkdtemp(prefix="lazyxla-test-cache-")
 os.environ["LAZYXLA_CACHE_DIR"] = _CACHE_DIR
 atexit.register(shutil.rmtree, _CACHE_DIR, True)
+# Small reads of pending work replay on the host by default (sync/host_eval.py). The suite
+# checks the XLA lowerings and counts device graphs, so it reads through the device; the
+# tests of the replay itself (and the Hugging Face runs) turn it on with `host_replay`.
+os.environ["LAZYXLA_HOST_READ_MAX_ELEMENTS"] = "0"
 
 import lazyxla as lx  # noqa: E402
 
@@ -30,6 +34,14 @@ def _fresh_state():
     yield
     lx.set_aliasing(True)
     lx.set_explicit_donation(False)
+
+
+@pytest.fixture
+def host_replay():
+    """Small host reads replayed on the host, as lazyxla's default (users') has them."""
+    from lazyxla import config
+    with config.override(host_read_max_elements=config.Config().host_read_max_elements):
+        yield
 
 
 @pytest.fixture

@@ -24,6 +24,8 @@ may refer to the same handle; the handle, not the tensor, carries
   instead of a full copy on every device first. `array` places it on demand.
 * `storage`: the dtype of the buffer itself: `dtype` (what torch reports), or a narrower
   one under a storage dtype policy (runtime/storage_dtypes.py).
+* `host_copy`: a CPU copy of the value, kept once a small read downloaded it
+  (sync/host_eval.py); valid for the handle's life, since the buffer never changes.
 * `charged`: what the buffer is charged in the memory ledger (runtime/memory.py),
   released when it is donated or the handle dies; None once released.
 """
@@ -40,7 +42,7 @@ from . import memory
 
 class DeviceData:
     __slots__ = ("_array", "shape", "dtype", "storage", "device", "read_only", "donate",
-                 "donated_in", "owner", "call_donor", "sharding", "host", "charged", "__weakref__")
+                 "donated_in", "owner", "call_donor", "sharding", "host", "charged", "host_copy", "__weakref__")
 
     def __init__(self, array, shape: tuple, dtype: torch.dtype, device: int,
                  owner=None, read_only: bool = False, sharding=None, host=None,
@@ -48,6 +50,7 @@ class DeviceData:
         self._array = array
         self.sharding = sharding
         self.host = host
+        self.host_copy: Optional[torch.Tensor] = None   # the value, downloaded (sync/host_eval.py)
         self.shape = shape
         self.dtype = dtype
         self.storage = dtype if storage is None else storage
@@ -98,7 +101,7 @@ class DeviceData:
 
     def mark_donated(self, graph_key: str) -> None:
         self.donated_in = graph_key
-        array, self._array, self.host = self._array, None, None
+        array, self._array, self.host, self.host_copy = self._array, None, None, None
         if self.charged is not None:
             memory.release(id(self), self.charged)
             self.charged = None

@@ -43,7 +43,7 @@ from ..ir.node import DATA
 from ..runtime import memory
 from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
-from . import barriers
+from . import barriers, host_eval
 from .capture import Placeholder, capturing, placeholder_refusal
 from .collect import collect
 from .view_read import read_view
@@ -263,15 +263,28 @@ def host_values(tensors: list, allow_explicit: bool = True) -> list:
             items = _pending(storages)
             slots = {}
             for t in tensors:
-                if t._st.device != device or t._view is None or id(t) in early:
+                if t._st.device != device or id(t) in early:
+                    continue
+                if t._view is None:
+                    slots[id(t)] = next(i for i, (_, st) in enumerate(items) if st is t._st)
                     continue
                 node = t.checked_value()
                 slots[id(t)] = len(items)
                 items.append((node, None))
+            extra = _read_extra(device, storages, items)
+            # Small reads replay on the host (sync/host_eval.py); one that shares pending work
+            # with live tensors only where that work is made of constants (arange, full).
+            on_host = (None if any(is_wide_read(st) for st in storages)
+                       else host_eval.evaluate([node for node, _ in items], constants_only=bool(extra)))
+            if on_host is not None:    # the storages stay pending
+                early.update((key, on_host[slot]) for key, slot in slots.items())
+                continue
+            if extra:
+                metrics.counter_add("WideRead")
             explicit = allow_explicit and config.explicit_donation_enabled(device)
-            outs = _run_read(device, items, _read_extra(device, storages, items), explicit)
+            outs = _run_read(device, items, extra, explicit)
             for t in tensors:
-                if t._st.device == device and id(t) in slots:
+                if t._st.device == device and id(t) in slots and t._view is not None:
                     results[id(t)] = outs[_slot_of(items, slots[id(t)])]
         hosts = []
         for t in tensors:
@@ -313,10 +326,7 @@ def _read_extra(device: int, storages: list, items: list) -> list:
         return [item for item in _pending(live_storages(device)) if id(item[1]) not in own]
     if not barriers.implied_barriers_enabled():
         return []
-    extra = barriers.sharing_items(device, [node for node, _ in items], own)
-    if extra:
-        metrics.counter_add("WideRead")
-    return extra
+    return barriers.sharing_items(device, [node for node, _ in items], own)
 
 
 def _run_read(device: int, items: list, extra: list, explicit: bool) -> tuple:

@@ -1,0 +1,144 @@
+"""Small host reads computed on the host: no device graph for a check on a scalar.
+
+Real training code reads small values all the time, and each read of pending work
+would otherwise be a graph of its own: Trainer's `isinf(loss)` after `isnan(loss)`,
+its logged `tr_loss.mean().item()`, transformers' packed-sequence check on
+`arange`-made position ids. Where a read's whole pending graph is small, every value
+in it has at most `config.SETTINGS.host_read_max_elements` elements and every op is a
+deterministic ATen or prims op, and every device input is a scalar (one element), the
+IR is replayed here with eager PyTorch on CPU tensors instead: the scalars are
+downloaded once and kept on their `DeviceData` (`host_copy`; device buffers are
+immutable), and the
+storages read stay pending, to be computed on the device by the next graph that needs
+them. A read that shares pending work with other live tensors replays only when that
+work is made of constants (no device data in the read's graph); otherwise the wide
+read (sync/barriers.py) computes it on the device once, for all of them. The rule and
+its options are in docs/design.md ("Small reads on the host").
+
+Each replayed value is checked against the IR's shape and dtype; any difference, or
+any op that fails on CPU, abandons the replay and the read runs on the device as
+before. Random ops never replay (their device streams differ from PyTorch's).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import torch
+
+from .. import config, metrics
+from ..ir.node import DATA, GETITEM, SCALAR, Node
+from ..runtime.transfer import download
+
+MAX_NODES = 256
+_NAMESPACES = ("aten", "prims")
+_CPU = torch.device("cpu")
+
+
+def _numel(node: Node) -> int:
+    shapes = node.shape if node.nout else (node.shape,)
+    return sum(math.prod(s) for s in shapes)
+
+
+def _replayable(node: Node, limit: int) -> bool:
+    if _numel(node) > limit:
+        return False
+    op = node.op
+    if op is DATA:
+        # Scalars only: a replay of a computation on tensors would stand in for the XLA
+        # lowering of ordinary model code, and its floating-point results could differ
+        # in the last bits from what the device computes for the same pending tensor.
+        return _numel(node) <= 1
+    if op is SCALAR or op is GETITEM:
+        return True
+    if not isinstance(op, torch._ops.OpOverload) or op.namespace not in _NAMESPACES:
+        return False
+    if torch.Tag.nondeterministic_seeded in op.tags or op._schema.is_mutable:
+        return False   # random, or writes an operand in place (a cached host copy among them)
+    return not (node.kwargs and "seed" in node.kwargs)
+
+
+def plan(roots: list[Node]) -> Optional[list[Node]]:
+    """The nodes of `roots`' graph, operands first, when the whole graph can be replayed
+    on the host (module docstring); None otherwise."""
+    limit = config.SETTINGS.host_read_max_elements
+    if limit <= 0:
+        return None
+    order: list[Node] = []
+    seen: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(r, False) for r in reversed(roots)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if len(seen) > MAX_NODES or not _replayable(node, limit):
+            return None
+        stack.append((node, True))
+        stack.extend((i, False) for i in reversed(node.inputs) if id(i) not in seen)
+    return order
+
+
+def _host_copy(node: Node) -> torch.Tensor:
+    data = node.data
+    if data.host_copy is None:
+        data.host_copy = download(data.live_array(), node.dtype)
+    return data.host_copy
+
+
+def _value(node: Node, values: dict) -> Any:
+    if node.op is DATA:
+        return _host_copy(node)
+    if node.op is SCALAR:
+        return node.data
+    if node.op is GETITEM:
+        source, index = node.args
+        return values[id(source)][index]
+
+    def operand(a: Any) -> Any:
+        if isinstance(a, Node):
+            return values[id(a)]
+        if isinstance(a, (list, tuple)):
+            return type(a)(operand(x) for x in a)
+        if isinstance(a, torch.device):
+            return _CPU
+        return a
+    kwargs = {k: operand(v) for k, v in node.kwargs.items()} if node.kwargs else {}
+    return node.op(*operand(node.args), **kwargs)
+
+
+def _matches(node: Node, value: Any) -> bool:
+    if node.op is SCALAR:
+        return True
+    if node.nout:
+        return (isinstance(value, (tuple, list)) and len(value) == node.nout
+                and all(isinstance(v, torch.Tensor) and tuple(v.shape) == tuple(s) and v.dtype == d
+                        for v, s, d in zip(value, node.shape, node.dtype)))
+    return (isinstance(value, torch.Tensor) and tuple(value.shape) == tuple(node.shape)
+            and value.dtype == node.dtype)
+
+
+def evaluate(roots: list[Node], constants_only: bool = False) -> Optional[list[torch.Tensor]]:
+    """CPU values of `roots`, replayed on the host; None where the graph does not qualify
+    (with `constants_only`, also where it reads device data) or the replay does not
+    reproduce the IR's shapes and dtypes."""
+    order = plan(roots)
+    if order is None or (constants_only and any(n.op is DATA for n in order)):
+        return None
+    values: dict[int, Any] = {}
+    try:
+        with torch.no_grad(), torch.autocast("cpu", enabled=False):
+            for node in order:
+                value = _value(node, values)
+                if not _matches(node, value):
+                    return None
+                values[id(node)] = value
+    except Exception:   # an op CPU eager refuses, or refuses these operands: the device runs it
+        return None
+    metrics.counter_add("HostEvaluatedRead")
+    # Fresh tensors: a view op replays as a view, maybe of a cached host copy.
+    return [torch.tensor(values[id(r)], dtype=r.dtype) if r.op is SCALAR else values[id(r)].clone()
+            for r in roots]
