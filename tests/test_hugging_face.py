@@ -1,0 +1,87 @@
+"""Unchanged Hugging Face scripts on lazyxla (issue #31): a Trainer script and an accelerate
+loop (tests/hf_scripts/, which never name lazyxla) give the CPU run's losses under
+`python -m lazyxla.run`, with a flat step: no compiles after warm-up and a fixed, small
+number of graphs per optimizer step."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+SCRIPTS = pathlib.Path(__file__).parent / "hf_scripts"
+WARMUP = 2   # optimizer steps that may compile (the first step, then the first logged one)
+
+
+def _run(args: list, tmp_path, env: dict | None = None) -> dict:
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("LAZYXLA_HOST_READ_MAX_ELEMENTS", None)   # lazyxla's default, as users run it
+    out = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True,
+                         timeout=900, cwd=tmp_path, env=full_env)
+    assert out.returncode == 0, out.stderr[-4000:]
+    lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in out.stdout.splitlines()
+             if line.split(" ", 1)[0] in ("LOSSES", "STEPS", "DEVICE")}
+    return {"losses": json.loads(lines["LOSSES"]), "device": lines["DEVICE"],
+            "steps": json.loads(lines.get("STEPS", "[]"))}
+
+
+def _cpu(script: str, steps: int, accumulation: int, tmp_path) -> list:
+    run = _run([SCRIPTS / script, steps, accumulation, "--cpu"], tmp_path)
+    assert run["device"] == "cpu"
+    return run["losses"]
+
+
+def _lazy(launcher: str, script: str, steps: int, accumulation: int, tmp_path, *flags) -> dict:
+    run = _run([SCRIPTS / "measure.py", launcher, SCRIPTS / script, steps, accumulation, *flags], tmp_path)
+    assert run["device"] in ("lazyxla:0", "xla:0")
+    return run
+
+
+def _check_flat(steps: list, graphs: int) -> None:
+    steady = steps[WARMUP - 1:]
+    assert steady, steps
+    assert all(s["UncachedCompile"] == 0 for s in steady), steps
+    assert {s["ExecuteComputation"] for s in steady} == {graphs}, steps
+    assert len({s["TracedOps"] for s in steady}) == 1, steps   # nothing grows with the step
+
+
+def test_trainer_runs_natively_with_the_cpu_losses(tmp_path):
+    # Per step: the forward and backward (computed once, when Trainer's nan/inf filter
+    # reads the loss: the gradients come with it) and the optimizer step's graph; the
+    # filter's isinf, the logged values and transformers' mask check are replayed on the host.
+    lazy = _lazy("run", "trainer_gpt2.py", 6, 1, tmp_path)
+    assert lazy["losses"] == pytest.approx(_cpu("trainer_gpt2.py", 6, 1, tmp_path), rel=2e-4)
+    _check_flat(lazy["steps"], graphs=2)
+    replayed = {s["HostEvaluatedRead"] for s in lazy["steps"][WARMUP - 1:]}
+    assert len(replayed) == 1 and replayed.pop() >= 3
+
+
+def test_accelerate_loop_runs_natively_with_the_cpu_losses(tmp_path):
+    lazy = _lazy("run", "accelerate_gpt2.py", 6, 1, tmp_path)
+    assert lazy["losses"] == pytest.approx(_cpu("accelerate_gpt2.py", 6, 1, tmp_path), rel=2e-4)
+    _check_flat(lazy["steps"], graphs=1)   # loss.item() after the step reads its result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["trainer_gpt2.py", "accelerate_gpt2.py"])
+def test_gradient_accumulation_natively(script, tmp_path):
+    lazy = _lazy("run", script, 5, 2, tmp_path)
+    assert lazy["losses"] == pytest.approx(_cpu(script, 5, 2, tmp_path), rel=2e-4)
+    # A read of each micro-batch's loss computes that micro-batch (Trainer's filter, the
+    # loop's loss.item()); the Trainer adds the optimizer step's graph.
+    _check_flat(lazy["steps"], graphs=3 if script == "trainer_gpt2.py" else 2)
+
+
+@pytest.mark.slow
+def test_cpu_only_trainer_after_import_lazyxla_is_unchanged(tmp_path):
+    driver = ("import runpy, sys; import lazyxla; sys.argv = sys.argv[1:]; "
+              "runpy.run_path(sys.argv[0], run_name='__main__')")
+    run = _run(["-c", driver, SCRIPTS / "trainer_gpt2.py", 4, 1, "--cpu"], tmp_path)
+    assert run["device"] == "cpu"
+    assert run["losses"] == _cpu("trainer_gpt2.py", 4, 1, tmp_path)
