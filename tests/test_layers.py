@@ -26,7 +26,7 @@ LAYERS = [
     {"spmd", "distributed", "devices", "donation", "debug", "utils", "memory_report", "recompute"},
     {"dynamo", "experimental"},
     {"__init__"},
-    {"compat", "bench", "examples", "__main__", "workloads"},
+    {"compat", "bench", "examples", "__main__", "workloads", "run", "launch"},
 ]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
 

@@ -271,11 +271,13 @@ def host_values(tensors: list, allow_explicit: bool = True) -> list:
                 node = t.checked_value()
                 slots[id(t)] = len(items)
                 items.append((node, None))
+            if not items:      # all device data, read above
+                continue
             extra = _read_extra(device, storages, items)
-            # Small reads replay on the host (sync/host_eval.py); one that shares pending work
-            # with live tensors only where that work is made of constants (arange, full).
+            # Small reads replay on the host (sync/host_eval.py), where what they share with
+            # live tensors is trivial to compute again.
             on_host = (None if any(is_wide_read(st) for st in storages)
-                       else host_eval.evaluate([node for node, _ in items], constants_only=bool(extra)))
+                       else host_eval.evaluate([node for node, _ in items], [node for node, _ in extra]))
             if on_host is not None:    # the storages stay pending
                 early.update((key, on_host[slot]) for key, slot in slots.items())
                 continue

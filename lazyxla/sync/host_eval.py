@@ -11,8 +11,9 @@ downloaded once and kept on their `DeviceData` (`host_copy`; device buffers are
 immutable), and the
 storages read stay pending, to be computed on the device by the next graph that needs
 them. A read that shares pending work with other live tensors replays only when that
-work is made of constants (no device data in the read's graph); otherwise the wide
-read (sync/barriers.py) computes it on the device once, for all of them. The rule and
+work is trivial: the read is made of constants, or those tensors' pending graphs are
+small enough to replay too; otherwise the wide read (sync/barriers.py) computes it on
+the device once, for all of them (the loss and the gradients). The rule and
 its options are in docs/design.md ("Small reads on the host").
 
 Each replayed value is checked against the IR's shape and dtype; any difference, or
@@ -121,12 +122,16 @@ def _matches(node: Node, value: Any) -> bool:
             and value.dtype == node.dtype)
 
 
-def evaluate(roots: list[Node], constants_only: bool = False) -> Optional[list[torch.Tensor]]:
+def evaluate(roots: list[Node], shared: list[Node] = ()) -> Optional[list[torch.Tensor]]:
     """CPU values of `roots`, replayed on the host; None where the graph does not qualify
-    (with `constants_only`, also where it reads device data) or the replay does not
-    reproduce the IR's shapes and dtypes."""
+    or the replay does not reproduce the IR's shapes and dtypes. `shared`: the pending
+    values of live tensors that share work with the read; the replay then also needs the
+    read to be made of constants, or those values to be small enough to replay (the work
+    computed twice, here and later on the device, is then trivial)."""
     order = plan(roots)
-    if order is None or (constants_only and any(n.op is DATA for n in order)):
+    if order is None:
+        return None
+    if shared and any(n.op is DATA for n in order) and plan(list(shared)) is None:
         return None
     values: dict[int, Any] = {}
     try:
