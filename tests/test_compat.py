@@ -479,8 +479,10 @@ def test_mp_device_loader_moves_batches_and_steps_like_upstream(torch_xla, per_e
         seen.append((x * 2).cpu())
     assert lx.metrics.counter_value("MarkStep") == barriers
     assert [s.tolist() for s in seen] == [[0.0, 0.0], [2.0, 2.0], [4.0, 4.0]]
-    with pytest.raises(compat.UnsupportedError, match="input_sharding"):
+    with pytest.raises(TypeError, match="ShardingSpec"):
         pl.MpDeviceLoader(data, torch_xla.device(), input_sharding=object())
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        pl.MpDeviceLoader(data, torch_xla.device(), prefetch_size=3)
 
 
 def test_compile_and_step_regions_sync_before_and_after(torch_xla):
