@@ -285,7 +285,41 @@ def check_training(name: str):
     print(f"OK {name}")
 
 
+def check_loader():
+    """lx.data.DeviceLoader(sharding=...): each batch tensor placed by its spec at upload,
+    shard by shard (no replicated copy first), others replicated; dict specs by key; the
+    minibatch divisibility rule."""
+    lx.spmd.use_spmd()
+    mesh = lx.spmd.Mesh(range(8), (4, 2), ("fsdp", "tensor"))
+    spec = lx.spmd.ShardingSpec(mesh, ("fsdp", None))
+    expect_error(ValueError, lambda: lx.spmd.ShardingSpec(mesh, ("data", None)), "unknown mesh axis name 'data'")
+    batches = [{"ids": torch.arange(32).reshape(8, 4) + i, "lengths": torch.arange(8) + i, "n": torch.tensor(i)}
+               for i in range(3)]
+    for i, b in enumerate(lx.data.DeviceLoader(batches, sharding=spec, prefetch=2)):
+        ids = b["ids"]
+        assert lx.spmd.sharding_spec(ids) == ("fsdp", None), lx.spmd.sharding_spec(ids)
+        array = data_of(ids)._array
+        assert array is not None and data_of(ids).host is None   # placed at upload, not staged
+        assert {s.data.shape for s in array.addressable_shards} == {(2, 4)}
+        assert [s.tolist() for s in lx.spmd.local_shards(ids)][::2] == \
+            [batches[i]["ids"][2 * k:2 * k + 2].tolist() for k in range(4)]
+        assert lx.spmd.sharding_spec(b["lengths"]) is None and lx.spmd.sharding_spec(b["n"]) is None
+        assert (ids.sum() + b["lengths"].sum()).item() == batches[i]["ids"].sum() + batches[i]["lengths"].sum()
+    by_key = {"ids": lx.spmd.ShardingSpec(mesh, (None, "tensor")), "lengths": spec, "n": None}
+    b = next(iter(lx.data.DeviceLoader(batches, sharding=by_key)))
+    assert lx.spmd.sharding_spec(b["ids"]) == (None, "tensor") and lx.spmd.sharding_spec(b["n"]) is None
+    assert lx.spmd.sharding_spec(b["lengths"]) is None   # rank 1: the 2-entry spec does not apply
+    missing = {"ids": spec}
+    expect_error(KeyError, lambda: next(iter(lx.data.DeviceLoader(batches, sharding=missing))), "['lengths', 'n']")
+    mini = lx.spmd.ShardingSpec(mesh, ("fsdp", None), minibatch=True)
+    b = next(iter(lx.data.DeviceLoader([torch.ones(8, 2)], sharding=mini)))
+    assert lx.spmd.sharding_spec(b) == ("fsdp", None) and b.sum().item() == 16.0
+    expect_error(RuntimeError, lambda: next(iter(lx.data.DeviceLoader([torch.ones(4, 2)], sharding=mini))),
+                 "divisible by the number of local devices")
+    print("OK loader")
+
+
 if __name__ == "__main__":
     group = sys.argv[1]
     {"basics": check_basics, "errors": check_errors,
-     "mlp": lambda: check_training("mlp"), "gpt": lambda: check_training("gpt")}[group]()
+     "loader": check_loader, "mlp": lambda: check_training("mlp"), "gpt": lambda: check_training("gpt")}[group]()

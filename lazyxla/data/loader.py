@@ -16,7 +16,7 @@ import torch
 
 from ..frontend.device import device_index
 from ..frontend.uploads import upload_tensor
-from ..spmd.sharding_spec import ShardingSpec
+from ..spmd.input_spec import ShardingSpec
 from ..sync.api import sync
 from .batches import map_tensors
 from .pipeline import Pipeline

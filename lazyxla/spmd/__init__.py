@@ -9,7 +9,7 @@ with torch.distributed.checkpoint.
 from .api import clear_sharding, is_spmd, local_shards, mark_sharding, sharding_spec, use_spmd
 from .mesh import Mesh, get_1d_mesh, get_global_mesh, set_global_mesh
 from .recipes import shard_parameters
-from .sharding_spec import ShardingSpec
+from .input_spec import ShardingSpec
 
 
 

@@ -1,0 +1,80 @@
+"""How much of a batch's upload `lx.data.DeviceLoader` hides behind the step (issue #31).
+
+Batches of `--mb` MB (float32 [n, 512, 512]) from a list of CPU tensors (so that
+fetching costs nothing and the upload is what is measured); the step reduces the batch
+to [512, 512] and runs `--layers` tanh(y @ W) layers, then reads the loss. Reported, in
+ms per step (median over `--steps` after 3 warm-up steps):
+
+  upload   `lx.data.DeviceLoader(...).upload(batch)` alone
+  step     the step alone, on a batch already on the device
+  sync     the loop over DeviceLoader(prefetch=0): upload, then step, one after the other
+  overlap  the loop over DeviceLoader(prefetch=2): the next uploads run during the step
+
+`python scripts/loader_overlap.py [--mb 64] [--layers 24] [--steps 20]`
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import lazyxla as lx
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--steps", type=int, default=20)
+    args = ap.parse_args()
+    dev = lx.device()
+    n = args.mb * (1 << 20) // (512 * 512 * 4)
+    batches = [torch.randn(n, 512, 512) for _ in range(4)]
+    weight = (torch.randn(512, 512) / 512 ** 0.5).to(dev)
+
+    def step(x: torch.Tensor) -> float:
+        y = x.mean(0)
+        for _ in range(args.layers):
+            y = torch.tanh(y @ weight)
+        return y.sum().item()
+
+    def timed(fn, count: int) -> float:
+        times = []
+        for i in range(count + 3):
+            t0 = time.perf_counter()
+            fn(i)
+            if i >= 3:
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1e3
+
+    def loop(prefetch: int) -> float:
+        data = [batches[i % len(batches)] for i in range(args.steps + 3)]
+        loader = lx.data.DeviceLoader(data, prefetch=prefetch)
+        times, t0 = [], time.perf_counter()
+        for i, batch in enumerate(loader):
+            step(batch)
+            t1 = time.perf_counter()
+            if i >= 3:
+                times.append(t1 - t0)
+            t0 = t1
+        return statistics.median(times) * 1e3
+
+    uploader = lx.data.DeviceLoader([], prefetch=0)
+    on_device = uploader.upload(batches[0])
+    figures = {
+        "upload": timed(lambda i: uploader.upload(batches[i % len(batches)]), args.steps),
+        "step": timed(lambda i: step(on_device), args.steps),
+        "sync": loop(0),
+        "overlap": loop(2),
+    }
+    print(f"batch {args.mb} MB, {args.layers} layers, median of {args.steps} steps (ms):")
+    for name, ms in figures.items():
+        print(f"  {name:8s} {ms:8.1f}")
+    print(f"  overlap saves {figures['sync'] - figures['overlap']:.1f} ms of the "
+          f"{min(figures['upload'], figures['step']):.1f} ms it could hide")
+
+
+if __name__ == "__main__":
+    main()
