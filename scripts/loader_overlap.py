@@ -2,19 +2,21 @@
 
 Batches of `--mb` MB (float32 [n, 512, 512]) from a list of CPU tensors (so that
 fetching costs nothing and the upload is what is measured); the step reduces the batch
-to [512, 512] and runs `--layers` tanh(y @ W) layers, then reads the loss. Reported, in
-ms per step (median over `--steps` after 3 warm-up steps):
+to [512, 512] and runs L tanh(y @ W) layers (L from `--layers`, e.g. 24,4: a heavy and a
+light step), then reads the loss. Reported, in ms per step (median over `--steps` after
+3 warm-up steps; the two loops alternate `--repeat` times, the median of those is shown):
 
   upload   `lx.data.DeviceLoader(...).upload(batch)` alone
   step     the step alone, on a batch already on the device
   sync     the loop over DeviceLoader(prefetch=0): upload, then step, one after the other
   overlap  the loop over DeviceLoader(prefetch=2): the next uploads run during the step
 
-`python scripts/loader_overlap.py [--mb 64] [--layers 24] [--steps 20]`
+`python scripts/loader_overlap.py [--mb 64] [--layers 24,4] [--steps 20] [--repeat 3]`
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -26,23 +28,29 @@ import lazyxla as lx
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=64)
-    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--layers", default="24,4")
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     dev = lx.device()
     n = args.mb * (1 << 20) // (512 * 512 * 4)
     batches = [torch.randn(n, 512, 512) for _ in range(4)]
     weight = (torch.randn(512, 512) / 512 ** 0.5).to(dev)
+    print(f"batch {args.mb} MB, median of {args.steps} steps (ms), load average before: {os.getloadavg()}")
+    for layers in (int(v) for v in args.layers.split(",")):
+        report(figures(batches, weight, layers, args.steps, args.repeat), layers)
 
+
+def figures(batches: list, weight: torch.Tensor, layers: int, steps: int, repeat: int) -> dict:
     def step(x: torch.Tensor) -> float:
         y = x.mean(0)
-        for _ in range(args.layers):
+        for _ in range(layers):
             y = torch.tanh(y @ weight)
         return y.sum().item()
 
-    def timed(fn, count: int) -> float:
+    def timed(fn) -> float:
         times = []
-        for i in range(count + 3):
+        for i in range(steps + 3):
             t0 = time.perf_counter()
             fn(i)
             if i >= 3:
@@ -50,10 +58,9 @@ def main() -> None:
         return statistics.median(times) * 1e3
 
     def loop(prefetch: int) -> float:
-        data = [batches[i % len(batches)] for i in range(args.steps + 3)]
-        loader = lx.data.DeviceLoader(data, prefetch=prefetch)
+        data = [batches[i % len(batches)] for i in range(steps + 3)]
         times, t0 = [], time.perf_counter()
-        for i, batch in enumerate(loader):
+        for i, batch in enumerate(lx.data.DeviceLoader(data, prefetch=prefetch)):
             step(batch)
             t1 = time.perf_counter()
             if i >= 3:
@@ -63,17 +70,20 @@ def main() -> None:
 
     uploader = lx.data.DeviceLoader([], prefetch=0)
     on_device = uploader.upload(batches[0])
-    figures = {
-        "upload": timed(lambda i: uploader.upload(batches[i % len(batches)]), args.steps),
-        "step": timed(lambda i: step(on_device), args.steps),
-        "sync": loop(0),
-        "overlap": loop(2),
-    }
-    print(f"batch {args.mb} MB, {args.layers} layers, median of {args.steps} steps (ms):")
-    for name, ms in figures.items():
+    runs: dict = {"sync": [], "overlap": []}
+    for _ in range(repeat):
+        runs["sync"].append(loop(0))
+        runs["overlap"].append(loop(2))
+    return {"upload": timed(lambda i: uploader.upload(batches[i % len(batches)])),
+            "step": timed(lambda i: step(on_device)),
+            "sync": statistics.median(runs["sync"]), "overlap": statistics.median(runs["overlap"])}
+
+
+def report(f: dict, layers: int) -> None:
+    print(f"{layers} layers:")
+    for name, ms in f.items():
         print(f"  {name:8s} {ms:8.1f}")
-    print(f"  overlap saves {figures['sync'] - figures['overlap']:.1f} ms of the "
-          f"{min(figures['upload'], figures['step']):.1f} ms it could hide")
+    print(f"  overlap saves {f['sync'] - f['overlap']:.1f} ms of the {min(f['upload'], f['step']):.1f} ms it could hide")
 
 
 if __name__ == "__main__":
