@@ -16,6 +16,7 @@ import torch
 
 from ..frontend.device import device_index
 from ..frontend.uploads import upload_tensor
+from ..spmd.api import is_spmd
 from ..spmd.input_spec import ShardingSpec
 from ..sync.api import sync
 from .batches import map_tensors
@@ -92,11 +93,9 @@ def _check_sharding(sharding: Sharding) -> None:
         if spec is not None and not isinstance(spec, ShardingSpec):
             raise TypeError(f"lazyxla: DeviceLoader's sharding takes lx.spmd.ShardingSpec objects (or a dict of "
                             f"them), got a {type(spec).__name__}")
-    if sharding is not None and any(s is not None for s in specs):
-        from ..spmd.api import is_spmd
-        if not is_spmd():
-            raise RuntimeError("lazyxla: DeviceLoader(sharding=...) needs SPMD mode; call lx.spmd.use_spmd() "
-                               "before creating any lazyxla tensor")
+    if any(s is not None for s in specs) and not is_spmd():
+        raise RuntimeError("lazyxla: DeviceLoader(sharding=...) needs SPMD mode; call lx.spmd.use_spmd() "
+                           "before creating any lazyxla tensor")
 
 
 class DeviceIterator:
