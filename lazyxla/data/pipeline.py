@@ -134,9 +134,6 @@ class Pipeline:
             if t is not me:
                 t.join(timeout)
 
-    def threads(self) -> list[threading.Thread]:
-        return list(self._threads)
-
 
 def close_all(timeout: float = 10.0) -> None:
     """Close every open pipeline (registered to run at interpreter exit)."""
