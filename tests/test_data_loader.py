@@ -99,10 +99,10 @@ def test_host_loader_exception_reaches_the_loop_after_earlier_batches(dev):
 @pytest.mark.parametrize("prefetch", [0, 2])
 def test_upload_exception_reaches_the_loop_in_place(dev, prefetch):
     class Failing(lx.data.DeviceLoader):
-        def upload(self, batch):
+        def stage(self, batch):   # the copy half of upload(), run by the transfer threads
             if batch.item() == 2:
                 raise RuntimeError("upload of batch 2 failed")
-            return super().upload(batch)
+            return super().stage(batch)
 
     got = []
     with pytest.raises(RuntimeError, match="batch 2 failed"):
@@ -146,9 +146,9 @@ def test_prefetch_bounds_the_batches_uploaded_ahead(dev):
     uploaded = [0]
 
     class Counting(lx.data.DeviceLoader):
-        def upload(self, batch):
+        def stage(self, batch):
             uploaded[0] += 1
-            return super().upload(batch)
+            return super().stage(batch)
 
     it = iter(Counting([torch.tensor([i]) for i in range(20)], prefetch=3, transfer_threads=2))
     for taken in range(1, 8):
@@ -175,6 +175,26 @@ def test_uploads_run_while_another_thread_holds_the_runtime_lock(dev, monkeypatc
         assert copied.wait(10.0), "the upload waited for the runtime lock"
     assert next(it).sum().item() == sum(range(1000))
     it.close()
+
+
+def test_iterating_while_holding_the_runtime_lock_does_not_deadlock(dev):
+    """Only the taking thread takes the lock (to wrap the uploads), so a loop that holds
+    it (lazyxla/lock.py allows user code to) gets its batches."""
+    got, errors = [], []
+
+    def loop():
+        try:
+            with LOCK:
+                for b in lx.data.DeviceLoader([torch.tensor([i]) for i in range(4)], prefetch=2, transfer_threads=2):
+                    got.append(b.item())
+        except BaseException as e:   # noqa: BLE001
+            errors.append(e)
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    t.join(30.0)
+    assert not t.is_alive(), "the loop deadlocked on the runtime lock"
+    assert not errors and got == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("every, barriers", [(1, 5), (2, 3), (None, 0)])

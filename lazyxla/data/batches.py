@@ -1,4 +1,4 @@
-"""Batches as containers of tensors: each CPU tensor replaced, every container kept.
+"""Batches as containers of tensors: chosen leaves replaced, every container kept.
 
 A data loader yields tensors nested in tuples, named tuples, lists, dicts and other
 mappings (Hugging Face's `BatchEncoding` is a `UserDict`). The batch that reaches
@@ -6,8 +6,8 @@ the training step has the same structure and container types, with the same keys
 and the same extra attributes (a `BatchEncoding`'s encodings), and the source batch
 is left untouched. PyTorch/XLA's loader turns tuples into lists and passes mappings
 that are not dicts through with their tensors still on the host; here neither happens.
-A tensor that appears twice in a batch is converted once, so the two places share
-the result as they shared the source.
+A leaf that appears twice in a batch is converted once, so the two places share the
+result as they shared the source.
 """
 from __future__ import annotations
 
@@ -17,21 +17,22 @@ from typing import Any, Callable, Hashable, Optional
 
 import torch
 
-# fn(tensor, key): key is the top-level mapping key the tensor sits under, else None
-Convert = Callable[[torch.Tensor, Optional[Hashable]], torch.Tensor]
+# fn(leaf, key): key is the top-level mapping key the leaf sits under, else None
+Convert = Callable[[Any, Optional[Hashable]], Any]
 
 
-def map_tensors(batch: Any, fn: Convert, select: Callable[[torch.Tensor], bool]) -> Any:
-    """`batch` with every tensor `t` for which `select(t)` holds replaced by `fn(t, key)`."""
-    done: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}   # id -> (source kept alive, result)
+def map_leaves(batch: Any, fn: Convert, select: Callable[[Any], bool]) -> Any:
+    """`batch` with every leaf `x` for which `select(x)` holds replaced by `fn(x, key)`;
+    tensors are leaves, tuples, lists and mappings are walked into."""
+    done: dict[int, tuple[Any, Any]] = {}   # id -> (source kept alive, result)
 
     def walk(value: Any, key: Optional[Hashable]) -> Any:
-        if isinstance(value, torch.Tensor):
-            if not select(value):
-                return value
+        if select(value):
             if id(value) not in done:
                 done[id(value)] = (value, fn(value, key))
             return done[id(value)][1]
+        if isinstance(value, torch.Tensor):
+            return value
         if isinstance(value, Mapping):
             top = key is None and value is batch
             return _rebuild_mapping(value, {k: walk(v, k if top else key) for k, v in value.items()})

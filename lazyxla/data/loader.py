@@ -15,18 +15,22 @@ from typing import Any, Hashable, Iterable, Iterator, Optional, Union
 import torch
 
 from ..frontend.device import device_index
-from ..frontend.uploads import upload_tensor
+from ..frontend.uploads import Staged, adopt, stage
 from ..spmd.api import is_spmd
 from ..spmd.input_spec import ShardingSpec
 from ..sync.api import sync
-from .batches import map_tensors
+from .batches import map_leaves
 from .pipeline import Pipeline
 
 Sharding = Union[None, ShardingSpec, Mapping]
 
 
-def _is_host(t: torch.Tensor) -> bool:
-    return t.device.type == "cpu"
+def _is_host_tensor(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.device.type == "cpu"
+
+
+def _is_staged(x: Any) -> bool:
+    return isinstance(x, Staged)
 
 
 class DeviceLoader:
@@ -66,6 +70,11 @@ class DeviceLoader:
 
     def upload(self, batch: Any) -> Any:
         """`batch` with its CPU tensors on the device (what every iteration yields)."""
+        return adopt_batch(self.stage(batch))
+
+    def stage(self, batch: Any) -> Any:
+        """`batch` with its CPU tensors copied to the device but not lazy tensors yet
+        (frontend/uploads.py): the half of `upload` that background threads run."""
         specs = self.sharding
         if isinstance(specs, Mapping):
             if not isinstance(batch, Mapping):
@@ -77,14 +86,19 @@ class DeviceLoader:
                                f"(it has {list(specs)}); add one for each (a spec, or None for replicated)")
         index = self.device.index or 0
 
-        def convert(t: torch.Tensor, key: Optional[Hashable]) -> torch.Tensor:
+        def convert(t: torch.Tensor, key: Optional[Hashable]) -> Staged:
             spec = specs.get(key) if isinstance(specs, Mapping) else specs
             if spec is None or not spec.can_apply(t):
-                return upload_tensor(t, index)
-            return upload_tensor(t, index, spec.sharding_for(t), process_local=spec.minibatch)
+                return stage(t, index)
+            return stage(t, index, spec.sharding_for(t), process_local=spec.minibatch)
 
         with torch.no_grad():
-            return map_tensors(batch, convert, _is_host)
+            return map_leaves(batch, convert, _is_host_tensor)
+
+
+def adopt_batch(staged: Any) -> Any:
+    """A staged batch with every upload made a lazy tensor (in the taking thread)."""
+    return map_leaves(staged, lambda s, key: adopt(s), _is_staged)
 
 
 def _check_sharding(sharding: Sharding) -> None:
@@ -107,7 +121,7 @@ class DeviceIterator:
         self._batches: Iterator = iter(owner.loader)
         self._pipeline: Optional[Pipeline] = None
         if owner.prefetch:
-            self._pipeline = Pipeline(self._batches, owner.upload, prefetch=owner.prefetch,
+            self._pipeline = Pipeline(self._batches, owner.stage, prefetch=owner.prefetch,
                                       host_prefetch=owner.host_prefetch, transfer_threads=owner.transfer_threads)
             self._batches = iter(())   # the fetch thread owns the host iterator now
         self._since_barrier = 0
@@ -130,7 +144,7 @@ class DeviceIterator:
                 self._since_barrier += 1
         try:
             if self._pipeline is not None:
-                return self._pipeline.next()
+                return adopt_batch(self._pipeline.next())
             return self._owner.upload(next(self._batches))
         except StopIteration:
             self.close()

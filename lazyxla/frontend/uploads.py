@@ -1,14 +1,21 @@
-"""Lazy tensors over host data copied to the device without holding the runtime lock.
+"""Host data copied to the device without the runtime lock, made lazy tensors later.
 
 `cpu_tensor.to(dev)` holds the runtime lock (lazyxla/lock.py) for its whole copy
 (the device's `_copy_from` kernel): right for one call in one thread, but a data
 loader that uploaded batches that way from a background thread would stop the
-training thread's tracing and syncs for as long as every batch takes to copy,
-which is the very time it wants to overlap. Here the copy runs outside the lock
-(`runtime.transfer.upload_now` touches no lazy state); only wrapping the finished
-device array into a lazy tensor, which registers a storage that syncs walk, takes it.
+training thread's tracing and syncs for as long as every batch takes to copy, the
+very time it wants to overlap. So an upload has two halves. `stage` copies: it
+touches no lazy tensor, storage or graph (`runtime.transfer.upload_now`, and a device
+handle charged to the memory ledger, which has its own lock), so background threads
+run it without the lock. `adopt` wraps a staged handle into a lazy tensor, which
+registers a storage that syncs walk, so it takes the lock; the loader runs it in the
+thread that takes the batch, which may hold the lock itself (a background thread
+waiting for it there would deadlock).
 """
 from __future__ import annotations
+
+import dataclasses
+import weakref
 
 import torch
 
@@ -22,24 +29,39 @@ from .tensor import LazyTensor
 from .tracing import contiguous_strides
 
 
-def upload_tensor(t: torch.Tensor, device: int, sharding=None, process_local: bool = False) -> LazyTensor:
-    """A new lazyxla tensor holding a copy of CPU tensor `t` as device data, as
-    `t.to(device)` would give, but placed at once with `sharding` in SPMD mode (no
-    replicated copy first) and copied without the runtime lock. `process_local`: `t`
-    is this process's part of dimension 0 (transfer.upload_now). A tensor that
-    requires grad gives a leaf that requires grad (PyTorch/XLA's loader does the same)."""
+@dataclasses.dataclass(frozen=True)
+class Staged:
+    """A CPU tensor's copy on the device, not a lazy tensor yet."""
+    data: DeviceData
+    requires_grad: bool
+
+
+def stage(t: torch.Tensor, device: int, sharding=None, process_local: bool = False) -> Staged:
+    """Copy CPU tensor `t` to lazyxla `device` now, as `t.to(device)` would, but placed
+    at once with `sharding` in SPMD mode (each device receives only its slice, no
+    replicated copy first). `process_local`: `t` is this process's part of dimension 0
+    (transfer.upload_now). Needs no runtime lock."""
     if placement.spmd_enabled():
         sharding = sharding or placement.replicated()
     elif sharding is not None:
         raise RuntimeError("lazyxla: placing an upload by a sharding needs SPMD mode; call lx.spmd.use_spmd() "
                            "before creating any lazyxla tensor")
     array, storage = upload_now(t, device, sharding, process_local)
-    shape = tuple(array.shape)
+    data = DeviceData(array, tuple(array.shape), t.dtype, device, sharding=sharding, storage=storage)
+    return Staged(data, t.requires_grad)
+
+
+def adopt(staged: Staged) -> LazyTensor:
+    """The lazy tensor over a staged upload: device data, owned by its new storage (so
+    automatic aliasing treats it as any upload); a leaf that requires grad if the source
+    did (PyTorch/XLA's loader does the same)."""
+    data = staged.data
+    spec = (data.shape, contiguous_strides(data.shape), 0, data.dtype)
     with LOCK:
-        st = Storage(None, device)
-        data = DeviceData(array, shape, t.dtype, device, owner=st, sharding=sharding, storage=storage)
+        st = Storage(None, data.device)
+        data.owner = weakref.ref(st)
         st.value = data_node(data)
-        out = LazyTensor.wrap(st, None, st.value, (shape, contiguous_strides(shape), 0, t.dtype))
-    if t.requires_grad:
+        out = LazyTensor.wrap(st, None, st.value, spec)
+    if staged.requires_grad:
         out.requires_grad_()
     return out
