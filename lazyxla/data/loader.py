@@ -14,7 +14,7 @@ from typing import Any, Hashable, Iterable, Iterator, Optional, Union
 
 import torch
 
-from ..frontend.device import device_index
+from ..frontend.device import DEVICE_TYPE, device_index
 from ..frontend.uploads import Staged, adopt, stage
 from ..spmd.api import is_spmd
 from ..spmd.input_spec import ShardingSpec
@@ -55,7 +55,7 @@ class DeviceLoader:
                 raise ValueError(f"lazyxla: DeviceLoader's {name} must be an int >= {least}, got {value!r}")
         _check_sharding(sharding)
         self.loader = loader
-        self.device = torch.device("lazyxla", device_index(device))
+        self.device = torch.device(DEVICE_TYPE, device_index(device))
         self.prefetch = prefetch
         self.host_prefetch = host_prefetch if host_prefetch is not None else max(prefetch, 1)
         self.transfer_threads = transfer_threads
