@@ -53,6 +53,7 @@ _patch_torch_checkpoint()   # torch.utils.checkpoint.checkpoint saves memory on 
 from . import debug  # noqa: E402,F401
 from . import experimental  # noqa: E402,F401
 from . import distributed, spmd  # noqa: E402,F401
+from . import data  # noqa: E402,F401  (lx.data.DeviceLoader)
 from .devices import device, device_count, devices, memory_info, platform  # noqa: E402,F401
 from .runtime.storage_dtypes import current as storage_dtypes, set_storage_dtypes  # noqa: E402,F401
 from .compile.precision import matmul_precision, set_matmul_precision  # noqa: E402,F401
@@ -69,6 +70,6 @@ __all__ = [
     "set_explicit_donation", "explicit_donation_enabled", "explicit_donation",
     "set_aliasing", "aliasing_enabled", "set_storage_dtypes", "storage_dtypes", "set_matmul_precision", "matmul_precision",
     "graph_hash", "metrics", "debug", "experimental", "save", "optimization_barrier_", "utils",
-    "spmd", "distributed",
+    "spmd", "distributed", "data",
     "DonatedBufferError", "LoweringError", "LazyTensor",
 ]

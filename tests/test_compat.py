@@ -479,8 +479,32 @@ def test_mp_device_loader_moves_batches_and_steps_like_upstream(torch_xla, per_e
         seen.append((x * 2).cpu())
     assert lx.metrics.counter_value("MarkStep") == barriers
     assert [s.tolist() for s in seen] == [[0.0, 0.0], [2.0, 2.0], [4.0, 4.0]]
-    with pytest.raises(compat.UnsupportedError, match="input_sharding"):
+    with pytest.raises(TypeError, match="ShardingSpec"):
         pl.MpDeviceLoader(data, torch_xla.device(), input_sharding=object())
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        pl.MpDeviceLoader(data, torch_xla.device(), prefetch_size=3)
+
+
+def test_mp_device_loader_honours_prefetch_options(torch_xla):
+    """device_prefetch_size / host_to_device_transfer_threads / loader_prefetch_size reach
+    lx.data.DeviceLoader; options are read at iter() (transformers sets input_sharding later)."""
+    import threading
+    import torch_xla.distributed.parallel_loader as pl
+    data = [torch.full((3,), float(i)) for i in range(7)]
+    loader = pl.MpDeviceLoader(data, torch_xla.device(), device_prefetch_size=2, loader_prefetch_size=3,
+                               host_to_device_transfer_threads=3)
+    it = iter(loader)
+    names = [t.name for t in threading.enumerate() if t.name.startswith("lazyxla-loader")]
+    assert sorted(names) == ["lazyxla-loader-fetch"] + [f"lazyxla-loader-transfer-{i}" for i in range(3)]
+    assert [b[0].item() for b in it] == [float(i) for i in range(7)]
+    loader._parallel_loader_kwargs["device_prefetch_size"] = 0   # synchronous: no threads
+    it = iter(loader)
+    assert not [t for t in threading.enumerate() if t.name.startswith("lazyxla-loader")]
+    assert next(it).device == lx.device()
+    per_device = pl.ParallelLoader(data, [torch_xla.device()]).per_device_loader(torch_xla.device())
+    assert [b[0].item() for b in per_device] == [float(i) for i in range(7)]
+    with pytest.raises(compat.UnsupportedError, match="several devices"):
+        pl.ParallelLoader(data, [torch_xla.device(), torch_xla.device()])
 
 
 def test_compile_and_step_regions_sync_before_and_after(torch_xla):

@@ -23,7 +23,7 @@ LAYERS = [
     {"alias"},
     {"frontend"},
     {"sync"},
-    {"spmd", "distributed", "devices", "donation", "debug", "utils", "memory_report", "recompute"},
+    {"spmd", "distributed", "data", "devices", "donation", "debug", "utils", "memory_report", "recompute"},
     {"dynamo", "experimental"},
     {"__init__"},
     {"compat", "bench", "examples", "__main__", "workloads", "run", "launch"},

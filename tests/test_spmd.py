@@ -36,6 +36,11 @@ def test_spmd_bad_input():
     _run_group("errors")
 
 
+def test_spmd_device_loader_places_batches_by_spec():
+    """lx.data.DeviceLoader(sharding=ShardingSpec | dict): shards placed at upload (spmd_checks.check_loader)."""
+    _run_group("loader")
+
+
 @pytest.mark.parametrize("workload", ["mlp", "gpt"])
 def test_spmd_training(workload):
     """W1 / W2 (small) data parallel, FSDP on a 1-D and on a 2-D mesh: eager losses, no

@@ -31,6 +31,7 @@ PACKAGES = frozenset((
     "torch_xla", "torch_xla.core", "torch_xla.debug", "torch_xla.experimental", "torch_xla._dynamo",
     "torch_xla.utils", "torch_xla.distributed", "torch_xla.test",
     "torch_xla.experimental.distributed_checkpoint", "torch_xla.amp", "torch_xla.backends",
+    "torch_xla.distributed.fsdp",
 ))
 MODULES = PACKAGES | frozenset((
     "torch_xla._XLAC", "torch_xla.runtime", "torch_xla.core.xla_model", "torch_xla.debug.metrics",
@@ -43,6 +44,8 @@ MODULES = PACKAGES | frozenset((
     "torch_xla.test.test_utils", "torch_xla.core.xla_env_vars",
     "torch_xla.experimental.distributed_checkpoint._helpers",
     "torch_xla.experimental.distributed_checkpoint.manager",
+    "torch_xla.experimental.spmd_fully_sharded_data_parallel",
+    "torch_xla.distributed.fsdp.wrap", "torch_xla.distributed.fsdp.utils",
 ))
 
 

@@ -5,7 +5,9 @@
 starts one coordinator-connected process per `--processes` (CPU: each gets
 `--devices-per-process` forced host devices), trains W1 (the MLP) with the
 batch split over all devices of all processes, and prints each process's
-losses. `--check` compares them with one eager CPU run (rtol 1e-4). Everything
+losses. `--check` compares them with one eager CPU run (rtol 1e-4), and checks that a
+global batch reads back whole from a sharded tensor and from `lx.data.DeviceLoader`
+with a `minibatch=True` spec (each process loading only its part). Everything
 binds to 127.0.0.1; every wait is bounded by `--timeout`.
 """
 from __future__ import annotations
@@ -58,9 +60,15 @@ def worker(args) -> None:
     n = 2 * len(mesh.device_ids)
     spread = place(torch.arange(float(n))) * 3
     global_read = spread.cpu().equal(torch.arange(float(n)) * 3)
+    # a loader with minibatch=True: each process loads only its part of the global batch
+    whole = torch.arange(float(n * 2)).reshape(n, 2)
+    part = whole.chunk(args.processes)[args.process_id]
+    spec = lx.spmd.ShardingSpec(mesh, ("data", None), minibatch=True)
+    loaded = next(iter(lx.data.DeviceLoader([part], sharding=spec)))
+    minibatch = tuple(loaded.shape) == tuple(whole.shape) and loaded.cpu().equal(whole)
     print(_TAG + json.dumps({"process": lx.distributed.process_index(), "of": lx.distributed.process_count(),
                              "devices": len(mesh.device_ids), "local_shards": len(lx.spmd.local_shards(spread)),
-                             "global_read": global_read, "losses": losses}), flush=True)
+                             "global_read": global_read, "minibatch": minibatch, "losses": losses}), flush=True)
 
 
 def launch(args) -> int:
@@ -75,8 +83,8 @@ def launch(args) -> int:
         eager = _train(w, copy.deepcopy(w.model), args.steps)
         print(f"eager: {eager}")
         for r in results:
-            if not r["global_read"] or r["local_shards"] != args.devices_per_process:
-                print(f"process {r['process']}: wrong global read or shard count", file=sys.stderr)
+            if not r["global_read"] or not r["minibatch"] or r["local_shards"] != args.devices_per_process:
+                print(f"process {r['process']}: wrong global read, minibatch load or shard count", file=sys.stderr)
                 return 1
             if not torch.allclose(torch.tensor(r["losses"]), torch.tensor(eager), rtol=1e-4):
                 print(f"process {r['process']} losses differ from eager", file=sys.stderr)

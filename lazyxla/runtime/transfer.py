@@ -59,6 +59,42 @@ def place(host: np.ndarray, sharding) -> jax.Array:
     return array
 
 
+def _host_copy(t: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
+    """`t` on the host in the dtype the device stores it in (narrowed on the host, with
+    torch's rounding, eager's .to(storage): half the bytes move), and that dtype."""
+    jax_dtype(t.dtype)  # clear error for unsupported dtypes
+    storage = storage_dtypes.storage_for(t.dtype)
+    return (t.cpu() if storage == t.dtype else t.detach().cpu().to(storage)), storage
+
+
+@x64
+def upload_now(t: torch.Tensor, device: int, sharding=None,
+               process_local: bool = False) -> tuple[jax.Array, torch.dtype]:
+    """The device array of CPU tensor `t`, placed at once in XLA-owned buffers (see
+    `upload`), and its storage dtype. Outside SPMD on lazyxla `device`; in SPMD mode
+    by `sharding` (replicated if None), each device receiving only its slice; with
+    `process_local`, `t` is this process's slice of dimension 0 of a global array
+    (every process passes its own). It touches no lazy tensor, storage or graph, so
+    it runs without the runtime lock (the data loader calls it from its threads)."""
+    host_t, storage = _host_copy(t)
+    if placement.spmd_enabled():
+        sharding = sharding or placement.replicated()
+        host = _to_numpy(host_t)
+        if process_local and jax.process_count() > 1:
+            with metrics.timed("TransferToDeviceTime"):
+                array = _owned(jax.make_array_from_process_local_data(sharding, host), sharding)
+                array.block_until_ready()
+        else:
+            array = place(host, sharding)
+    else:
+        with metrics.timed("TransferToDeviceTime"):
+            target = jax.sharding.SingleDeviceSharding(jax_devices()[device])
+            array = _owned(jax.device_put(_to_numpy(host_t), target), target)
+            array.block_until_ready()
+    metrics.metric_add("OutboundData", host_t.numel() * host_t.element_size())
+    return array, storage
+
+
 @x64
 def upload(t: torch.Tensor, device: int, owner=None, sharding=None) -> DeviceData:
     """Copy a CPU tensor to `device`; the returned handle is owned by `owner`.
@@ -73,22 +109,15 @@ def upload(t: torch.Tensor, device: int, owner=None, sharding=None) -> DeviceDat
     too). `may_alias=False` on that device array, unlike on a host array, does
     copy (tests/test_donation_safety.py checks both of `_owned`'s paths).
     """
-    jax_dtype(t.dtype)  # clear error for unsupported dtypes
-    storage = storage_dtypes.storage_for(t.dtype)
-    # narrowed on the host, with torch's rounding (eager's .to(storage)); half the bytes move
-    host_t = t.cpu() if storage == t.dtype else t.detach().cpu().to(storage)
     if placement.spmd_enabled():
+        host_t, storage = _host_copy(t)
         # SPMD: staged on the host until first use (DeviceData.host says why); the
         # copy detaches it from the source tensor as the device copy would.
         host = np.array(_to_numpy(host_t), copy=True)
         metrics.metric_add("OutboundData", host_t.numel() * host_t.element_size())
         return DeviceData(None, tuple(t.shape), t.dtype, device, owner,
                           sharding=sharding or placement.replicated(), host=host, storage=storage)
-    with metrics.timed("TransferToDeviceTime"):
-        target = jax.sharding.SingleDeviceSharding(jax_devices()[device])
-        array = _owned(jax.device_put(_to_numpy(host_t), target), target)
-        array.block_until_ready()
-    metrics.metric_add("OutboundData", host_t.numel() * host_t.element_size())
+    array, storage = upload_now(t, device)
     return DeviceData(array, tuple(t.shape), t.dtype, device, owner, storage=storage)
 
 

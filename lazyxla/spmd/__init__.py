@@ -9,6 +9,7 @@ with torch.distributed.checkpoint.
 from .api import clear_sharding, is_spmd, local_shards, mark_sharding, sharding_spec, use_spmd
 from .mesh import Mesh, get_1d_mesh, get_global_mesh, set_global_mesh
 from .recipes import shard_parameters
+from .input_spec import ShardingSpec
 
 
 
@@ -21,5 +22,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["use_spmd", "is_spmd", "Mesh", "get_1d_mesh", "set_global_mesh", "get_global_mesh",
-           "mark_sharding", "clear_sharding", "sharding_spec", "local_shards", "shard_parameters",
+           "mark_sharding", "clear_sharding", "sharding_spec", "local_shards", "shard_parameters", "ShardingSpec",
            "checkpoint"]

@@ -56,10 +56,24 @@ def _base(t, what: str, views: bool = False) -> LazyTensor:
     if not placement.spmd_enabled():
         raise RuntimeError(f"lazyxla: {what} needs SPMD mode; call lx.spmd.use_spmd() before creating "
                            "any lazyxla tensor")
-    if t._view is not None and not views:
+    if t._view is not None and not views and not _is_alias(t):
         raise ValueError(f"lazyxla: {what} of a view (shape {list(t.shape)}) is not supported: the sharding "
                          "belongs to the whole tensor; mark the base tensor it was taken from")
     return t
+
+
+def _is_alias(t: LazyTensor) -> bool:
+    """A view that is its whole base in the base's own layout (`detach()`, the output of
+    a module with a full backward hook): marking it is marking the base."""
+    return t._view is not None and t._mkey == t._st.base_spec
+
+
+def _whole(t: LazyTensor) -> LazyTensor:
+    """The base tensor of an alias view (`t` itself when it is a base)."""
+    if t._view is None:
+        return t
+    st = t._st
+    return LazyTensor.wrap(st, None, st.value, st.base_spec)
 
 
 def _constrain(value: Node, sharding) -> Node:
@@ -94,13 +108,15 @@ def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec) -> torch.Tensor:
     """Shard `t` over `mesh`: one spec entry per dimension (axis index, axis name, None,
     or a tuple of those). Returns `t`."""
     t = _base(t, "mark_sharding")
-    return _place(t, named_sharding(mesh, partition_spec, tuple(t.shape)))
+    _place(_whole(t), named_sharding(mesh, partition_spec, tuple(t.shape)))
+    return t
 
 
 def clear_sharding(t: torch.Tensor) -> torch.Tensor:
     """Back to replicated. Returns `t`."""
     t = _base(t, "clear_sharding")
-    return _place(t, placement.replicated())
+    _place(_whole(t), placement.replicated())
+    return t
 
 
 def sharding_spec(t: torch.Tensor) -> Optional[tuple]:
@@ -110,7 +126,9 @@ def sharding_spec(t: torch.Tensor) -> Optional[tuple]:
     to its base tensor."""
     t = _base(t, "sharding_spec", views=True)
     if t._view is not None:
-        return None
+        if not _is_alias(t):
+            return None
+        t = _whole(t)
     value = t.checked_value()
     if value.op is DATA:
         return spec_of(placement.sharding_of(value.data), t.dim())

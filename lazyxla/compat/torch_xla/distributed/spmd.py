@@ -5,8 +5,8 @@ Upstream's `mark_sharding` returns an `XLAShardedTensor` wrapper; lazyxla's retu
 the tensor itself, now sharded."""
 from __future__ import annotations
 
-from lazyxla.spmd import (Mesh, clear_sharding, get_1d_mesh, get_global_mesh, mark_sharding,  # noqa: F401
-                          set_global_mesh)
+from lazyxla.spmd import (Mesh, ShardingSpec, clear_sharding, get_1d_mesh, get_global_mesh,  # noqa: F401
+                          mark_sharding, set_global_mesh)
 
 from ...unsupported import unsupported_names
 
