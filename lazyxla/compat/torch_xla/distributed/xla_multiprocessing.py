@@ -5,7 +5,7 @@ One device: `fn(0, *args)` runs in this process, as upstream. Several: each proc
 `python -m lazyxla.compat.torch_xla.distributed.xla_multiprocessing` with the layer
 installed and one host device; it joins JAX's coordination service
 (`lx.distributed.initialize`) and a gloo `torch.distributed` group (for
-`xm.rendezvous`), loads the main script as `__mp_main__` (as `multiprocessing`'s spawn
+`xm.rendezvous` and the collectives of torch_xla/_collectives.py), loads the main script as `__mp_main__` (as `multiprocessing`'s spawn
 does, so `fn` and its arguments unpickle by name) and calls `fn(rank, *args)`.
 """
 from __future__ import annotations
@@ -16,11 +16,29 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from typing import Callable, Optional
+
+import torch
 
 from ...unsupported import refuse, unsupported_names
 
 _HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+
+
+class MpModelWrapper:
+    """Upstream's holder of a CPU model created once before `spawn(start_method="fork")`,
+    moved to each process's device by `to(device)` (one process at a time) and returned.
+    lazyxla's processes are started fresh (`python -m`), so each holds its own copy."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self._model = model
+        self._lock = threading.Lock()
+
+    def to(self, device) -> torch.nn.Module:
+        with self._lock:
+            self._model.to(device)
+        return self._model
 
 
 def _free_port() -> int:
