@@ -234,7 +234,7 @@ def _maybe_convert_to_cpu(data: Any, convert: bool = True) -> Any:
 
 
 def _is_plain_xla_tensor(t: torch.Tensor) -> bool:
-    return type(t) is not torch.nn.Parameter and is_xla_tensor(t)
+    return not isinstance(t, torch.nn.Parameter) and is_xla_tensor(t)
 
 
 def send_cpu_data_to_device(datas: Any, device: Union[str, torch.device], input_sharding=None) -> Any:

@@ -69,7 +69,7 @@ def spawn(fn: Callable, args: tuple = (), nprocs: Optional[int] = None, join: bo
         refuse("torch_xla.distributed.xla_multiprocessing.spawn from an interactive session",
                "run a script: the processes load its functions by name")
     with tempfile.NamedTemporaryFile(suffix=".pkl", delete=False) as f:
-        pickle.dump((fn, tuple(args)), f)
+        pickle.dump((pickle.dumps((fn, tuple(args))), list(sys.argv)), f)
         job = f.name
     try:
         _run_processes(count, os.path.abspath(main), job)
@@ -106,11 +106,15 @@ def _worker(main: str, job: str, coordinator: str, store: str) -> None:
     lx.distributed.initialize(coordinator, count, rank)
     dist.init_process_group("gloo", init_method=f"tcp://{store}", world_size=count, rank=rank)
     sys.path.insert(0, os.path.dirname(main))
+    with open(job, "rb") as f:
+        # bytes and strings only: `fn` unpickles by name from the main script, run below
+        call, sys.argv = pickle.load(f)
+    # The main script sees the parent's sys.argv, as multiprocessing's spawn children do
+    # (scripts locate their files from sys.argv[0]).
     module = type(sys)("__mp_main__")
     module.__dict__.update(runpy.run_path(main, run_name="__mp_main__"))
     sys.modules["__mp_main__"] = sys.modules["__main__"] = module
-    with open(job, "rb") as f:
-        fn, args = pickle.load(f)
+    fn, args = pickle.loads(call)
     try:
         fn(rank, *args)
     finally:
