@@ -20,14 +20,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
-def torch_xla():
-    compat.install()
-    import torch_xla
-    yield torch_xla
-    compat.uninstall()
-
-
-@pytest.fixture
 def fake_real_torch_xla(tmp_path, monkeypatch):
     """A stand-in for an installed torch_xla: a package on sys.path."""
     pkg = tmp_path / "torch_xla"

@@ -21,14 +21,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
-def torch_xla():
-    compat.install()
-    import torch_xla
-    yield torch_xla
-    compat.uninstall()
-
-
-@pytest.fixture
 def xm(torch_xla):
     import torch_xla.core.xla_model as xm
     return xm
