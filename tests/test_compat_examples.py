@@ -78,11 +78,3 @@ def test_decoder_scan_example_matches_eager_cpu(tmp_path, eager_cpu):
 def test_eager_examples_match_eager_cpu(tmp_path, eager_cpu, script):
     out = _run(tmp_path, script, pythonpath=[HARNESS], COMPAT_EXAMPLE_STEPS="2")
     assert _printed(out) == [(0, pytest.approx(eager_cpu[0], rel=2e-5))]
-
-
-@pytest.mark.slow
-def test_eager_multi_process_example_runs_two_processes(tmp_path, eager_cpu):
-    out = _run(tmp_path, "eager/train_decoder_only_eager_multi_process.py", pythonpath=[HARNESS],
-               COMPAT_EXAMPLE_STEPS="2", CPU_NUM_DEVICES="2")
-    # one line per process (xm.optimizer_step all-reduces the gradients through gloo)
-    assert _printed(out) == [(0, pytest.approx(eager_cpu[0], rel=2e-5))] * 2
