@@ -444,3 +444,35 @@ def test_collectives_between_processes_go_through_gloo(tmp_path):
         assert biggest == [2.0, 4.0] and gathered == [[1.0, 2.0], [2.0, 4.0]] and b == [1.0, 1.0]
         assert mean == 1.5
         assert w[0] == pytest.approx(weight) and bb == pytest.approx(bias)
+
+
+# -- an unchanged Hugging Face Trainer script --------------------------------------------
+
+_TRAINER_SCRIPT = '''
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+torch.manual_seed(0)
+config = GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=100, n_positions=16, resid_pdrop=0.0,
+                    embd_pdrop=0.0, attn_pdrop=0.0)
+model = GPT2LMHeadModel(config)
+data = [{"input_ids": torch.randint(0, 100, (16,)), "labels": torch.randint(0, 100, (16,))} for _ in range(8)]
+args = TrainingArguments(OUT, per_device_train_batch_size=4, max_steps=3, logging_steps=1, report_to=[],
+                         save_strategy="no")
+result = Trainer(model=model, args=args, train_dataset=data).train()
+print("device", args.device, "loss", result.training_loss)
+'''
+
+
+@pytest.mark.slow
+def test_trainer_takes_the_xla_path_and_matches_cpu(tmp_path):
+    script = tmp_path / "trainer.py"
+    script.write_text(f"OUT = {str(tmp_path / 'out')!r}\n" + _TRAINER_SCRIPT)
+    runs = {}
+    for name, command in (("cpu", [str(script)]), ("xla", ["-m", "lazyxla.compat", str(script)])):
+        out = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=600,
+                             cwd=tmp_path, env=dict(os.environ, PYTHONPATH=REPO))
+        assert out.returncode == 0, out.stderr[-4000:]
+        device, loss = out.stdout.split("device ")[-1].split(" loss ")
+        runs[name] = (device, float(loss))
+    assert runs["cpu"][0] == "cpu" and runs["xla"][0] == "xla:0"   # transformers' torch_xla path
+    assert runs["xla"][1] == pytest.approx(runs["cpu"][1], rel=1e-5)
