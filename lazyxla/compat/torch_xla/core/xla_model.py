@@ -1,5 +1,6 @@
 """`torch_xla.core.xla_model` (xm): devices, the step barrier, the optimizer step,
-saving, ordinals (torch_xla/core/xla_model.py upstream)."""
+saving, ordinals, collectives (one replica per process; between processes:
+_collectives.py), host data moves and RateTracker (torch_xla/core/xla_model.py upstream)."""
 from __future__ import annotations
 
 import contextlib
