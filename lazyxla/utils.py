@@ -1,7 +1,8 @@
-"""lx.save, lx.optimization_barrier_ and lx.utils.checkpoint."""
+"""lx.save, lx.optimization_barrier_, lx.utils.checkpoint, and the tensor-tree helpers
+lx.utils.map_tensors / lx.utils.to_cpu."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -11,25 +12,38 @@ from .lock import LOCK
 from .sync.api import host_values
 
 
-def save(obj, path, **kwargs) -> None:
-    """`torch.save(obj)` with every lazyxla tensor moved to the CPU first.
+def map_tensors(obj: Any, select: Callable[[torch.Tensor], bool], fn: Callable[[torch.Tensor], Any]) -> Any:
+    """`obj` with every tensor `t` for which `select(t)` holds replaced by `fn(t)`, inside
+    nested dicts, lists, tuples and named tuples (their types kept); other objects as they are."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj) if select(obj) else obj
+    if isinstance(obj, dict):
+        return type(obj)((k, map_tensors(v, select, fn)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        mapped = [map_tensors(v, select, fn) for v in obj]
+        return type(obj)(*mapped) if hasattr(obj, "_fields") else type(obj)(mapped)
+    return obj
 
-    Reads values only: never donates or invalidates a buffer (explicit donors
-    included, whatever the explicit-donation setting)."""
+
+def to_cpu(obj: Any) -> Any:
+    """`obj` with every lazyxla tensor in it replaced by its CPU copy (a Parameter by a
+    CPU Parameter), all read by one graph per device. Reads values only: never donates
+    or invalidates a buffer (explicit donors included, whatever the explicit-donation
+    setting)."""
     lazies = lazy_tensors_in(obj, [])
     hosts = dict(zip(map(id, lazies), host_values(lazies, allow_explicit=False)))
 
-    def move(o):
-        if isinstance(o, LazyTensor):
-            h = hosts[id(o)]
-            return torch.nn.Parameter(h, o.requires_grad) if isinstance(o, torch.nn.Parameter) else h
-        if isinstance(o, dict):
-            return type(o)((k, move(v)) for k, v in o.items())
-        if isinstance(o, (list, tuple)):
-            return type(o)(move(v) for v in o)
-        return o
+    def move(t: torch.Tensor) -> torch.Tensor:
+        h = hosts[id(t)]
+        return torch.nn.Parameter(h, t.requires_grad) if isinstance(t, torch.nn.Parameter) else h
 
-    torch.save(move(obj), path, **kwargs)
+    return map_tensors(obj, lambda t: isinstance(t, LazyTensor), move)
+
+
+def save(obj, path, **kwargs) -> None:
+    """`torch.save(obj)` with every lazyxla tensor moved to the CPU first (`to_cpu`):
+    never donates or invalidates a buffer."""
+    torch.save(to_cpu(obj), path, **kwargs)
 
 
 def optimization_barrier_(tensors: Sequence[torch.Tensor]) -> None:

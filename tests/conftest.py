@@ -45,6 +45,16 @@ def host_replay():
 
 
 @pytest.fixture
+def torch_xla():
+    """lazyxla's torch_xla compatibility layer installed for the test: the `torch_xla` module."""
+    import lazyxla.compat as compat
+    compat.install()
+    import torch_xla
+    yield torch_xla
+    compat.uninstall()
+
+
+@pytest.fixture
 def fresh_compile_cache():
     """Counts of compiled graphs / donors are per test, as upstream's: an executable
     cached by an earlier test must not turn a compile into a cache hit, nor an earlier

@@ -5,7 +5,9 @@ name: a module the layer provides is the module of `lazyxla.compat.torch_xla`
 with the same dotted tail, registered under both names (one object, so
 `torch_xla.core.xla_model is lazyxla.compat.torch_xla.core.xla_model`); any
 other `torch_xla.*` module raises `UnsupportedModuleError`, an ImportError that
-names it. It also answers `torch._dynamo.backends.torchxla`, torch's own module of
+names it. Its `find_distributions` gives `importlib.metadata` a `torch_xla`
+distribution (distribution.py), so metadata lookups and imports agree while it is
+installed. It also answers `torch._dynamo.backends.torchxla`, torch's own module of
 the "openxla" backends, with dynamo_backends.py. Options weighed: filling `sys.modules` with every module up front
 (imports the dynamo and SPMD mappings whether used or not, and gives no
 message for a module that is missing) or copying the modules under the new
@@ -19,17 +21,19 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.metadata
 import importlib.util
 import sys
 from typing import Optional
 
+from .distribution import TorchXlaDistribution, matches as distribution_matches
 from .registrations import STOCK_BACKENDS
 from .unsupported import ALIAS as _ALIAS, UnsupportedError
 
 # The torch_xla modules the layer provides (docs/compat.md lists their names).
 PACKAGES = frozenset((
     "torch_xla", "torch_xla.core", "torch_xla.debug", "torch_xla.experimental", "torch_xla._dynamo",
-    "torch_xla.utils", "torch_xla.distributed", "torch_xla.test",
+    "torch_xla.utils", "torch_xla.distributed", "torch_xla.test", "torch_xla.distributed.fsdp",
     "torch_xla.experimental.distributed_checkpoint", "torch_xla.amp", "torch_xla.backends",
     "torch_xla.distributed.fsdp",
 ))
@@ -41,7 +45,8 @@ MODULES = PACKAGES | frozenset((
     "torch_xla.utils.utils", "torch_xla.utils.buffer_donor_context", "torch_xla.utils.checkpoint",
     "torch_xla.distributed.spmd",
     "torch_xla.distributed.parallel_loader", "torch_xla.distributed.xla_multiprocessing", "torch_xla.amp.syncfree",
-    "torch_xla.test.test_utils", "torch_xla.core.xla_env_vars",
+    "torch_xla.test.test_utils", "torch_xla.core.xla_env_vars", "torch_xla.distributed.xla_backend",
+    "torch_xla.distributed.fsdp.wrap",
     "torch_xla.experimental.distributed_checkpoint._helpers",
     "torch_xla.experimental.distributed_checkpoint.manager",
     "torch_xla.experimental.spmd_fully_sharded_data_parallel",
@@ -91,6 +96,11 @@ class TorchXlaFinder(importlib.abc.MetaPathFinder):
                 name=fullname)
         return importlib.util.spec_from_loader(
             fullname, _AliasLoader(_ALIAS + fullname[len("torch_xla"):]), is_package=fullname in PACKAGES)
+
+    def find_distributions(self, context=importlib.metadata.DistributionFinder.Context()):
+        """importlib.metadata's hook: the stand-in torch_xla distribution for a lookup of
+        that name (or of all distributions)."""
+        return iter([TorchXlaDistribution()] if distribution_matches(context.name) else [])
 
 
 def _finder() -> Optional[TorchXlaFinder]:

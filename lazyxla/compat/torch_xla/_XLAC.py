@@ -126,6 +126,12 @@ def _xla_increment_counter(name: str, value: int = 1) -> None:
     add_upstream_count(name, value)
 
 
+def _xla_metrics_report() -> str:
+    """The text of `torch_xla.debug.metrics.metrics_report()` (upstream's binding behind it)."""
+    from .debug.metrics import metrics_report
+    return metrics_report()
+
+
 # -- ops -------------------------------------------------------------------------------
 
 def _xla_dot_general(lhs: torch.Tensor, rhs: torch.Tensor, dim_vectors,

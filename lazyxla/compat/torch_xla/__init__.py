@@ -11,12 +11,13 @@ import torch
 import lazyxla as lx
 from lazyxla import config
 
+from ..distribution import VERSION
 from ..unsupported import refuse, unsupported_names
 from . import _XLAC, backends, runtime  # noqa: F401  (upstream's `torch_xla._XLAC`, `.backends`, `.runtime`)
 from . import _closures, _device_names, _dtype_env, _preemption  # noqa: F401
 from ._device_names import lazyxla_device, to_upstream
 
-__version__ = f"2.9.0+lazyxla.{lx.__version__}"   # the PyTorch/XLA release whose API is mapped
+__version__ = VERSION   # the version importlib.metadata reports (distribution.py)
 
 # Upstream's switch for all donation, read once per process (SPEC §1.3); lazyxla's
 # own LAZYXLA_ALIASING, when set too, wins.
@@ -66,27 +67,51 @@ def sync(wait: bool = False, reset_scope: bool = True) -> None:
     _closures.run()
 
 
+def _graphs_run() -> int:
+    # every graph lazyxla runs (step, partial sync, host read) is looked up in the cache once
+    return sum(lx.metrics.counter_value(n) or 0 for n in ("CachedCompile", "UncachedCompile"))
+
+
 @contextlib.contextmanager
-def _synced_region() -> Iterator[None]:
+def _compiled_region(full_graph: bool, name: Optional[str]) -> Iterator[None]:
+    """Upstream's lazy-tensor compile: work pending before runs as a graph of its own, the
+    body is traced lazily (eager mode off, and lazyxla's implied barrier at
+    `optimizer.step()` off: the region is the step) and runs at the closing sync, also
+    when the body raises. `full_graph`: the body must run nothing before that sync."""
     sync()
+    implied = lx.implied_barriers_enabled()
+    lx.set_implied_barriers(False)
+    before = _graphs_run()
     try:
-        yield
+        with lx.experimental.eager_mode_context(False):
+            yield
+        ran = _graphs_run() - before
     finally:
+        lx.set_implied_barriers(implied)
         sync()
+    if full_graph and ran:
+        raise RuntimeError(
+            f"torch_xla.compile(full_graph=True): {name or 'the compiled region'} ran {ran} graph(s) before its "
+            "end, so it does not trace to one graph (a host read such as .item(), .cpu() or print, or a sync "
+            "inside it); upstream stops at the first such execution ('Unexpected execution happens inside the "
+            "compiled function')")
 
 
 def compile(f: Optional[Callable] = None, full_graph: Optional[bool] = False, name: Optional[str] = None,
             max_different_graphs: Optional[int] = None, custom_compile_options: Optional[dict] = None):
-    """A step barrier before and after `f` (or the `with` body), as upstream's lazy-tensor
-    `torch_xla.compile`; `name` only labels upstream's debug output. The graph-count
-    limits (`full_graph=True`, `max_different_graphs`) and XLA flag overrides are not mapped."""
-    if full_graph:
-        refuse("torch_xla.compile(full_graph=True)")
+    """Decorator or context manager (`_compiled_region`): a step barrier before and after `f`
+    (or the `with` body), eager mode off inside, as upstream's lazy-tensor `torch_xla.compile`;
+    `full_graph=True` raises RuntimeError when the body ran a graph before its end. `name`
+    (default: `f`'s name) labels the error only. The graph-count limit
+    (`max_different_graphs`) and XLA flag overrides are not mapped."""
     if max_different_graphs is not None:
         refuse("torch_xla.compile(max_different_graphs=...)")
     if custom_compile_options:
         refuse("torch_xla.compile(custom_compile_options=...)")
-    return _synced_region() if f is None else _synced_region()(f)
+    if name is None and f is not None:
+        name = getattr(f, "__name__", None) or str(f)
+    region = _compiled_region(bool(full_graph), name)
+    return region if f is None else region(f)
 
 
 def step():

@@ -5,7 +5,7 @@ One device: `fn(0, *args)` runs in this process, as upstream. Several: each proc
 `python -m lazyxla.compat.torch_xla.distributed.xla_multiprocessing` with the layer
 installed and one host device; it joins JAX's coordination service
 (`lx.distributed.initialize`) and a gloo `torch.distributed` group (for
-`xm.rendezvous`), loads the main script as `__mp_main__` (as `multiprocessing`'s spawn
+`xm.rendezvous` and the collectives of torch_xla/_collectives.py), loads the main script as `__mp_main__` (as `multiprocessing`'s spawn
 does, so `fn` and its arguments unpickle by name) and calls `fn(rank, *args)`.
 """
 from __future__ import annotations
@@ -16,11 +16,29 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from typing import Callable, Optional
+
+import torch
 
 from ...unsupported import refuse, unsupported_names
 
 _HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+
+
+class MpModelWrapper:
+    """Upstream's holder of a CPU model created once before `spawn(start_method="fork")`,
+    moved to each process's device by `to(device)` (one process at a time) and returned.
+    lazyxla's processes are started fresh (`python -m`), so each holds its own copy."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self._model = model
+        self._lock = threading.Lock()
+
+    def to(self, device) -> torch.nn.Module:
+        with self._lock:
+            self._model.to(device)
+        return self._model
 
 
 def _free_port() -> int:
@@ -51,7 +69,7 @@ def spawn(fn: Callable, args: tuple = (), nprocs: Optional[int] = None, join: bo
         refuse("torch_xla.distributed.xla_multiprocessing.spawn from an interactive session",
                "run a script: the processes load its functions by name")
     with tempfile.NamedTemporaryFile(suffix=".pkl", delete=False) as f:
-        pickle.dump((fn, tuple(args)), f)
+        pickle.dump((pickle.dumps((fn, tuple(args))), list(sys.argv)), f)
         job = f.name
     try:
         _run_processes(count, os.path.abspath(main), job)
@@ -88,11 +106,15 @@ def _worker(main: str, job: str, coordinator: str, store: str) -> None:
     lx.distributed.initialize(coordinator, count, rank)
     dist.init_process_group("gloo", init_method=f"tcp://{store}", world_size=count, rank=rank)
     sys.path.insert(0, os.path.dirname(main))
+    with open(job, "rb") as f:
+        # bytes and strings only: `fn` unpickles by name from the main script, run below
+        call, sys.argv = pickle.load(f)
+    # The main script sees the parent's sys.argv, as multiprocessing's spawn children do
+    # (scripts locate their files from sys.argv[0]).
     module = type(sys)("__mp_main__")
     module.__dict__.update(runpy.run_path(main, run_name="__mp_main__"))
     sys.modules["__mp_main__"] = sys.modules["__main__"] = module
-    with open(job, "rb") as f:
-        fn, args = pickle.load(f)
+    fn, args = pickle.loads(call)
     try:
         fn(rank, *args)
     finally:
