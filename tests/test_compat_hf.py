@@ -335,7 +335,7 @@ def test_fsdp_wrap_policies_are_torchs_under_upstreams_names(torch_xla):
     assert wrap.lambda_auto_wrap_policy(model[0], False, 0, lambda m: isinstance(m, torch.nn.Linear))
     import torch_xla.distributed.fsdp as fsdp
     with pytest.raises(compat.UnsupportedError, match="XlaFullyShardedDataParallel"):
-        fsdp.XlaFullyShardedDataParallel
+        fsdp.XlaFullyShardedDataParallel(model)   # importable (transformers imports it), not made
 
 
 def test_mp_model_wrapper_moves_the_model(torch_xla):
