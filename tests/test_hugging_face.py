@@ -85,3 +85,16 @@ def test_cpu_only_trainer_after_import_lazyxla_is_unchanged(tmp_path):
     run = _run(["-c", driver, SCRIPTS / "trainer_gpt2.py", 4, 1, "--cpu"], tmp_path)
     assert run["device"] == "cpu"
     assert run["losses"] == _cpu("trainer_gpt2.py", 4, 1, tmp_path)
+
+
+@pytest.mark.slow
+def test_trainer_through_compat_takes_the_xla_path_with_the_cpu_losses(tmp_path):
+    # transformers and accelerate see torch_xla: no nan/inf filter read, MpDeviceLoader,
+    # xm.mark_step before logging. bf16=True passes transformers' device check there and,
+    # as on PyTorch/XLA off TPU, trains in float32 (accelerate's bf16 on XLA is the
+    # TPU-only XLA_USE_BF16 switch).
+    cpu = _cpu("trainer_gpt2.py", 6, 1, tmp_path)
+    for flags in ((), ("--bf16",)):
+        lazy = _lazy("compat", "trainer_gpt2.py", 6, 1, tmp_path, *flags)
+        assert lazy["losses"] == pytest.approx(cpu, rel=2e-4)
+        _check_flat(lazy["steps"], graphs=2)
