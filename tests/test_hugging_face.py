@@ -88,13 +88,14 @@ def test_cpu_only_trainer_after_import_lazyxla_is_unchanged(tmp_path):
 
 
 @pytest.mark.slow
-def test_trainer_through_compat_takes_the_xla_path_with_the_cpu_losses(tmp_path):
-    # transformers and accelerate see torch_xla: no nan/inf filter read, MpDeviceLoader,
-    # xm.mark_step before logging. bf16=True passes transformers' device check there and,
-    # as on PyTorch/XLA off TPU, trains in float32 (accelerate's bf16 on XLA is the
+@pytest.mark.parametrize("script, accumulation, flags, graphs", [
+    ("trainer_gpt2.py", 1, (), 2), ("trainer_gpt2.py", 1, ("--bf16",), 2), ("trainer_gpt2.py", 2, (), 2),
+    ("accelerate_gpt2.py", 1, (), 1), ("accelerate_gpt2.py", 2, (), 2)])
+def test_through_compat_the_xla_path_gives_the_cpu_losses(script, accumulation, flags, graphs, tmp_path):
+    # transformers and accelerate see torch_xla: Trainer skips its nan/inf filter read and
+    # runs xm.mark_step before logging. bf16=True passes transformers' device check there
+    # and, as on PyTorch/XLA off TPU, trains in float32 (accelerate's bf16 on XLA is the
     # TPU-only XLA_USE_BF16 switch).
-    cpu = _cpu("trainer_gpt2.py", 6, 1, tmp_path)
-    for flags in ((), ("--bf16",)):
-        lazy = _lazy("compat", "trainer_gpt2.py", 6, 1, tmp_path, *flags)
-        assert lazy["losses"] == pytest.approx(cpu, rel=2e-4)
-        _check_flat(lazy["steps"], graphs=2)
+    lazy = _lazy("compat", script, 5, accumulation, tmp_path, *flags)
+    assert lazy["losses"] == pytest.approx(_cpu(script, 5, accumulation, tmp_path), rel=2e-4)
+    _check_flat(lazy["steps"], graphs=graphs)
