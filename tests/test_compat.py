@@ -471,6 +471,11 @@ def test_mp_device_loader_moves_batches_and_steps_like_upstream(torch_xla, per_e
         seen.append((x * 2).cpu())
     assert lx.metrics.counter_value("MarkStep") == barriers
     assert [s.tolist() for s in seen] == [[0.0, 0.0], [2.0, 2.0], [4.0, 4.0]]
+    import torch_xla.core.xla_model as xm
+    ran = []
+    for step, _ in enumerate(loader):            # upstream's examples log from a closure
+        xm.add_step_closure(ran.append, args=(step,))
+    assert ran == [0, 1, 2]                       # each at a barrier of the loader
     with pytest.raises(TypeError, match="ShardingSpec"):
         pl.MpDeviceLoader(data, torch_xla.device(), input_sharding=object())
     with pytest.raises(TypeError, match="unexpected keyword"):

@@ -10,7 +10,7 @@ the end (PyTorch/XLA's `MpDeviceLoader` does the same, so its loops step alike).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Hashable, Iterable, Iterator, Optional, Union
+from typing import Any, Callable, Hashable, Iterable, Iterator, Optional, Union
 
 import torch
 
@@ -43,11 +43,13 @@ class DeviceLoader:
     `sharding` (SPMD mode): an `lx.spmd.ShardingSpec` for every batch tensor of its
     rank (others are replicated), or a dict of them by the batch's top-level keys (every
     key of a dict batch must be present). `barrier_every`: a step barrier (`lx.sync()`)
-    before every `barrier_every`-th fetch and at the end; None for none.
+    before every `barrier_every`-th fetch and at the end; None for none. `barrier`: the
+    barrier to run there (default `lx.sync`; lazyxla.compat's also runs step closures).
     """
 
     def __init__(self, loader: Iterable, device=None, *, prefetch: int = 2, host_prefetch: Optional[int] = None,
-                 transfer_threads: int = 1, sharding: Sharding = None, barrier_every: Optional[int] = 1) -> None:
+                 transfer_threads: int = 1, sharding: Sharding = None, barrier_every: Optional[int] = 1,
+                 barrier: Callable[[], None] = sync) -> None:
         for name, value, least in (("prefetch", prefetch, 0), ("transfer_threads", transfer_threads, 1),
                                    ("host_prefetch", 1 if host_prefetch is None else host_prefetch, 1),
                                    ("barrier_every", 1 if barrier_every is None else barrier_every, 1)):
@@ -61,6 +63,7 @@ class DeviceLoader:
         self.transfer_threads = transfer_threads
         self.sharding = sharding
         self.barrier_every = barrier_every
+        self.barrier = barrier
 
     def __iter__(self) -> "DeviceIterator":
         return DeviceIterator(self)
@@ -139,7 +142,7 @@ class DeviceIterator:
             # that finds the end included
             if self._since_barrier >= every - 1:
                 self._since_barrier = 0
-                sync()
+                self._owner.barrier()
             else:
                 self._since_barrier += 1
         try:
@@ -149,7 +152,7 @@ class DeviceIterator:
         except StopIteration:
             self.close()
             if every is not None:
-                sync()
+                self._owner.barrier()
             raise
         except BaseException:
             self.close()

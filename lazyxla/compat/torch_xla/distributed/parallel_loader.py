@@ -20,6 +20,7 @@ import torch
 from lazyxla.data import DeviceIterator, DeviceLoader
 
 from ...unsupported import refuse, unsupported_names
+from .. import sync   # torch_xla.sync: the barrier, then the step closures (xm.add_step_closure)
 from .._device_names import to_lazyxla
 
 _DEFAULTS = dict(batchdim=0, batches_per_execution=1, loader_prefetch_size=16, device_prefetch_size=8,
@@ -36,7 +37,7 @@ def _device_loader(loader: Iterable, device, options: dict) -> DeviceLoader:
     return DeviceLoader(loader, to_lazyxla(device),
                         prefetch=o["device_prefetch_size"], host_prefetch=o["loader_prefetch_size"],
                         transfer_threads=o["host_to_device_transfer_threads"], sharding=o["input_sharding"],
-                        barrier_every=o["batches_per_execution"])
+                        barrier_every=o["batches_per_execution"], barrier=sync)
 
 
 class ParallelLoader:
