@@ -6,6 +6,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .data.batches import map_leaves
 from .frontend.tensor import LazyTensor, lazy_tensors_in
 from .ir.node import OPT_BARRIER, Node, getitem_node, intern_sig
 from .lock import LOCK
@@ -14,15 +15,9 @@ from .sync.api import host_values
 
 def map_tensors(obj: Any, select: Callable[[torch.Tensor], bool], fn: Callable[[torch.Tensor], Any]) -> Any:
     """`obj` with every tensor `t` for which `select(t)` holds replaced by `fn(t)`, inside
-    nested dicts, lists, tuples and named tuples (their types kept); other objects as they are."""
-    if isinstance(obj, torch.Tensor):
-        return fn(obj) if select(obj) else obj
-    if isinstance(obj, dict):
-        return type(obj)((k, map_tensors(v, select, fn)) for k, v in obj.items())
-    if isinstance(obj, (list, tuple)):
-        mapped = [map_tensors(v, select, fn) for v in obj]
-        return type(obj)(*mapped) if hasattr(obj, "_fields") else type(obj)(mapped)
-    return obj
+    nested mappings, lists, tuples and named tuples (their types and extra state kept, a
+    tensor met twice mapped once: lazyxla/data/batches.py); other objects as they are."""
+    return map_leaves(obj, lambda t, _key: fn(t), lambda x: isinstance(x, torch.Tensor) and select(x))
 
 
 def to_cpu(obj: Any) -> Any:
