@@ -261,12 +261,13 @@ def host_values(tensors: list, allow_explicit: bool = True) -> list:
         results: dict = {}
         for device, storages in _by_device(tensors).items():
             items = _pending(storages)
+            position = {id(st): i for i, (_, st) in enumerate(items)}
             slots = {}
             for t in tensors:
                 if t._st.device != device or id(t) in early:
                     continue
                 if t._view is None:
-                    slots[id(t)] = next(i for i, (_, st) in enumerate(items) if st is t._st)
+                    slots[id(t)] = position[id(t._st)]
                     continue
                 node = t.checked_value()
                 slots[id(t)] = len(items)

@@ -8,13 +8,12 @@ in it has at most `config.SETTINGS.host_read_max_elements` elements and every op
 deterministic ATen or prims op, and every device input is a scalar (one element), the
 IR is replayed here with eager PyTorch on CPU tensors instead: the scalars are
 downloaded once and kept on their `DeviceData` (`host_copy`; device buffers are
-immutable), and the
-storages read stay pending, to be computed on the device by the next graph that needs
-them. A read that shares pending work with other live tensors replays only when that
-work is trivial: the read is made of constants, or those tensors' pending graphs are
-small enough to replay too; otherwise the wide read (sync/barriers.py) computes it on
-the device once, for all of them (the loss and the gradients). The rule and
-its options are in docs/design.md ("Small reads on the host").
+immutable), and the storages read stay pending, to be computed on the device by the
+next graph that needs them. A read that shares pending work with other live tensors
+replays only when that work is trivial: the read is made of constants, or those
+tensors' pending graphs are small enough to replay too; otherwise the wide read
+(sync/barriers.py) computes it on the device once, for all of them (the loss and the
+gradients). The rule and its options are in docs/design.md ("Small reads on the host").
 
 Each replayed value is checked against the IR's shape and dtype; any difference, or
 any op that fails on CPU, abandons the replay and the read runs on the device as
