@@ -42,6 +42,11 @@ class Config:
     """A host read whose pending graph has no value larger than this (elements), no random
     op and only scalars as device inputs is computed by eager PyTorch on the host, without
     a device graph (sync/host_eval.py); 0 turns that off."""
+    host_bookkeeping_max_elements: int = 65536
+    """In a host read's graph, integer and boolean values of at most this many elements
+    computed from host-known values or small device results (generate()'s growing
+    `input_ids`, its stopping checks) are computed on the host, so the device graph keeps
+    its shapes (sync/host_split.py); 0 turns that off."""
     compile_cache_size: int = 1024
     """Executables kept in the in-memory compile cache (least recently used evicted)."""
     metrics_samples: int = 1024

@@ -11,10 +11,12 @@ import pytest
 _CACHE_DIR = tempfile.mkdtemp(prefix="lazyxla-test-cache-")
 os.environ["LAZYXLA_CACHE_DIR"] = _CACHE_DIR
 atexit.register(shutil.rmtree, _CACHE_DIR, True)
-# Small reads of pending work replay on the host by default (sync/host_eval.py). The suite
-# checks the XLA lowerings and counts device graphs, so it reads through the device; the
-# tests of the replay itself (and the Hugging Face runs) turn it on with `host_replay`.
+# Small reads of pending work replay on the host by default (sync/host_eval.py), and a
+# read's integer bookkeeping runs there too (sync/host_split.py). The suite checks the
+# XLA lowerings and counts device graphs, so it reads through the device; the tests of
+# the host paths themselves (and the Hugging Face runs) turn them on with `host_replay`.
 os.environ["LAZYXLA_HOST_READ_MAX_ELEMENTS"] = "0"
+os.environ["LAZYXLA_HOST_BOOKKEEPING_MAX_ELEMENTS"] = "0"
 
 import lazyxla as lx  # noqa: E402
 
@@ -38,9 +40,12 @@ def _fresh_state():
 
 @pytest.fixture
 def host_replay():
-    """Small host reads replayed on the host, as lazyxla's default (users') has them."""
+    """Small host reads replayed, and read bookkeeping run, on the host, as lazyxla's
+    default (users') has them."""
     from lazyxla import config
-    with config.override(host_read_max_elements=config.Config().host_read_max_elements):
+    defaults = config.Config()
+    with config.override(host_read_max_elements=defaults.host_read_max_elements,
+                         host_bookkeeping_max_elements=defaults.host_bookkeeping_max_elements):
         yield
 
 

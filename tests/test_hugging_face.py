@@ -21,7 +21,8 @@ WARMUP = 2   # optimizer steps that may compile (the first step, then the first 
 
 def _run(args: list, tmp_path, env: dict | None = None) -> dict:
     full_env = {**os.environ, **(env or {})}
-    full_env.pop("LAZYXLA_HOST_READ_MAX_ELEMENTS", None)   # lazyxla's default, as users run it
+    full_env.pop("LAZYXLA_HOST_READ_MAX_ELEMENTS", None)   # lazyxla's defaults, as users run it
+    full_env.pop("LAZYXLA_HOST_BOOKKEEPING_MAX_ELEMENTS", None)
     out = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True,
                          timeout=900, cwd=tmp_path, env=full_env)
     assert out.returncode == 0, out.stderr[-4000:]

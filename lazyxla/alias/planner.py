@@ -62,9 +62,13 @@ def _describe_holder(st) -> str:
 
 
 def plan(graph: Graph, live: list, *, automatic: bool, explicit: bool, aliasing: bool,
-         kind: str) -> tuple[tuple, list]:
-    """Returns (sorted donor indices, one Decision per parameter)."""
-    outputs = {id(st) for st, _ in graph.storages}
+         kind: str, auto_owners: Optional[set] = None, written: frozenset = frozenset()) -> tuple[tuple, list]:
+    """Returns (sorted donor indices, one Decision per parameter). `auto_owners`: ids of
+    the only storages whose buffers may be automatic donors (a host read's graph donates
+    for the live tensors it materializes alongside, never for what it reads); None: any.
+    `written`: ids of storages the same sync gives new values computed on the host
+    (sync/host_split.py): like the graph's outputs, they no longer hold or need anything."""
+    outputs = {id(st) for st, _ in graph.storages} | written
     direct: dict = {}
     pending_roots = []
     for st in live:
@@ -87,7 +91,8 @@ def plan(graph: Graph, live: list, *, automatic: bool, explicit: bool, aliasing:
         # could never be aliased again: 2x memory on every later step.
         owner_keeps_it = (owner is not None and id(owner) not in outputs
                           and owner.value.op is DATA and owner.value.data is data)
-        is_auto = automatic and not owner_keeps_it
+        is_auto = automatic and not owner_keeps_it and (
+            auto_owners is None or (owner is not None and id(owner) in auto_owners))
         is_explicit = data.donate and (explicit or data.call_donor)
         reason = ""
         # Live tensors outside the outputs that would lose their data. The owner may

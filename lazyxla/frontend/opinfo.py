@@ -35,7 +35,7 @@ def _is_scalar_type(t) -> bool:
 
 class OpInfo:
     __slots__ = ("func", "name", "arg_names", "scalar_slots", "scalar_kw", "kind",
-                 "functional", "handler")
+                 "functional", "handler", "offset_free")
 
     def __init__(self, func) -> None:
         schema = func._schema
@@ -48,6 +48,11 @@ class OpInfo:
             slots.append(_is_scalar_type(a.type) and a.name not in static)
         self.scalar_slots = tuple(slots)
         self.scalar_kw = frozenset(a.name for a, s in zip(schema.arguments, slots) if s)
+        # No output aliases an operand: the outputs are fresh tensors, whose layout never
+        # depends on where an operand starts in its storage, so the shape-inference key
+        # (and the node's signature, which is in every graph key) leaves offsets out.
+        # `x[:, i]` read by a matmul then keys the matmul alike for every i.
+        self.offset_free = all(r.alias_info is None for r in schema.returns)
         self.kind = "functional"
         self.functional: Optional[object] = None
         self.handler = None

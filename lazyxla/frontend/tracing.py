@@ -62,11 +62,12 @@ def forget_lifted_scalars() -> None:
     _LIFTED.clear()
 
 
-def _tensor_operand(t: LazyTensor, parts: list, inputs: list, devs: list) -> Node:
+def _tensor_operand(t: LazyTensor, parts: list, inputs: list, devs: list, offset_free: bool) -> Node:
     node = t.lazy_value()
     if node.op is DATA and node.data.donated_in is not None:
         raise donated_error(node.data)
-    parts.append(t._mkey)
+    key = t._mkey
+    parts.append((key[0], key[1], 0, key[3]) if offset_free and key[2] else key)
     inputs.append(node)
     devs.append(t._st.device)
     return node
@@ -91,11 +92,12 @@ def _host_scalar_tensor(t: torch.Tensor, parts: list, inputs: list) -> Node:
     return node
 
 
-def convert(value, scalar_slot: bool, parts: list, inputs: list, devs: list):
-    """One argument: returns its node-argument form, appending key parts and operands."""
+def convert(value, scalar_slot: bool, parts: list, inputs: list, devs: list, offset_free: bool = False):
+    """One argument: returns its node-argument form, appending key parts and operands
+    (`offset_free`: OpInfo's, tensors' storage offsets stay out of the key)."""
     tp = type(value)
     if tp is LazyTensor:
-        return _tensor_operand(value, parts, inputs, devs)
+        return _tensor_operand(value, parts, inputs, devs, offset_free)
     if tp in _SCALAR_TYPES:
         if scalar_slot and (tp is not int or _INT64_MIN <= value <= _INT64_MAX):
             node = lift_scalar(value)
@@ -111,12 +113,12 @@ def convert(value, scalar_slot: bool, parts: list, inputs: list, devs: list):
         out = []
         sub: list = []
         for v in value:
-            out.append(convert(v, scalar_slot, sub, inputs, devs))
+            out.append(convert(v, scalar_slot, sub, inputs, devs, offset_free))
         parts.append(tuple(sub))
         return tuple(out)
     if isinstance(value, torch.Tensor):
         if isinstance(value, LazyTensor):
-            return _tensor_operand(value, parts, inputs, devs)
+            return _tensor_operand(value, parts, inputs, devs, offset_free)
         return _host_scalar_tensor(value, parts, inputs)
     if tp is torch.device:
         parts.append(value.type)
@@ -132,14 +134,15 @@ def convert_call(info, args, kwargs):
     devs: list = []
     slots = info.scalar_slots
     nslots = len(slots)
-    nargs = tuple([convert(a, i < nslots and slots[i], parts, inputs, devs) for i, a in enumerate(args)])
+    free = info.offset_free
+    nargs = tuple([convert(a, i < nslots and slots[i], parts, inputs, devs, free) for i, a in enumerate(args)])
     nkw = None
     if kwargs:
         nkw = {}
         skw = info.scalar_kw
         for k, v in kwargs.items():
             parts.append(k)
-            nkw[k] = convert(v, k in skw, parts, inputs, devs)
+            nkw[k] = convert(v, k in skw, parts, inputs, devs, free)
     device = devs[0] if devs else _factory_device(kwargs)
     if devs and len(devs) > 1:
         for d in devs:

@@ -18,10 +18,12 @@ may refer to the same handle; the handle, not the tensor, carries
   explicit donation enabled (API.md "Compiled functions").
 * `sharding`: SPMD mode only (runtime/placement.py): the `jax.sharding.Sharding`
   of the buffer over all devices; None outside SPMD (one local device).
-* `host`: SPMD mode only: an upload not placed yet. A host tensor copied to the
-  device is kept as a host array until a graph (or a read) first needs it, so
-  that marking it right after `.to(dev)` places only each device's slice
-  instead of a full copy on every device first. `array` places it on demand.
+* `host`: an upload not placed yet, kept as a host array until a graph (or a read)
+  first needs it; `array` places it on demand. In SPMD mode every host tensor
+  copied to the device is staged so, so that marking it right after `.to(dev)`
+  places only each device's slice instead of a full copy on every device first;
+  outside it, values the host computed for a read (sync/host_split.py) are, and
+  may never reach the device at all.
 * `storage`: the dtype of the buffer itself: `dtype` (what torch reports), or a narrower
   one under a storage dtype policy (runtime/storage_dtypes.py).
 * `host_copy`: a CPU copy of the value, kept once a small read downloaded it
@@ -75,7 +77,7 @@ class DeviceData:
         """The device buffer (placing a staged upload first); None once donated."""
         if self._array is None and self.host is not None:
             from .transfer import place
-            self._array = place(self.host, self.sharding)
+            self._array = place(self.host, self.sharding, self.device)
             self.host = None
         return self._array
 

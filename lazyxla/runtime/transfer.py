@@ -49,14 +49,28 @@ def _owned(staged: jax.Array, sharding) -> jax.Array:
 
 
 @x64
-def place(host: np.ndarray, sharding) -> jax.Array:
-    """A global array of `host`'s value with `sharding`: each device receives only its
-    own slice (this process supplies those of its addressable devices), copied into an
-    XLA-owned buffer for the same reasons as in `upload`."""
+def place(host: np.ndarray, sharding, device: int = 0) -> jax.Array:
+    """A device array of `host`'s value in XLA-owned buffers (see `upload`). SPMD: a global
+    array with `sharding`, each device receiving only its own slice (this process
+    supplies those of its addressable devices); `sharding=None`: on lazyxla `device`."""
     with metrics.timed("TransferToDeviceTime"):
-        array = _owned(jax.make_array_from_callback(host.shape, sharding, lambda index: host[index]), sharding)
+        if sharding is None:
+            target = jax.sharding.SingleDeviceSharding(jax_devices()[device])
+            array = _owned(jax.device_put(host, target), target)
+        else:
+            array = _owned(jax.make_array_from_callback(host.shape, sharding, lambda index: host[index]),
+                           sharding)
         array.block_until_ready()
     return array
+
+
+def staged(t: torch.Tensor, device: int, owner=None) -> DeviceData:
+    """Device data of CPU tensor `t`, a value the host computed (sync/host_split.py): it
+    stays on the host, also as the handle's `host_copy`, until a graph needs it on the
+    device (`DeviceData.array` uploads it then). `t` must not change afterwards."""
+    data = DeviceData(None, tuple(t.shape), t.dtype, device, owner, host=_to_numpy(t))
+    data.host_copy = t
+    return data
 
 
 def _host_copy(t: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
@@ -87,10 +101,7 @@ def upload_now(t: torch.Tensor, device: int, sharding=None,
         else:
             array = place(host, sharding)
     else:
-        with metrics.timed("TransferToDeviceTime"):
-            target = jax.sharding.SingleDeviceSharding(jax_devices()[device])
-            array = _owned(jax.device_put(_to_numpy(host_t), target), target)
-            array.block_until_ready()
+        array = place(_to_numpy(host_t), None, device)
     metrics.metric_add("OutboundData", host_t.numel() * host_t.element_size())
     return array, storage
 

@@ -43,7 +43,7 @@ from ..ir.node import DATA
 from ..runtime import memory
 from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
-from . import barriers, host_eval
+from . import barriers, host_eval, host_split
 from .capture import Placeholder, capturing, placeholder_refusal
 from .collect import collect
 from .view_read import read_view
@@ -76,10 +76,12 @@ def _runtime_lock() -> Iterator[None]:
 
 
 def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str,
-         skip_donated: bool = False, eager: bool = False) -> Optional[tuple]:
+         skip_donated: bool = False, eager: bool = False,
+         auto_owners: Optional[set] = None, written: frozenset = frozenset()) -> Optional[tuple]:
     """Collect, plan, compile and run one graph; its outputs, one per distinct root of
     `items` in the order they first appear (see _slot_of). `eager`: the graph of one
-    eager op (experimental/eager.py), timed under the eager metrics."""
+    eager op (experimental/eager.py), timed under the eager metrics. `auto_owners`,
+    `written`: for the donor plan (alias/planner.py)."""
     forget_lifted_scalars()   # ops traced from here on start a new sharing pattern
     if not items:
         return None
@@ -100,7 +102,7 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
         raise placeholder_refusal()
     aliasing = config.aliasing_enabled(device)
     donors, decisions = plan(graph, live_storages(device), automatic=automatic, explicit=explicit,
-                             aliasing=aliasing, kind=kind)
+                             aliasing=aliasing, kind=kind, auto_owners=auto_owners, written=written)
     if metrics.op_records[0] and not eager:   # detailed records (lx.metrics.set_op_records)
         metrics.metric_add("TensorsGraphSize", len(graph.order))
     try:
@@ -294,12 +296,28 @@ def host_values(tensors: list, allow_explicit: bool = True) -> list:
             if id(t) in early:
                 hosts.append(early[id(t)])
                 continue
-            array = results.get(id(t))
-            if array is None:
-                node = t.checked_value()
-                array = node.data.live_array()
-            hosts.append(download(array, t.dtype))
+            value = results.get(id(t))
+            if value is None:
+                data = t.checked_value().data
+                value = data.host_copy if data.host_copy is not None else data.live_array()
+            # a value the host computed (sync/host_split.py) may be a handle's host copy
+            hosts.append(value.clone() if isinstance(value, torch.Tensor) else download(value, t.dtype))
+        _recount_pending_ops()
     return hosts
+
+
+def _recount_pending_ops() -> None:
+    """After a read, count toward the graph size cap only the ops still pending (lock held).
+
+    The cap counts ops traced since the last barrier, and a loop of reads without barriers
+    (generate()) would reach it although each read's graph left nearly nothing pending.
+    Once the count passes half the cap, the pending IR is counted instead: one walk per
+    GRAPH_OP_LIMIT / 2 ops, and a loop that really grows its pending work still meets the
+    cap."""
+    if traced_since_sync[0] <= GRAPH_OP_LIMIT // 2:
+        return
+    pending = [st.value for device in live_devices() for st in live_storages(device) if st.value.op is not DATA]
+    traced_since_sync[0] = barriers.pending_nodes(pending)
 
 
 def _read_device_data(tensors: list) -> dict:
@@ -313,7 +331,8 @@ def _read_device_data(tensors: list) -> dict:
             continue
         data = st.value.data
         if t._view is None:
-            hosts[id(t)] = download(data.live_array(), t.dtype)   # raises for a donated buffer
+            hosts[id(t)] = (data.host_copy.clone() if data.host_copy is not None
+                            else download(data.live_array(), t.dtype))   # raises for a donated buffer
         else:
             hosts[id(t)] = read_view(data, st.value, t._view)
     return hosts
@@ -333,14 +352,21 @@ def _read_extra(device: int, storages: list, items: list) -> list:
 
 
 def _run_read(device: int, items: list, extra: list, explicit: bool) -> tuple:
-    """Run a host read's graph; `extra` roots come after `items`, so slots stay put. If
-    some extra root needs a donated buffer, the read falls back to its own roots."""
+    """Run a host read's graph, its integer bookkeeping on the host (sync/host_split.py);
+    `extra` roots come after `items`, so slots stay put. The extra storages are synced as
+    a partial sync would: their in-place updated buffers are donated when nothing else
+    needs them; what the read reads never is. If some extra root needs a donated buffer,
+    the read falls back to its own roots."""
+    def on_device(owners: set):
+        return lambda device_items, written=frozenset(): _run(
+            device, device_items, automatic=bool(owners), explicit=explicit, kind="host read",
+            auto_owners=owners, written=written) or ()
     try:
-        return _run(device, items + extra, automatic=False, explicit=explicit, kind="host read") or ()
+        return host_split.run(device, items + extra, on_device({id(st) for _, st in extra}))
     except DonatedBufferError:
         if not extra:
             raise
-        return _run(device, items, automatic=False, explicit=explicit, kind="host read") or ()
+        return host_split.run(device, items, on_device(set()))
 
 
 def _slot_of(items: list, position: int) -> int:

@@ -110,6 +110,11 @@ def sharing_items(device: int, roots: list, own: set) -> list:
     return found
 
 
+def pending_nodes(roots: list) -> int:
+    """Number of computed (not leaf) nodes of `roots`' pending IR."""
+    return len(_computed_nodes(roots))
+
+
 def _computed_nodes(roots: list) -> set:
     seen: set = set()
     stack = [r for r in roots if r.op is not DATA and r.op is not SCALAR]

@@ -27,7 +27,7 @@ from typing import Any, Optional
 import torch
 
 from .. import config, metrics
-from ..ir.node import DATA, GETITEM, SCALAR, Node
+from ..ir.node import DATA, GETITEM, SCALAR, VIEW_SCATTER, Node
 from ..runtime.transfer import download
 
 MAX_NODES = 256
@@ -35,27 +35,45 @@ _NAMESPACES = ("aten", "prims")
 _CPU = torch.device("cpu")
 
 
-def _numel(node: Node) -> int:
+def numel(node: Node) -> int:
+    """Elements of all of `node`'s outputs."""
     shapes = node.shape if node.nout else (node.shape,)
     return sum(math.prod(s) for s in shapes)
 
 
+# Ops whose values are unspecified: eager's garbage and the device's zeros both honour
+# them, but a replay must not turn one into the other.
+_UNSPECIFIED = frozenset(("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"))
+
+
+def replayable_op(node: Node) -> bool:
+    """Whether eager PyTorch computes `node` (not a leaf, not GETITEM) exactly as its IR
+    says: a deterministic ATen or prims op that writes no operand, or a write through a
+    view (VIEW_SCATTER: a copy of the base with the view's elements replaced)."""
+    op = node.op
+    if op is VIEW_SCATTER:
+        op = node.args[2]
+    if not isinstance(op, torch._ops.OpOverload) or op.namespace not in _NAMESPACES:
+        return False
+    if torch.Tag.nondeterministic_seeded in op.tags or op._schema.is_mutable:
+        return False   # random, or writes an operand in place (a cached host copy among them)
+    if op._opname in _UNSPECIFIED:
+        return False
+    return not (node.kwargs and "seed" in node.kwargs)
+
+
 def _replayable(node: Node, limit: int) -> bool:
-    if _numel(node) > limit:
+    if numel(node) > limit:
         return False
     op = node.op
     if op is DATA:
         # Scalars only: a replay of a computation on tensors would stand in for the XLA
         # lowering of ordinary model code, and its floating-point results could differ
         # in the last bits from what the device computes for the same pending tensor.
-        return _numel(node) <= 1
+        return numel(node) <= 1
     if op is SCALAR or op is GETITEM:
         return True
-    if not isinstance(op, torch._ops.OpOverload) or op.namespace not in _NAMESPACES:
-        return False
-    if torch.Tag.nondeterministic_seeded in op.tags or op._schema.is_mutable:
-        return False   # random, or writes an operand in place (a cached host copy among them)
-    return not (node.kwargs and "seed" in node.kwargs)
+    return replayable_op(node)
 
 
 def plan(roots: list[Node]) -> Optional[list[Node]]:
@@ -82,7 +100,8 @@ def plan(roots: list[Node]) -> Optional[list[Node]]:
     return order
 
 
-def _host_copy(node: Node) -> torch.Tensor:
+def host_copy(node: Node) -> torch.Tensor:
+    """The value of DATA leaf `node` on the host, downloaded once per buffer."""
     data = node.data
     if data.host_copy is None:
         data.host_copy = download(data.live_array(), node.dtype)
@@ -91,12 +110,17 @@ def _host_copy(node: Node) -> torch.Tensor:
 
 def _value(node: Node, values: dict) -> Any:
     if node.op is DATA:
-        return _host_copy(node)
+        return host_copy(node)
     if node.op is SCALAR:
         return node.data
     if node.op is GETITEM:
         source, index = node.args
         return values[id(source)][index]
+    if node.op is VIEW_SCATTER:
+        base, new, view_op, view_args = node.args
+        out = values[id(base)].clone()
+        view_op(out, *view_args).copy_(values[id(new)])
+        return out
 
     def operand(a: Any) -> Any:
         if isinstance(a, Node):
@@ -121,6 +145,22 @@ def _matches(node: Node, value: Any) -> bool:
             and value.dtype == node.dtype)
 
 
+def replay(order: list[Node], values: dict) -> bool:
+    """Compute `order` (operands first) with eager PyTorch on CPU into `values` (id(node)
+    -> value; values already there are inputs). False if an op fails on CPU, or its value
+    does not have the IR's shape and dtype: the device must compute it."""
+    try:
+        with torch.no_grad(), torch.autocast("cpu", enabled=False):
+            for node in order:
+                value = _value(node, values)
+                if not _matches(node, value):
+                    return False
+                values[id(node)] = value
+    except Exception:   # an op CPU eager refuses, or refuses these operands
+        return False
+    return True
+
+
 def evaluate(roots: list[Node], shared: list[Node] = ()) -> Optional[list[torch.Tensor]]:
     """CPU values of `roots`, replayed on the host; None where the graph does not qualify
     or the replay does not reproduce the IR's shapes and dtypes. `shared`: the pending
@@ -133,14 +173,7 @@ def evaluate(roots: list[Node], shared: list[Node] = ()) -> Optional[list[torch.
     if shared and any(n.op is DATA for n in order) and plan(list(shared)) is None:
         return None
     values: dict[int, Any] = {}
-    try:
-        with torch.no_grad(), torch.autocast("cpu", enabled=False):
-            for node in order:
-                value = _value(node, values)
-                if not _matches(node, value):
-                    return None
-                values[id(node)] = value
-    except Exception:   # an op CPU eager refuses, or refuses these operands: the device runs it
+    if not replay(order, values):
         return None
     metrics.counter_add("HostEvaluatedRead")
     # Fresh tensors: a view op replays as a view, maybe of a cached host copy.

@@ -1,0 +1,234 @@
+"""A host read's integer bookkeeping, computed on the host so the device graph keeps its shapes.
+
+Decoding loops grow small integer tensors every step: `generate()` appends each token to
+`input_ids` and to `position_ids` with `torch.cat`, folds its stopping checks into
+`unfinished_sequences` and reads `unfinished_sequences.max() == 0` every token. In one
+graph with the model step, those values give the graph a new shape, so a new compile,
+every token, although the model step itself (with a static cache) never changes. This
+module splits the graph of a host read (the program waits for it anyway) in three:
+
+- `before`: bookkeeping computed from host-known values only (small integer device data,
+  downloaded once per buffer, and scalars): the slice `input_ids[:, -1:]` the model step
+  reads, the next position. Those the device needs are uploaded as parameters.
+- the device graph: everything else, among it the small integer results that bookkeeping
+  needs from the device (the next tokens, from `argmax` of the logits).
+- `after`: bookkeeping that needs those results and that no device node reads: the cat
+  into `input_ids`, the stopping checks. Its results stay on the host (staged device
+  data, uploaded only if a later graph reads them).
+
+Bookkeeping is a node whose outputs are integer or boolean, small (at most
+`config.SETTINGS.host_bookkeeping_max_elements` elements), computed by a deterministic
+ATen op (sync/host_eval.py `replayable_op`) from integer or boolean operands and
+scalars. Integer arithmetic is exact on both sides, so where a value is computed never
+changes it; floating-point values always stay on the device. The rule and its options
+are in docs/design.md ("Bookkeeping on the host").
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+
+from .. import config, metrics
+from ..ir.node import DATA, GETITEM, SCALAR, Node, data_node
+from ..runtime import placement, storage_dtypes
+from ..runtime.transfer import download, staged
+from . import host_eval
+
+_INTEGRAL = frozenset((torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64))
+# Run the device graph of some (root, storage) items, given the ids of the storages the
+# host writes in the same read; one output per distinct root, in the order they first
+# appear (sync/api.py `_run`).
+RunDevice = Callable[[list, frozenset], tuple]
+
+
+class Split:
+    """Where each node of a read's graph is computed (module docstring)."""
+    __slots__ = ("before", "after", "uploads", "for_host", "on_device")
+
+    def __init__(self, before: list, after: list, uploads: list, for_host: list, on_device: set) -> None:
+        self.before = before          # host-known leaves and bookkeeping of them, operands first
+        self.after = after            # bookkeeping of device results, operands first
+        self.uploads = uploads        # `before` nodes the device graph reads
+        self.for_host = for_host      # device nodes whose values `after` reads
+        self.on_device = on_device    # ids of the device graph's computed nodes
+
+
+def _order(roots: list) -> list:
+    order: list = []
+    seen: set = set()
+    stack = [(r, False) for r in reversed(roots)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((i, False) for i in reversed(node.inputs) if id(i) not in seen)
+    return order
+
+
+def _integral(node: Node) -> bool:
+    return all(d in _INTEGRAL for d in (node.dtype if node.nout else (node.dtype,)))
+
+
+def _bookkeeping(node: Node, limit: int) -> bool:
+    """Whether the host may compute `node` (module docstring); leaves excluded."""
+    if not _integral(node) or host_eval.numel(node) > limit:
+        return False
+    if not all(i.op is SCALAR or _integral(i) for i in node.inputs):
+        return False
+    return node.op is GETITEM or host_eval.replayable_op(node)
+
+
+def plan(roots: list) -> Optional[Split]:
+    """The split of `roots`' graph; None where there is no bookkeeping to move, or the
+    split is off (setting 0, SPMD, a storage dtype policy)."""
+    limit = config.SETTINGS.host_bookkeeping_max_elements
+    if limit <= 0 or placement.spmd_enabled() or storage_dtypes.current() is not None:
+        return None
+    order = _order(roots)
+    host_known: set = set()     # ids of `before` nodes
+    movable: set = set()        # ids of bookkeeping nodes
+    for node in order:
+        op = node.op
+        if op is SCALAR or (op is DATA and _integral(node) and host_eval.numel(node) <= limit):
+            host_known.add(id(node))
+        elif op is not DATA and _bookkeeping(node, limit):
+            from_host = all(id(i) in host_known for i in node.inputs)
+            if from_host:
+                host_known.add(id(node))
+            # a multi-output op and its elements move only together, from host values:
+            # the device graph returns single values, never a tuple to split on the host
+            if from_host or not (node.nout or op is GETITEM):
+                movable.add(id(node))
+    if not movable:
+        return None
+    needed: set = set()         # ids the device graph reads
+    on_device: set = set()
+    after_ids: set = set()
+    for node in reversed(order):   # consumers before operands
+        nid = id(node)
+        if node.op is DATA or node.op is SCALAR or nid in host_known:
+            continue
+        if nid in movable and nid not in needed:
+            after_ids.add(nid)
+            continue
+        on_device.add(nid)
+        needed.update(id(i) for i in node.inputs)
+    after = [n for n in order if id(n) in after_ids]
+    uploads = [n for n in order if id(n) in host_known and id(n) in needed and n.op is not DATA
+               and n.op is not SCALAR]
+    if not after and not uploads and not any(id(r) in host_known for r in roots):
+        return None
+    computed_first = [n for n in order if id(n) in host_known and n.op is not DATA and n.op is not SCALAR]
+    read_by_host = {id(i) for n in computed_first + after for i in n.inputs}
+    # leaves enter only where the host reads them: a device buffer is downloaded once
+    before = [n for n in order if id(n) in host_known
+              and ((n.op is not DATA and n.op is not SCALAR) or id(n) in read_by_host)]
+    for_host = [n for n in order if id(n) in on_device and id(n) in read_by_host]
+    return Split(before, after, uploads, for_host, on_device)
+
+
+def _swap(a: Any, new: dict) -> Any:
+    if isinstance(a, Node):
+        return new.get(id(a), a)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_swap(x, new) for x in a)
+    return a
+
+
+def rewrite(order: list, leaves: dict) -> dict:
+    """Copies of the nodes of `order` (operands first) that read a node of `leaves`
+    (id -> replacement), with the replacements in place; {id(old): new}, leaves included.
+    Signatures stay: a replacement has its node's shape and dtype."""
+    new = dict(leaves)
+    for n in order:
+        if n.op is DATA or n.op is SCALAR or id(n) in new or not any(id(i) in new for i in n.inputs):
+            continue
+        kwargs = {k: _swap(v, new) for k, v in n.kwargs.items()} if n.kwargs else n.kwargs
+        copy = Node(n.op, _swap(n.args, new), kwargs, tuple(new.get(id(i), i) for i in n.inputs),
+                    n.shape, n.dtype, n.sig, n.data, n.nout)
+        origin = getattr(n, "origin", None)
+        if origin is not None:
+            copy.origin = origin
+        new[id(n)] = copy
+    return new
+
+
+def _distinct(items: list) -> dict:
+    slots: dict = {}
+    for node, _ in items:
+        slots.setdefault(id(node), len(slots))
+    return slots
+
+
+def run(device: int, items: list, run_device: RunDevice) -> tuple:
+    """Compute `items` (`(root, storage or None)`): the bookkeeping on the host, the rest
+    with `run_device`; one result per distinct root, in the order they first appear, a
+    device array or (computed on the host) a CPU tensor. Storages of host-computed roots
+    receive staged device data holding the value."""
+    split = plan([node for node, _ in items])
+    if split is None:
+        return run_device(items, frozenset())
+    values: dict = {}
+    if not host_eval.replay(split.before, values):
+        return run_device(items, frozenset())    # nothing was computed or installed yet
+    metrics.counter_add("HostBookkeepingRead")
+    metrics.counter_add("HostBookkeepingOps", len(split.after) + sum(n.op is not DATA and n.op is not SCALAR
+                                                                     for n in split.before))
+    leaves = {id(n): data_node(staged(_owned_value(values[id(n)]), device)) for n in split.uploads}
+    device_order = [n for n in _order([node for node, _ in items]) if id(n) in split.on_device]
+    new = rewrite(device_order, leaves)
+    device_items = [(new.get(id(node), node), st) for node, st in items if id(node) in split.on_device]
+    device_items += [(new.get(id(n), n), None) for n in split.for_host]
+    written = frozenset(id(st) for node, st in items if st is not None and id(node) not in split.on_device)
+    outs = run_device(device_items, written) if device_items else ()
+    device_slot = _distinct(device_items)
+    for n in split.for_host:
+        values[id(n)] = download(outs[device_slot[id(new.get(id(n), n))]], n.dtype)
+    if not host_eval.replay(split.after, values):
+        _after_on_device(device, split, items, values, run_device)
+    results = []
+    for node, st in _unique(items):
+        if id(node) in split.on_device:
+            results.append(outs[device_slot[id(new.get(id(node), node))]])
+        else:
+            results.append(values[id(node)])
+    for node, st in items:
+        if st is not None and id(node) not in split.on_device:
+            value = _owned_value(values[id(node)])
+            values[id(node)] = value
+            st.write(data_node(staged(value, device, owner=st)))
+    return tuple(results)
+
+
+def _after_on_device(device: int, split: Split, items: list, values: dict, run_device: RunDevice) -> None:
+    """`after` failed on the host (an op CPU eager refuses): compute the roots among it on
+    the device, from the values the host and the device graph already have, into `values`."""
+    leaves = {id(n): data_node(staged(values[id(n)], device)) for n in split.for_host}
+    leaves.update({id(n): data_node(staged(_owned_value(values[id(n)]), device))
+                   for n in split.before if n.op is not DATA and n.op is not SCALAR})
+    moved = rewrite(split.after, leaves)
+    after = {id(n) for n in split.after}
+    roots = [node for node, _ in _unique(items) if id(node) in after]
+    for n, out in zip(roots, run_device([(moved.get(id(n), n), None) for n in roots], frozenset())):
+        values[id(n)] = download(out, n.dtype)
+
+
+def _unique(items: list) -> list:
+    seen: set = set()
+    out = []
+    for node, st in items:
+        if id(node) not in seen:
+            seen.add(id(node))
+            out.append((node, st))
+    return out
+
+
+def _owned_value(value: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor of its own: a replayed view may share a cached host copy."""
+    return value.clone(memory_format=torch.contiguous_format)
