@@ -254,3 +254,20 @@ def test_generate_example_runs(capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("lazyxla", "compiled"))]
     assert len(rows) == 4 and all(line.endswith("tokens equal eager: True") for line in rows)
     assert " 0 compiles" in rows[1] and " 0 compiles" in rows[3]   # second calls
+
+
+def test_host_value_updated_in_place_is_uploaded_and_donated(dev):
+    """A value the host computed for a read stays staged; an in-place update then uploads
+    it with the step's graph (runtime/transfer.py `place_staged`) and donates it, and
+    neither the value read before nor the new one is disturbed."""
+    w = torch.randn(4, 4)
+    ids = torch.tensor([[1, 2]]).to(dev)
+    ids = torch.cat([ids, torch.argmax(w.to(dev)[ids[:, -1]], dim=-1)[:, None]], dim=-1)
+    first = ids.cpu()
+    assert metrics.counter_value("HostBookkeepingRead") == 1
+    expect = [[1, 2, int(torch.argmax(w[2]))]]
+    ids.add_(1)
+    lx.sync()
+    assert lx.debug.donation_report().donors == 1
+    assert first.tolist() == expect
+    assert ids.cpu().tolist() == [[v + 1 for v in expect[0]]]

@@ -1,4 +1,4 @@
-"""Hugging Face generate() on lazyxla against eager CPU: prefill, decode tokens/s, compiles.
+"""Hugging Face generate() on lazyxla against eager CPU: time, tokens/s and compiles per call.
 
     python -m lazyxla.examples.generate --model llama --tokens 32 --cache static --compiled
 
@@ -6,9 +6,8 @@ builds a random-init model (no download: `llama` is a tiny Llama, `gpt2` Hugging
 GPT-2 124M configuration), runs the same greedy `generate()` twice on eager CPU and
 twice on lazyxla (and, with `--compiled`, twice more with the model's forward under
 `torch.compile(backend="lazyxla")`, transformers' documented XLA route), and prints per
-call: the prefill time (the first token), decode tokens/s over the other tokens, compiles
-and device graphs, and whether the tokens equal eager's. Timings are wall clock on this
-machine; the counts are what lazyxla promises (static cache: 2 compiles on the first call,
+call: its time and tokens/s, compiles and device graphs, and whether the tokens equal
+eager's. Timings are wall clock on this machine; the counts are what lazyxla promises (static cache: 2 compiles on the first call,
 none on the second). `python -m lazyxla.bench.generate` compares more systems, each in a
 fresh process.
 """
@@ -21,9 +20,8 @@ import torch
 from ..bench.generate import build_model, prompt, timed_generate
 
 
-def _row(label: str, call: int, prefill: float, decode: float, tokens: int) -> str:
-    return (f"{label:10} call {call + 1}: prefill {prefill:7.3f} s  decode "
-            f"{(tokens - 1) / max(decode, 1e-9):8.1f} tokens/s")
+def _row(label: str, call: int, seconds: float, tokens: int) -> str:
+    return f"{label:10} call {call + 1}: {seconds:7.3f} s, {tokens / seconds:8.1f} tokens/s"
 
 
 def main(argv=None) -> None:
@@ -42,18 +40,18 @@ def main(argv=None) -> None:
     print(f"{args.model}, batch {args.batch}, prompt {args.prompt}, {args.tokens} new tokens, "
           f"{args.cache} cache, greedy")
     for call in range(2):
-        reference, prefill, decode = timed_generate(model, ids, args.tokens, args.cache)
-        print(_row("eager CPU", call, prefill, decode, args.tokens))
+        reference, seconds = timed_generate(model, ids, args.tokens, args.cache)
+        print(_row("eager CPU", call, seconds, args.tokens))
     model.to(lx.device())
     for mode in ("lazyxla", "compiled") if args.compiled else ("lazyxla",):
         if mode == "compiled":
             model.forward = torch.compile(model.forward, backend="lazyxla")
         for call in range(2):
             lx.metrics.clear_all()
-            out, prefill, decode = timed_generate(model, ids.to(lx.device()), args.tokens, args.cache)
+            out, seconds = timed_generate(model, ids.to(lx.device()), args.tokens, args.cache)
             compiles = lx.metrics.counter_value("UncachedCompile") or 0
             graphs = lx.metrics.counter_value("ExecuteComputation") or 0
-            print(f"{_row(mode, call, prefill, decode, args.tokens)}  {compiles} compiles, {graphs} graphs, "
+            print(f"{_row(mode, call, seconds, args.tokens)}  {compiles} compiles, {graphs} graphs, "
                   f"tokens equal eager: {torch.equal(out, reference)}")
 
 

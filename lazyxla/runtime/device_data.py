@@ -81,6 +81,10 @@ class DeviceData:
             self.host = None
         return self._array
 
+    def placed(self, array) -> None:
+        """A staged upload's device buffer, placed by the caller (transfer.place_staged)."""
+        self._array, self.host = array, None
+
     @property
     def nbytes(self) -> int:
         n = self.storage.itemsize

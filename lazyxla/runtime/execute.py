@@ -21,7 +21,7 @@ from ..ir.node import data_node
 from ..lock import LOCK
 from ..patches import x64
 from ..ir.graph import Graph
-from . import memory, placement, ready_times, shutdown
+from . import memory, placement, ready_times, shutdown, transfer
 from .device_data import DeviceData
 
 _in_flight: list = []
@@ -52,6 +52,9 @@ def execute(graph: Graph, exe: Runnable, eager: bool = False) -> tuple:
     detailed = metrics.op_records[0] and not eager
     if detailed:
         start = time.perf_counter_ns()
+    staged = [d for d in params if d.host is not None and d.sharding is None]
+    if staged:
+        transfer.place_staged(staged, graph.device)
     args = [d.array for d in params]
     if detailed:
         metrics.metric_add("UnwrapXlaData", time.perf_counter_ns() - start)
