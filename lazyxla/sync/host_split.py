@@ -44,9 +44,11 @@ RunDevice = Callable[[list, frozenset], tuple]
 
 class Split:
     """Where each node of a read's graph is computed (module docstring)."""
-    __slots__ = ("before", "after", "uploads", "for_host", "on_device")
+    __slots__ = ("order", "before", "after", "uploads", "for_host", "on_device")
 
-    def __init__(self, before: list, after: list, uploads: list, for_host: list, on_device: set) -> None:
+    def __init__(self, order: list, before: list, after: list, uploads: list, for_host: list,
+                 on_device: set) -> None:
+        self.order = order            # every node of the read's graph, operands first
         self.before = before          # host-known leaves and bookkeeping of them, operands first
         self.after = after            # bookkeeping of device results, operands first
         self.uploads = uploads        # `before` nodes the device graph reads
@@ -130,7 +132,7 @@ def plan(roots: list) -> Optional[Split]:
     before = [n for n in order if id(n) in host_known
               and ((n.op is not DATA and n.op is not SCALAR) or id(n) in read_by_host)]
     for_host = [n for n in order if id(n) in on_device and id(n) in read_by_host]
-    return Split(before, after, uploads, for_host, on_device)
+    return Split(order, before, after, uploads, for_host, on_device)
 
 
 def _swap(a: Any, new: dict) -> Any:
@@ -181,7 +183,7 @@ def run(device: int, items: list, run_device: RunDevice) -> tuple:
     metrics.counter_add("HostBookkeepingOps", len(split.after) + sum(n.op is not DATA and n.op is not SCALAR
                                                                      for n in split.before))
     leaves = {id(n): data_node(staged(_owned_value(values[id(n)]), device)) for n in split.uploads}
-    device_order = [n for n in _order([node for node, _ in items]) if id(n) in split.on_device]
+    device_order = [n for n in split.order if id(n) in split.on_device]
     new = rewrite(device_order, leaves)
     device_items = [(new.get(id(node), node), st) for node, st in items if id(node) in split.on_device]
     device_items += [(new.get(id(n), n), None) for n in split.for_host]
