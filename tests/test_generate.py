@@ -271,3 +271,25 @@ def test_host_value_updated_in_place_is_uploaded_and_donated(dev):
     assert lx.debug.donation_report().donors == 1
     assert first.tolist() == expect
     assert ids.cpu().tolist() == [[v + 1 for v in expect[0]]]
+
+
+def test_large_constant_stays_on_the_device(dev):
+    """generate()'s `min_new_tokens` masks `arange(vocab_size) == eos` every token: a value
+    made from scalars alone, so bookkeeping by type, but the device computes it inside the
+    graph for nothing while the host would compute and upload it every read."""
+    torch.manual_seed(0)
+    scores = torch.randn(2, 5000)
+    ids_cpu = torch.tensor([[1, 2], [3, 4]])
+    ids = ids_cpu.to(dev)
+    lazy_scores = scores.to(dev)
+    for step in range(3):
+        mask = torch.arange(5000, device=dev) == 7
+        nxt = torch.where(mask, -torch.inf, lazy_scores * (step + 1)).argmax(-1)
+        ids = torch.cat([ids, nxt[:, None]], dim=-1)
+        assert not bool((ids == 7).any())
+        shapes = [tuple(p["shape"]) for p in lx.debug.donation_report().params]
+        assert (5000,) not in shapes, shapes
+        ref = torch.where(torch.arange(5000) == 7, -torch.inf, scores * (step + 1)).argmax(-1)
+        ids_cpu = torch.cat([ids_cpu, ref[:, None]], dim=-1)
+    assert torch.equal(ids.cpu(), ids_cpu)
+    assert metrics.counter_value("HostBookkeepingRead") >= 3

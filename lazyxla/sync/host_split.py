@@ -40,6 +40,10 @@ _INTEGRAL = frozenset((torch.bool, torch.uint8, torch.int8, torch.int16, torch.i
 # host writes in the same read; one output per distinct root, in the order they first
 # appear (sync/api.py `_run`).
 RunDevice = Callable[[list, frozenset], tuple]
+# A constant (made from scalars alone) larger than this stays on the device: there it fuses
+# into the graph at no cost and keeps its shape, while the host would compute and upload it
+# on every read (generate()'s `min_new_tokens` masks `arange(vocab_size)` every token).
+_DEVICE_CONSTANT_ELEMENTS = 4096
 
 
 class Split:
@@ -95,11 +99,16 @@ def plan(roots: list) -> Optional[Split]:
     order = _order(roots)
     host_known: set = set()     # ids of `before` nodes
     movable: set = set()        # ids of bookkeeping nodes
+    constant: set = set()       # ids of nodes made from scalars alone
     for node in order:
         op = node.op
         if op is SCALAR or (op is DATA and _integral(node) and host_eval.numel(node) <= limit):
             host_known.add(id(node))
         elif op is not DATA and _bookkeeping(node, limit):
+            if all(i.op is SCALAR or id(i) in constant for i in node.inputs):
+                constant.add(id(node))
+                if host_eval.numel(node) > _DEVICE_CONSTANT_ELEMENTS:
+                    continue
             from_host = all(id(i) in host_known for i in node.inputs)
             if from_host:
                 host_known.add(id(node))
