@@ -73,6 +73,16 @@ class JaxCall:
             found = self._vjps[diff_in] = (program, specs)
         return found
 
+    def insert_vjp(self, tensors: Sequence[LazyTensor], grads: Sequence[torch.Tensor], diff_in: tuple[int, ...],
+                   device: int) -> list[LazyTensor]:
+        """Gradients of the inputs `diff_in` given `grads`, one per floating output (a
+        backward CALL node recomputing the forward)."""
+        program, specs = self.backward(diff_in)
+        floats = [d for f, (_, _, d) in zip(self.float_out, self.out_specs) if f]
+        cts = [g if g.dtype == d else g.to(d) for g, d in zip(grads, floats)]
+        operands = [t.checked_value() for t in tensors] + [g.lazy_value() for g in cts]
+        return insert_call(program, operands, specs, device)
+
 
 class _CallJaxFunction(torch.autograd.Function):
 
@@ -90,11 +100,7 @@ class _CallJaxFunction(torch.autograd.Function):
         tensors = ctx.saved_tensors
         call: JaxCall = ctx.call
         diff_in = tuple(i for i, need in enumerate(ctx.needs_input_grad[2:]) if need)
-        program, specs = call.backward(diff_in)
-        cts = [g if g.dtype == d else g.to(d)
-               for g, f, (_, _, d) in zip(grads, call.float_out, call.out_specs) if f]
-        operands = [t.checked_value() for t in tensors] + [g.lazy_value() for g in cts]
-        results = insert_call(program, operands, specs, ctx.device)
+        results = call.insert_vjp(tensors, [g for g, f in zip(grads, call.float_out) if f], diff_in, ctx.device)
         out: list[Optional[torch.Tensor]] = [None] * len(tensors)
         for i, r in zip(diff_in, results):
             out[i] = r
@@ -113,13 +119,14 @@ def _static_key(leaf: Any, name: str) -> tuple:
     return (type(leaf), leaf)
 
 
-def _split(leaves: list, name: str) -> tuple[list, list, list]:
-    """(array positions, lazy tensors, static leaves) of the call's leaves."""
+def _split(leaves: list, name: str, abstract: bool = False) -> tuple[list, list, list]:
+    """(array positions, tensors, static leaves) of the call's leaves. `abstract`: any
+    torch tensor is an array (fake tensors tracing a `jax_op` for torch.compile)."""
     positions, tensors, statics = [], [], []
     for i, leaf in enumerate(leaves):
-        if isinstance(leaf, jax.Array):
+        if isinstance(leaf, jax.Array) and not abstract:
             leaf = from_jax(leaf)
-        if isinstance(leaf, LazyTensor):
+        if isinstance(leaf, LazyTensor) or (abstract and isinstance(leaf, torch.Tensor)):
             positions.append(i)
             tensors.append(leaf)
         elif isinstance(leaf, torch.Tensor):
@@ -137,16 +144,17 @@ def _function_name(fn: Callable) -> str:
     return getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", None) or type(fn).__name__
 
 
-def lookup(fn: Callable, args: tuple, kwargs: dict) -> tuple[JaxCall, list, int]:
-    """(the JaxCall of this call, its lazy tensors, their device)."""
+def lookup(fn: Callable, args: tuple, kwargs: dict, abstract: bool = False) -> tuple[JaxCall, list, int]:
+    """(the JaxCall of this call, its tensors, their lazyxla device). `abstract`: the
+    tensors may be any torch tensors (only shapes and dtypes are read; device None)."""
     name = _function_name(fn)
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-    positions, tensors, statics = _split(leaves, name)
+    positions, tensors, statics = _split(leaves, name, abstract)
     if not tensors:
         raise ValueError(f"lazyxla: call_jax({name}) got no lazy tensor: nothing tells it the device. "
                          "Pass at least one lazyxla tensor (or call the JAX function directly).")
-    device = tensors[0]._st.device
-    if any(t._st.device != device for t in tensors):
+    device = None if abstract else tensors[0]._st.device
+    if not abstract and any(t._st.device != device for t in tensors):
         raise ValueError(f"lazyxla: call_jax({name}) got tensors on several lazyxla devices; move them to one")
     in_avals = [(tuple(t.shape), t.dtype) for t in tensors]
     key = ("call_jax", fn, treedef, tuple(positions), tuple(_static_key(s, name) for s in statics),
@@ -156,6 +164,12 @@ def lookup(fn: Callable, args: tuple, kwargs: dict) -> tuple[JaxCall, list, int]
         flat = flat_function(fn, treedef, positions, statics, [jax_dtype(d) for _, d in in_avals])
         call = _CALLS.put(key, JaxCall(key, name, flat, in_avals))
     return call, tensors, device
+
+
+def record(fn: Callable, args: tuple, kwargs: dict) -> Any:
+    """`call_jax` without autograd: the CALL node and fn's output pytree of lazy tensors."""
+    call, tensors, device = lookup(fn, args, kwargs)
+    return jax.tree_util.tree_unflatten(call.out_tree, call.insert(tensors, device))
 
 
 @torch.compiler.disable
