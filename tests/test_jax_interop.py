@@ -234,3 +234,38 @@ def test_partial_and_static_leaf_functions_key_by_identity(dev):
     f = functools.partial(jnp.multiply, 3.0)
     x = torch.ones(2).to(dev)
     torch.testing.assert_close(lx.call_jax(f, x).cpu(), torch.full((2,), 3.0))
+
+
+def test_optax_update_in_place_inside_one_step_graph_matches_torch_adam(dev):
+    pytest.importorskip("optax")
+    import copy
+
+    from lazyxla.examples import optax_step
+
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    model = copy.deepcopy(ref).to(dev)
+    x, y = torch.randn(16, 6), torch.randn(16, 1)
+    counts = []
+    real_sync = lx.sync
+
+    def counting_sync(*args, **kwargs):
+        real_sync(*args, **kwargs)
+        counts.append((counter("UncachedCompile"), counter("ExecuteComputation")))
+
+    optax_step.lx.sync = counting_sync
+    try:
+        losses = optax_step.train(model, x.to(dev), y.to(dev), 4)
+    finally:
+        optax_step.lx.sync = real_sync
+    # the init's graph, then one graph per step, compiled once
+    assert [c for c, _ in counts] == [1, 2, 2, 2, 2] and [e for _, e in counts] == [1, 2, 3, 4, 5]
+    opt = torch.optim.Adam(ref.parameters(), lr=1e-2)
+    for i in range(4):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(ref(x), y)
+        loss.backward()
+        opt.step()
+        assert abs(losses[i] - loss.item()) < 1e-5
+    for p, r in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), r.detach(), rtol=1e-5, atol=1e-6)
