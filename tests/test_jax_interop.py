@@ -128,7 +128,12 @@ def test_under_torch_compile_gradient_accumulation_and_scan(dev):
     def compiled(t):
         return lx.call_jax(jnp.cos, t * 2) + t
 
-    torch.testing.assert_close(compiled(x.to(dev)).cpu(), torch.cos(x * 2) + x)
+    xl, xr = x.to(dev).requires_grad_(), x.clone().requires_grad_()
+    out = compiled(xl)
+    out.sum().backward()
+    (torch.cos(xr * 2) + xr).sum().backward()
+    torch.testing.assert_close(out.detach().cpu(), torch.cos(x * 2) + x)
+    torch.testing.assert_close(xl.grad.cpu(), xr.grad)
 
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
