@@ -274,3 +274,12 @@ def test_optax_update_in_place_inside_one_step_graph_matches_torch_adam(dev):
         assert abs(losses[i] - loss.item()) < 1e-5
     for p, r in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.detach().cpu(), r.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_eager_mode_runs_the_call_when_made(dev):
+    x = torch.randn(3).to(dev)
+    with lx.experimental.eager_mode_context(True):
+        y = lx.call_jax(jnp.exp, x)
+        assert counter("ExecuteComputation") == 1
+    assert "nothing pending" in lx.debug.ir_text([y])
+    torch.testing.assert_close(y.cpu(), torch.exp(x.cpu()))

@@ -21,11 +21,13 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from .._jax import jax_dtype, torch_dtype
+from ..frontend.dispatch import eager, eager_depth
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import contiguous_strides
 from ..ir.bounded import BoundedTable
 from ..ir.call import Subprogram
 from ..lower.jax_fn import flat_function, out_structure, vjp_function
+from ..sync.api import eager_run
 from ..sync.capture import insert_call
 from .buffers import from_jax
 
@@ -58,7 +60,7 @@ class JaxCall:
         self._vjps: dict = {}
 
     def insert(self, tensors: Sequence[LazyTensor], device: int) -> list[LazyTensor]:
-        return insert_call(self.program, [t.checked_value() for t in tensors], self.out_specs, device)
+        return _settled(insert_call(self.program, [t.checked_value() for t in tensors], self.out_specs, device))
 
     def backward(self, diff_in: tuple[int, ...]) -> tuple[Subprogram, list]:
         """(program, out specs) of the vjp for the inputs `diff_in`."""
@@ -81,7 +83,15 @@ class JaxCall:
         floats = [d for f, (_, _, d) in zip(self.float_out, self.out_specs) if f]
         cts = [g if g.dtype == d else g.to(d) for g, d in zip(grads, floats)]
         operands = [t.checked_value() for t in tensors] + [g.lazy_value() for g in cts]
-        return insert_call(program, operands, specs, device)
+        return _settled(insert_call(program, operands, specs, device))
+
+
+def _settled(outs: list[LazyTensor]) -> list[LazyTensor]:
+    """In eager mode (lx.experimental.eager_mode) a call runs when made, as an op does;
+    inside a dispatched op (a `jax_op`) the dispatcher runs it."""
+    if eager[0] and not eager_depth[0]:
+        eager_run([t._st for t in outs])
+    return outs
 
 
 class _CallJaxFunction(torch.autograd.Function):
