@@ -4,6 +4,10 @@ lx.to_jax / lx.from_jax without copies; donation of shared buffers."""
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -283,3 +287,34 @@ def test_eager_mode_runs_the_call_when_made(dev):
         assert counter("ExecuteComputation") == 1
     assert "nothing pending" in lx.debug.ir_text([y])
     torch.testing.assert_close(y.cpu(), torch.exp(x.cpu()))
+
+
+_SPMD_SCRIPT = textwrap.dedent("""
+    import numpy as np, jax, jax.numpy as jnp, torch
+    import lazyxla as lx
+    lx.spmd.use_spmd()
+    mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(4, 2), ("a", "b"))
+    a = jax.device_put(jnp.arange(32.0).reshape(8, 4), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("a")))
+    t = lx.from_jax(a)
+    assert lx.spmd.sharding_spec(t) == ("a", None), lx.spmd.sharding_spec(t)
+    y = lx.call_jax(lambda v: v * 2, t) + 1
+    torch.testing.assert_close(y.cpu(), torch.arange(32.0).reshape(8, 4) * 2 + 1)
+    b = lx.to_jax(t)
+    assert b.sharding == a.sharding
+    assert [s.data.unsafe_buffer_pointer() for s in b.addressable_shards] == \\
+        [s.data.unsafe_buffer_pointer() for s in a.addressable_shards]
+    t.add_(1)
+    lx.sync()
+    assert not a.is_deleted() and float(a[0, 0]) == 0.0 and t.cpu()[0, 0].item() == 1.0
+    print("OK spmd")
+""")
+
+
+@pytest.mark.slow   # a subprocess with 8 host devices: about 8 s
+def test_sharded_arrays_keep_their_sharding_without_copies():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    out = subprocess.run([sys.executable, "-c", _SPMD_SCRIPT], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=root)
+    assert out.returncode == 0 and "OK spmd" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
