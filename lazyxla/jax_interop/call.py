@@ -26,6 +26,7 @@ from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import contiguous_strides
 from ..ir.bounded import BoundedTable
 from ..ir.call import Subprogram
+from ..lock import LOCK
 from ..lower.jax_fn import flat_function, out_structure, vjp_function
 from ..sync.api import eager_run
 from ..sync.capture import insert_call
@@ -192,13 +193,14 @@ def call_jax(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     runs between compiled graphs (a graph break), still into the same pending graph; a
     `lx.jax_op` is traced into dynamo's graph instead.
     """
-    call, tensors, device = lookup(fn, args, kwargs)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        if any(t.requires_grad and t.dtype.is_complex for t in tensors):
-            raise NotImplementedError(
-                f"lazyxla: call_jax({call.name}): gradients of complex inputs are not supported (JAX and "
-                "torch differ in their complex gradient conventions); detach() them or split real and imag")
-        outs = _CallJaxFunction.apply(call, device, *tensors)
-    else:
-        outs = call.insert(tensors, device)
+    with LOCK:   # one call is atomic with respect to syncs in other threads, as a traced op is
+        call, tensors, device = lookup(fn, args, kwargs)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            if any(t.requires_grad and t.dtype.is_complex for t in tensors):
+                raise NotImplementedError(
+                    f"lazyxla: call_jax({call.name}): gradients of complex inputs are not supported (JAX and "
+                    "torch differ in their complex gradient conventions); detach() them or split real and imag")
+            outs = _CallJaxFunction.apply(call, device, *tensors)
+        else:
+            outs = call.insert(tensors, device)
     return jax.tree_util.tree_unflatten(call.out_tree, list(outs))
