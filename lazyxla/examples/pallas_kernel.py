@@ -11,7 +11,6 @@ from __future__ import annotations
 
 
 import jax
-import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 
