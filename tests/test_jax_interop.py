@@ -233,6 +233,15 @@ def test_dtypes_map_both_ways(dev, dtype, torch_dtype):
     assert torch.equal(t.cpu(), torch.ones(2, 2, dtype=torch_dtype))
 
 
+def test_to_jax_inside_a_captured_function_says_what_to_do(dev):
+    def body(carry, x):
+        lx.to_jax(carry)
+        return carry + x, x
+
+    with pytest.raises(RuntimeError, match="Use lx.call_jax there"):
+        lx.experimental.scan(body, torch.zeros(2).to(dev), torch.ones(3, 2).to(dev))
+
+
 def test_view_gets_its_own_buffer(dev):
     t = torch.arange(12.0).reshape(3, 4).to(dev)
     a = lx.to_jax(t.t()[1])

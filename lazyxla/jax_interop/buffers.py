@@ -42,6 +42,10 @@ def to_jax(t: torch.Tensor) -> jax.Array:
             sync_tensors([t], wait=False, donate_inplace=False)
         data = t.checked_value().data
         array = data.live_array()
+        if array is None:
+            raise RuntimeError(
+                "lazyxla: to_jax inside a function being captured (torch.compile, gradient accumulation, "
+                "scan): its inputs have no buffer yet. Use lx.call_jax there, or call to_jax outside.")
         data.external = "lx.to_jax"
     if data.storage != data.dtype:
         with in_x64():
