@@ -4,9 +4,6 @@ lx.to_jax / lx.from_jax without copies; donation of shared buffers."""
 from __future__ import annotations
 
 import functools
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -16,7 +13,7 @@ import pytest
 import torch
 
 import lazyxla as lx
-from helpers import counter
+from helpers import counter, run_on_host_devices
 
 
 def _mlp(x, params, *, scale):
@@ -321,9 +318,5 @@ _SPMD_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.slow   # a subprocess with 8 host devices: about 8 s
 def test_sharded_arrays_keep_their_sharding_without_copies():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-    out = subprocess.run([sys.executable, "-c", _SPMD_SCRIPT], env=env, capture_output=True, text=True,
-                         timeout=300, cwd=root)
+    out = run_on_host_devices(_SPMD_SCRIPT, timeout=300)
     assert out.returncode == 0 and "OK spmd" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
