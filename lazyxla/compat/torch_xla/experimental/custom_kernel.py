@@ -1,7 +1,6 @@
 """`torch_xla.experimental.custom_kernel`: the kernels that have a JAX counterpart, on `lx.call_jax`.
 
-* `flash_attention`: `jax.nn.dot_product_attention` (cuDNN flash attention on
-  GPUs where it applies, XLA's fused softmax elsewhere), with upstream's
+* `flash_attention`: `jax.nn.dot_product_attention` (XLA's attention), with upstream's
   `sm_scale` (default 1.0), `causal`, segment ids and `ab` bias; gradients
   through `jax.vjp`. SPMD `partition_spec`/`mesh` are refused.
 * `gmm`: grouped matmul by `jax.lax.ragged_dot` (upstream: the TPU megablox kernel).
