@@ -57,6 +57,7 @@ from . import data  # noqa: E402,F401  (lx.data.DeviceLoader)
 from .devices import device, device_count, devices, memory_info, platform  # noqa: E402,F401
 from .runtime.storage_dtypes import current as storage_dtypes, set_storage_dtypes  # noqa: E402,F401
 from .compile.precision import matmul_precision, set_matmul_precision  # noqa: E402,F401
+from .jax_interop import call_jax, from_jax, jax_op, to_jax  # noqa: E402,F401
 from . import dynamo as _dynamo  # noqa: E402
 
 _dynamo.register()   # torch.compile(backend="lazyxla"), torch.ops.lazyxla.set_buffer_donor_
@@ -70,6 +71,6 @@ __all__ = [
     "set_explicit_donation", "explicit_donation_enabled", "explicit_donation",
     "set_aliasing", "aliasing_enabled", "set_storage_dtypes", "storage_dtypes", "set_matmul_precision", "matmul_precision",
     "graph_hash", "metrics", "debug", "experimental", "save", "optimization_barrier_", "utils",
-    "spmd", "distributed", "data",
+    "spmd", "distributed", "data", "call_jax", "to_jax", "from_jax", "jax_op",
     "DonatedBufferError", "LoweringError", "LazyTensor",
 ]

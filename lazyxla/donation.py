@@ -59,6 +59,8 @@ def _set_one(t: LazyTensor, donate: bool, sharers: dict) -> bool:
         # Another live tensor (not a view of t) holds this buffer, e.g. a copy_ of t
         # or a clone that has not been materialised: donating would invalidate it.
         return False
+    if donate and data.external is not None:
+        return False   # JAX holds this buffer too (lx.to_jax / lx.from_jax): never donated
     data.donate = donate
     if donate:
         # t is now the only tensor holding the buffer: it becomes the owner, so the

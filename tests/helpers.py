@@ -109,3 +109,16 @@ def alias2():
 
 def counter(name):
     return lx.metrics.counter_value(name) or 0
+
+
+def run_on_host_devices(script: str, devices: int = 8, timeout: int = 600):
+    """Run Python `script` in a fresh interpreter with `devices` forced host devices (the
+    device count is fixed when JAX starts) and this checkout's lazyxla; the finished process."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=root)

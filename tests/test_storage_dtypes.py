@@ -6,9 +6,6 @@ XLA_USE_32BIT_LONG and `_get_xla_tensors_text` through lazyxla.compat."""
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,6 +15,7 @@ import lazyxla as lx
 import lazyxla.compat as compat
 from lazyxla import config
 from lazyxla.runtime import storage_dtypes
+from helpers import run_on_host_devices
 
 BF16 = {torch.float32: torch.bfloat16, torch.float64: torch.bfloat16}
 
@@ -286,9 +284,5 @@ print("OK")
 
 def test_spmd_uploads_place_the_narrow_shards():
     """SPMD stages uploads on the host (DeviceData.host): the staged copy is the narrow one."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-    out = subprocess.run([sys.executable, "-c", _SPMD_SCRIPT], env=env, capture_output=True, text=True,
-                         timeout=600, cwd=root)
+    out = run_on_host_devices(_SPMD_SCRIPT)
     assert out.returncode == 0 and "OK" in out.stdout, out.stdout[-2000:] + out.stderr[-4000:]

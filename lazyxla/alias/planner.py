@@ -18,7 +18,8 @@ Donor set = automatic donors ∪ explicit donors, sorted, where
   at other syncs only with explicit donation enabled for the device, or when
   it was marked and passed to a compiled function (`call_donor`);
 
-minus buffers that must survive the graph: read-only buffers, buffers that
+minus buffers that must survive the graph: read-only buffers, buffers shared
+with JAX (`lx.to_jax` / `lx.from_jax`, DeviceData.external), buffers that
 another live tensor holds (directly, or through pending computation that this
 graph does not compute; for explicit donors "another" means other than the
 owner, which lx.set_buffer_donation made the marked tensor), and, for
@@ -113,6 +114,8 @@ def plan(graph: Graph, live: list, *, automatic: bool, explicit: bool, aliasing:
                           "and not marked for donation")
         elif data.read_only:
             reason = "read-only buffer"
+        elif data.external is not None:
+            reason = f"shared with JAX ({data.external}): never donated"
         elif id(data) in needed_by_pending:
             reason = "still needed by pending computation of another live tensor"
         elif holders:

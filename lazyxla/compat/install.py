@@ -42,6 +42,7 @@ MODULES = PACKAGES | frozenset((
     "torch_xla.experimental.gradient_accumulation", "torch_xla._dynamo.dynamo_bridge",
     "torch_xla.experimental.scan", "torch_xla.experimental.scan_layers", "torch_xla.experimental.fori_loop",
     "torch_xla.core.xla_builder",
+    "torch_xla.core.xla_op_registry", "torch_xla.experimental.custom_kernel",
     "torch_xla.utils.utils", "torch_xla.utils.buffer_donor_context", "torch_xla.utils.checkpoint",
     "torch_xla.distributed.spmd",
     "torch_xla.distributed.parallel_loader", "torch_xla.distributed.xla_multiprocessing", "torch_xla.amp.syncfree",

@@ -8,6 +8,9 @@ may refer to the same handle; the handle, not the tensor, carries
   to the buffer, so it survives syncs that do not recompute the tensor, and a
   recomputed tensor gets a fresh, unflagged handle.
 * `read_only`: never donated (data saved with `lx.save`, pinned constants).
+* `external`: None, or who outside lazyxla also holds the buffer (`"lx.to_jax"`,
+  `"lx.from_jax"`): such a buffer is never donated, automatically or explicitly,
+  since JAX may still read it (jax_interop/buffers.py).
 * `owner`: a weak reference to the `Storage` (alias group of a base tensor and
   its views) that created the buffer. Automatic aliasing donates a buffer when
   its owner is recomputed by the graph, i.e. it was updated in place.
@@ -44,7 +47,7 @@ from . import memory
 
 class DeviceData:
     __slots__ = ("_array", "shape", "dtype", "storage", "device", "read_only", "donate",
-                 "donated_in", "owner", "call_donor", "sharding", "host", "charged", "host_copy", "__weakref__")
+                 "external", "donated_in", "owner", "call_donor", "sharding", "host", "charged", "host_copy", "__weakref__")
 
     def __init__(self, array, shape: tuple, dtype: torch.dtype, device: int,
                  owner=None, read_only: bool = False, sharding=None, host=None,
@@ -58,6 +61,7 @@ class DeviceData:
         self.storage = dtype if storage is None else storage
         self.device = device
         self.read_only = read_only
+        self.external: Optional[str] = None
         self.donate = False
         self.call_donor = False
         self.donated_in: Optional[str] = None
