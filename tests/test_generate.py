@@ -293,3 +293,25 @@ def test_large_constant_stays_on_the_device(dev):
         ids_cpu = torch.cat([ids_cpu, ref[:, None]], dim=-1)
     assert torch.equal(ids.cpu(), ids_cpu)
     assert metrics.counter_value("HostBookkeepingRead") >= 3
+
+
+def test_a_node_read_as_device_data_prints_and_keys_as_a_parameter(dev):
+    """collect(leaves=...) reads a node as given device data (how a read's device graph
+    takes the values the host computed): its operands leave the graph, its consumers read
+    a parameter, and the printer names it so."""
+    from lazyxla.ir.node import data_node
+    from lazyxla.ir.printer import graph_text
+    from lazyxla.runtime.transfer import staged
+    from lazyxla.sync.collect import collect
+    ids = torch.tensor([[1, 2, 3]]).to(dev)
+    last = ids[:, -1:] + 0
+    out = last * 2
+    node = out._st.value
+    leaf = data_node(staged(torch.tensor([[3]]), 0))
+    graph = collect(0, [(node, None)], leaves={id(last._st.value): leaf})
+    assert len(graph.params) == 1 and graph.params[0] is leaf.data
+    text = graph_text(graph)
+    assert "= parameter 0" in text and "mul" in text
+    plain = collect(0, [(node, None)])
+    assert len(plain.order) > len(graph.order)
+    assert out.cpu().tolist() == [[6]]

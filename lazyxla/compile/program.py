@@ -22,7 +22,7 @@ from ..ir.scalars import scalar_slots
 from ..lower._packs import PackReader
 from ..lower._util import cast, opmath
 from ..lower.registry import LOWERINGS
-from ..ir.graph import Graph
+from ..ir.graph import Graph, positions
 
 
 class Ctx:
@@ -95,7 +95,7 @@ def _rule_for(node: Node) -> Callable:
 
 def build(graph: Graph) -> tuple[Callable, int]:
     """(fn(*params, *scalar_operands) -> outputs, number of params)."""
-    index = {id(n): i for i, n in enumerate(graph.order)}
+    index = positions(graph)
     n_params = len(graph.params)
     scalar_slot = scalar_slots(graph, n_params)
     param_of = {}

@@ -24,14 +24,18 @@ class DeviceBuffer(Protocol):
 
 class Graph:
     __slots__ = ("device", "order", "outputs", "params", "scalars", "key", "storages", "root_slots",
-                 "out_shardings", "policy", "merged_scalars", "matmul_precision")
+                 "out_shardings", "policy", "merged_scalars", "matmul_precision", "aliases")
 
     def __init__(self, device: int, order: list, outputs: tuple, params: list,
                  scalars: list, key: tuple, storages: list, root_slots: tuple,
                  out_shardings: Optional[tuple] = None, policy: Any = None,
-                 merged_scalars: Optional[dict] = None, matmul_precision: str = "highest") -> None:
+                 merged_scalars: Optional[dict] = None, matmul_precision: str = "highest",
+                 aliases: Optional[dict] = None) -> None:
         self.device = device
         self.order = order            # nodes in topological order
+        # id(node) -> position in `order` of the DATA node read in its place (a value the host
+        # computed for a read, sync/host_split.py); None: every operand is in `order` itself
+        self.aliases = aliases
         self.outputs = outputs        # positions in `order` of the distinct root nodes, ascending
         self.params: list[DeviceBuffer] = params
         self.scalars: list[Node] = scalars   # one per scalar operand
@@ -47,6 +51,14 @@ class Graph:
         # storage dtype policy the graph computes in (runtime/storage_dtypes.StoragePolicy:
         # `storage(dtype)` is each node's device dtype), None: every node in its own dtype
         self.policy = policy
+
+
+def positions(graph: Graph) -> dict:
+    """id(node) -> position in `graph.order`, for every node an operand may name."""
+    index = {id(n): i for i, n in enumerate(graph.order)}
+    if graph.aliases:
+        index.update(graph.aliases)
+    return index
 
 
 def data_reachable(roots) -> set:

@@ -34,6 +34,9 @@ def graph_text(graph, donors: tuple = ()) -> str:
     lines = [f"graph on lazyxla:{graph.device}: {len(graph.order)} nodes, {len(graph.params)} parameters, "
              f"{len(graph.scalars)} runtime scalars{policy}"]
     scalar_index = 0
+    aliased: dict = {}      # position -> ids of the nodes read as the DATA node there
+    for nid, position in (graph.aliases or {}).items():
+        aliased.setdefault(position, []).append(nid)
     for i, node in enumerate(graph.order):
         aval = aval_text(node.shape, node.dtype)
         if node.op is DATA:
@@ -59,6 +62,8 @@ def graph_text(graph, donors: tuple = ()) -> str:
                     f"{k}={_arg_text(v, names)}" for k, v in node.kwargs.items())
             text = f"{name}: {aval} = {op_text(node.op)}({args})"
         names[id(node)] = name
+        for nid in aliased.get(i, ()):
+            names[nid] = name
         origin = getattr(node, "origin", None)   # provenance (frontend/provenance.py)
         lines.append("  " + text + (f"  # {origin}" if origin else ""))
     outs = ", ".join(names[id(graph.order[p])] for p in graph.outputs)

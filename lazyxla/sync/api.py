@@ -77,16 +77,18 @@ def _runtime_lock() -> Iterator[None]:
 
 def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str,
          skip_donated: bool = False, eager: bool = False,
-         auto_owners: Optional[set] = None, written: frozenset = frozenset()) -> Optional[tuple]:
+         auto_owners: Optional[set] = None, written: frozenset = frozenset(),
+         leaves: Optional[dict] = None) -> Optional[tuple]:
     """Collect, plan, compile and run one graph; its outputs, one per distinct root of
     `items` in the order they first appear (see _slot_of). `eager`: the graph of one
     eager op (experimental/eager.py), timed under the eager metrics. `auto_owners`,
-    `written`: for the donor plan (alias/planner.py)."""
+    `written`: for the donor plan (alias/planner.py). `leaves`: nodes read as given
+    device data (collect())."""
     forget_lifted_scalars()   # ops traced from here on start a new sharing pattern
     if not items:
         return None
     try:
-        graph = collect(device, items, merge_scalars=True)
+        graph = collect(device, items, merge_scalars=True, leaves=leaves)
     except DonatedBufferError:
         if not skip_donated:
             raise
@@ -97,7 +99,7 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
         items = [item for item in items if not reads_donated(item[0])]
         if not items:
             return None
-        graph = collect(device, items, merge_scalars=True)
+        graph = collect(device, items, merge_scalars=True, leaves=leaves)
     if any(type(d) is Placeholder for d in graph.params):
         raise placeholder_refusal()
     aliasing = config.aliasing_enabled(device)
@@ -358,9 +360,9 @@ def _run_read(device: int, items: list, extra: list, explicit: bool) -> tuple:
     needs them; what the read reads never is. If some extra root needs a donated buffer,
     the read falls back to its own roots."""
     def on_device(owners: set):
-        return lambda device_items, written=frozenset(): _run(
+        return lambda device_items, written=frozenset(), leaves=None: _run(
             device, device_items, automatic=bool(owners), explicit=explicit, kind="host read",
-            auto_owners=owners, written=written) or ()
+            auto_owners=owners, written=written, leaves=leaves) or ()
     try:
         return host_split.run(device, items + extra, on_device({id(st) for _, st in extra}))
     except DonatedBufferError:

@@ -39,16 +39,18 @@ from ..ir.graph import Graph
 from ..ir.scalars import long_chain
 from ..ir.node import DATA, SCALAR, SHARDING_CONSTRAINT, Node
 from ..runtime import placement, storage_dtypes
-from ..runtime.device_data import DeviceData, donated_error
+from ..runtime.device_data import donated_error
 
 
-def collect(device: int, items: list, merge_scalars: bool = False) -> Graph:
+def collect(device: int, items: list, merge_scalars: bool = False, leaves: Optional[dict] = None) -> Graph:
     """Graph computing `items`: `(root node, storage or None)` pairs, all on `device`.
 
     A storage receives its root's result after execution; a root without a
     storage is a temporary output (a view read back to the host). `merge_scalars`:
     merge equal lifted scalars of a long chain (module docstring); captures keep
-    theirs apart (their seeds are replaced per call).
+    theirs apart (their seeds are replaced per call). `leaves`: id(node) -> a DATA node
+    read in its place (values the host computed for a read, sync/host_split.py); the
+    node's operands are not visited.
     """
     index: dict = {}
     order: list = []
@@ -63,7 +65,7 @@ def collect(device: int, items: list, merge_scalars: bool = False) -> Graph:
         rid = id(root)
         slot = root_slot.get(rid)
         if slot is None:
-            _visit(root, index, order, entries, params, param_index, scalars)
+            _visit(root, index, order, entries, params, param_index, scalars, leaves or {})
             slot = root_slot[rid] = len(outputs)
             outputs.append(index[rid])
         if st is not None:
@@ -92,8 +94,9 @@ def collect(device: int, items: list, merge_scalars: bool = False) -> Graph:
     level = precision.matmul_precision()
     if level != precision.DEFAULT_LEVEL:   # lowered at another matmul precision: another program
         key += (("matmul_precision", level),)
+    aliases = {nid: index[nid] for nid in leaves if nid in index} if leaves else None
     return Graph(device, order, outputs, params, scalars, key, targets, tuple(rank), out_shardings, policy,
-                 merged, level)
+                 merged, level, aliases)
 
 
 def _merge_equal_scalars(scalars: list, index: dict, entries: list) -> tuple[list, dict]:
@@ -152,7 +155,7 @@ def _updates(params: list, targets: list) -> dict:
 
 
 def _visit(root: Node, index: dict, order: list, entries: list, params: list,
-           param_index: dict, scalars: list) -> None:
+           param_index: dict, scalars: list, leaves: dict) -> None:
     if id(root) in index:
         return
     stack = [(root, False)]
@@ -161,6 +164,8 @@ def _visit(root: Node, index: dict, order: list, entries: list, params: list,
         nid = id(node)
         if nid in index:
             continue
+        if leaves and nid in leaves:
+            node, expanded = leaves[nid], True
         if not expanded:
             stack.append((node, True))
             for inp in reversed(node.inputs):

@@ -25,7 +25,7 @@ are in docs/design.md ("Bookkeeping on the host").
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -37,9 +37,10 @@ from . import host_eval
 
 _INTEGRAL = frozenset((torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64))
 # Run the device graph of some (root, storage) items, given the ids of the storages the
-# host writes in the same read; one output per distinct root, in the order they first
-# appear (sync/api.py `_run`).
-RunDevice = Callable[[list, frozenset], tuple]
+# host writes in the same read and, optionally, nodes to read as given device data
+# ({id(node): DATA node}); one output per distinct root, in the order they first appear
+# (sync/api.py `_run`).
+RunDevice = Callable[..., tuple]
 # A constant (made from scalars alone) larger than this stays on the device: there it fuses
 # into the graph at no cost and keeps its shape, while the host would compute and upload it
 # on every read (generate()'s `min_new_tokens` masks `arange(vocab_size)` every token).
@@ -48,11 +49,9 @@ _DEVICE_CONSTANT_ELEMENTS = 4096
 
 class Split:
     """Where each node of a read's graph is computed (module docstring)."""
-    __slots__ = ("order", "before", "after", "uploads", "for_host", "on_device")
+    __slots__ = ("before", "after", "uploads", "for_host", "on_device")
 
-    def __init__(self, order: list, before: list, after: list, uploads: list, for_host: list,
-                 on_device: set) -> None:
-        self.order = order            # every node of the read's graph, operands first
+    def __init__(self, before: list, after: list, uploads: list, for_host: list, on_device: set) -> None:
         self.before = before          # host-known leaves and bookkeeping of them, operands first
         self.after = after            # bookkeeping of device results, operands first
         self.uploads = uploads        # `before` nodes the device graph reads
@@ -141,33 +140,7 @@ def plan(roots: list) -> Optional[Split]:
     before = [n for n in order if id(n) in host_known
               and ((n.op is not DATA and n.op is not SCALAR) or id(n) in read_by_host)]
     for_host = [n for n in order if id(n) in on_device and id(n) in read_by_host]
-    return Split(order, before, after, uploads, for_host, on_device)
-
-
-def _swap(a: Any, new: dict) -> Any:
-    if isinstance(a, Node):
-        return new.get(id(a), a)
-    if isinstance(a, (list, tuple)):
-        return type(a)(_swap(x, new) for x in a)
-    return a
-
-
-def rewrite(order: list, leaves: dict) -> dict:
-    """Copies of the nodes of `order` (operands first) that read a node of `leaves`
-    (id -> replacement), with the replacements in place; {id(old): new}, leaves included.
-    Signatures stay: a replacement has its node's shape and dtype."""
-    new = dict(leaves)
-    for n in order:
-        if n.op is DATA or n.op is SCALAR or id(n) in new or not any(id(i) in new for i in n.inputs):
-            continue
-        kwargs = {k: _swap(v, new) for k, v in n.kwargs.items()} if n.kwargs else n.kwargs
-        copy = Node(n.op, _swap(n.args, new), kwargs, tuple(new.get(id(i), i) for i in n.inputs),
-                    n.shape, n.dtype, n.sig, n.data, n.nout)
-        origin = getattr(n, "origin", None)
-        if origin is not None:
-            copy.origin = origin
-        new[id(n)] = copy
-    return new
+    return Split(before, after, uploads, for_host, on_device)
 
 
 def _distinct(items: list) -> dict:
@@ -191,24 +164,19 @@ def run(device: int, items: list, run_device: RunDevice) -> tuple:
     metrics.counter_add("HostBookkeepingRead")
     metrics.counter_add("HostBookkeepingOps", len(split.after) + sum(n.op is not DATA and n.op is not SCALAR
                                                                      for n in split.before))
+    # the device graph reads the uploaded values as device data in place of their nodes
     leaves = {id(n): data_node(staged(_owned_value(values[id(n)]), device)) for n in split.uploads}
-    device_order = [n for n in split.order if id(n) in split.on_device]
-    new = rewrite(device_order, leaves)
-    device_items = [(new.get(id(node), node), st) for node, st in items if id(node) in split.on_device]
-    device_items += [(new.get(id(n), n), None) for n in split.for_host]
+    device_items = [(node, st) for node, st in items if id(node) in split.on_device]
+    device_items += [(n, None) for n in split.for_host]
     written = frozenset(id(st) for node, st in items if st is not None and id(node) not in split.on_device)
-    outs = run_device(device_items, written) if device_items else ()
+    outs = run_device(device_items, written, leaves) if device_items else ()
     device_slot = _distinct(device_items)
     for n in split.for_host:
-        values[id(n)] = download(outs[device_slot[id(new.get(id(n), n))]], n.dtype)
+        values[id(n)] = download(outs[device_slot[id(n)]], n.dtype)
     if not host_eval.replay(split.after, values):
         _after_on_device(device, split, items, values, run_device)
-    results = []
-    for node, st in _unique(items):
-        if id(node) in split.on_device:
-            results.append(outs[device_slot[id(new.get(id(node), node))]])
-        else:
-            results.append(values[id(node)])
+    results = [outs[device_slot[id(node)]] if id(node) in split.on_device else values[id(node)]
+               for node, st in _unique(items)]
     for node, st in items:
         if st is not None and id(node) not in split.on_device:
             value = _owned_value(values[id(node)])
@@ -223,10 +191,9 @@ def _after_on_device(device: int, split: Split, items: list, values: dict, run_d
     leaves = {id(n): data_node(staged(values[id(n)], device)) for n in split.for_host}
     leaves.update({id(n): data_node(staged(_owned_value(values[id(n)]), device))
                    for n in split.before if n.op is not DATA and n.op is not SCALAR})
-    moved = rewrite(split.after, leaves)
     after = {id(n) for n in split.after}
     roots = [node for node, _ in _unique(items) if id(node) in after]
-    for n, out in zip(roots, run_device([(moved.get(id(n), n), None) for n in roots], frozenset())):
+    for n, out in zip(roots, run_device([(n, None) for n in roots], frozenset(), leaves)):
         values[id(n)] = download(out, n.dtype)
 
 
