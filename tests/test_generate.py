@@ -308,10 +308,10 @@ def test_a_node_read_as_device_data_prints_and_keys_as_a_parameter(dev):
     out = last * 2
     node = out._st.value
     leaf = data_node(staged(torch.tensor([[3]]), 0))
-    graph = collect(0, [(node, None)], leaves={id(last._st.value): leaf})
+    graph, _ = collect(0, [(node, None)], leaves={id(last._st.value): leaf})
     assert len(graph.params) == 1 and graph.params[0] is leaf.data
     text = graph_text(graph)
     assert "= parameter 0" in text and "mul" in text
-    plain = collect(0, [(node, None)])
+    plain, _ = collect(0, [(node, None)])
     assert len(plain.order) > len(graph.order)
     assert out.cpu().tolist() == [[6]]

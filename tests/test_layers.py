@@ -9,6 +9,7 @@ A module may import its own layer and any layer below it.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lazyxla"
@@ -107,3 +108,17 @@ def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
         "from .. import config\n\ndef f():\n    from ..frontend.views import x\n    import lazyxla.frontend\n")
     problems = upward_imports(fake)
     assert len(problems) == 2 and all(p.startswith("lazyxla/ir/graph.py:") for p in problems), problems
+
+
+def test_runtime_and_ir_never_name_frontend_types():
+    """Results reach tensors one way: runtime/execute.py returns arrays, sync/install.py
+    writes them into storages. The runtime and the IR know no frontend type, by import
+    or by duck typing (`st.write`)."""
+    pattern = re.compile(r"\bLazyTensor\b|\bStorage\b(?!\s+dtype)|\.write\(")
+    found = []
+    for folder in ("runtime", "ir"):
+        for path in sorted((PACKAGE / folder).glob("*.py")):
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if pattern.search(line):
+                    found.append(f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)

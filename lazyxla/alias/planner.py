@@ -62,14 +62,15 @@ def _describe_holder(st) -> str:
     return f"live tensor #{st.seq} (shape={shape}, dtype={node.dtype})"
 
 
-def plan(graph: Graph, live: list, *, automatic: bool, explicit: bool, aliasing: bool,
+def plan(graph: Graph, targets: list, live: list, *, automatic: bool, explicit: bool, aliasing: bool,
          kind: str, auto_owners: Optional[set] = None, written: frozenset = frozenset()) -> tuple[tuple, list]:
-    """Returns (sorted donor indices, one Decision per parameter). `auto_owners`: ids of
+    """Returns (sorted donor indices, one Decision per parameter). `targets`: the
+    `(storage, output slot)` pairs the graph's results go to (sync/collect.py). `auto_owners`: ids of
     the only storages whose buffers may be automatic donors (a host read's graph donates
     for the live tensors it materializes alongside, never for what it reads); None: any.
     `written`: ids of storages the same sync gives new values computed on the host
     (sync/host_split.py): like the graph's outputs, they no longer hold or need anything."""
-    outputs = {id(st) for st, _ in graph.storages} | written
+    outputs = {id(st) for st, _ in targets} | written
     direct: dict = {}
     pending_roots = []
     for st in live:

@@ -23,11 +23,11 @@ class DeviceBuffer(Protocol):
 
 
 class Graph:
-    __slots__ = ("device", "order", "outputs", "params", "scalars", "key", "storages", "root_slots",
+    __slots__ = ("device", "order", "outputs", "params", "scalars", "key", "root_slots",
                  "out_shardings", "policy", "merged_scalars", "matmul_precision", "aliases")
 
     def __init__(self, device: int, order: list, outputs: tuple, params: list,
-                 scalars: list, key: tuple, storages: list, root_slots: tuple,
+                 scalars: list, key: tuple, root_slots: tuple,
                  out_shardings: Optional[tuple] = None, policy: Any = None,
                  merged_scalars: Optional[dict] = None, matmul_precision: str = "highest",
                  aliases: Optional[dict] = None) -> None:
@@ -45,7 +45,6 @@ class Graph:
         # level of float32 matmuls the graph is lowered at (compile/precision.py; in the key)
         self.matmul_precision = matmul_precision
         self.key = key
-        self.storages = storages      # (storage, output slot) pairs to install results into
         self.root_slots = root_slots  # output slot of each distinct root, in the order given
         self.out_shardings = out_shardings  # SPMD: requested sharding per output slot, else None
         # storage dtype policy the graph computes in (runtime/storage_dtypes.StoragePolicy:

@@ -11,7 +11,7 @@ may refer to the same handle; the handle, not the tensor, carries
 * `external`: None, or who outside lazyxla also holds the buffer (`"lx.to_jax"`,
   `"lx.from_jax"`): such a buffer is never donated, automatically or explicitly,
   since JAX may still read it (jax_interop/buffers.py).
-* `owner`: a weak reference to the `Storage` (alias group of a base tensor and
+* `owner`: a weak reference to the frontend's alias group (a base tensor and
   its views) that created the buffer. Automatic aliasing donates a buffer when
   its owner is recomputed by the graph, i.e. it was updated in place.
 * `donated_in`: the graph key that consumed the buffer; after donation

@@ -1,9 +1,8 @@
-"""Running a compiled graph and installing its results.
+"""Running a compiled graph.
 
 Execution is asynchronous: JAX returns futures immediately, only host reads
-block. Results become fresh, unflagged device-data handles owned by the
-storage they are installed into; donated parameters are marked dead with the
-graph key that consumed them.
+block. Donated parameters are marked dead with the graph key that consumed them;
+the output arrays go back to sync/, which installs them (sync/install.py).
 """
 from __future__ import annotations
 
@@ -15,14 +14,12 @@ from typing import Protocol
 import jax
 
 from .. import metrics
-from .._jax import jax_devices, torch_dtype
+from .._jax import jax_devices
 from ..ir.scalars import scalar_args
-from ..ir.node import data_node
 from ..lock import LOCK
 from ..patches import x64
 from ..ir.graph import Graph
 from . import memory, placement, ready_times, shutdown, transfer
-from .device_data import DeviceData
 
 _in_flight: list = []
 
@@ -40,12 +37,12 @@ class Runnable(Protocol):
 
 @x64
 def execute(graph: Graph, exe: Runnable, eager: bool = False) -> tuple:
-    """Run `exe` on `graph`'s parameters; install results; return all output arrays.
+    """Run `exe` on `graph`'s parameters; mark the donated ones dead; return all output
+    arrays (sync/install.py makes them tensors' values).
 
     `ExecuteTime` times the launch (`EagerOpExecuteTime` for an eager op's graph). With
     lx.metrics' detailed records on (`set_op_records`), a step's graph also records
-    `UnwrapXlaData` (gathering the parameters' buffers), `WrapXlaData` (installing the
-    outputs as device data) and, off the step loop's path, `ExecuteReadyTime` (launch
+    `UnwrapXlaData` (gathering the parameters' buffers) and, off the step loop's path, `ExecuteReadyTime` (launch
     until the outputs are ready, runtime/ready_times.py); they cost about 25 us per
     graph (a tiny step: 110 -> 135 us), so they are not always on."""
     params = graph.params
@@ -92,24 +89,6 @@ def execute(graph: Graph, exe: Runnable, eager: bool = False) -> tuple:
             donated += params[i].nbytes
             params[i].mark_donated(exe.key_hex)
         metrics.metric_add("DonatedBytes", donated)
-    if detailed:
-        wrap_start = time.perf_counter_ns()
-    installed: list = [None] * len(outs)
-    order, outputs, device = graph.order, graph.outputs, graph.device
-    spmd = placement.spmd_enabled()
-    for st, slot in graph.storages:
-        data = installed[slot]
-        if data is None:
-            node = order[outputs[slot]]
-            out = outs[slot]
-            # the array's own dtype is the storage: narrower than node.dtype under a
-            # storage dtype policy (runtime/storage_dtypes.py)
-            data = installed[slot] = DeviceData(out, node.shape, node.dtype, device, owner=st,
-                                                sharding=out.sharding if spmd else None,
-                                                storage=torch_dtype(out.dtype))
-        st.write(data_node(data))
-    if detailed:
-        metrics.metric_add("WrapXlaData", time.perf_counter_ns() - wrap_start)
     _in_flight.extend(weakref.ref(o) for o in outs)
     if len(_in_flight) > 4096:  # a loop that never waits: forget outputs already freed
         _in_flight[:] = [r for r in _in_flight if r() is not None]

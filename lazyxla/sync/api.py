@@ -46,6 +46,7 @@ from ..runtime.transfer import download
 from . import barriers, host_eval, host_split
 from .capture import Placeholder, capturing, placeholder_refusal
 from .collect import collect
+from .install import install
 from .view_read import read_view
 
 # One lock for the whole runtime, also held by every op trace (lazyxla/lock.py,
@@ -88,7 +89,7 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
     if not items:
         return None
     try:
-        graph = collect(device, items, merge_scalars=True, leaves=leaves)
+        graph, targets = collect(device, items, merge_scalars=True, leaves=leaves)
     except DonatedBufferError:
         if not skip_donated:
             raise
@@ -99,20 +100,21 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
         items = [item for item in items if not reads_donated(item[0])]
         if not items:
             return None
-        graph = collect(device, items, merge_scalars=True, leaves=leaves)
+        graph, targets = collect(device, items, merge_scalars=True, leaves=leaves)
     if any(type(d) is Placeholder for d in graph.params):
         raise placeholder_refusal()
     aliasing = config.aliasing_enabled(device)
-    donors, decisions = plan(graph, live_storages(device), automatic=automatic, explicit=explicit,
+    donors, decisions = plan(graph, targets, live_storages(device), automatic=automatic, explicit=explicit,
                              aliasing=aliasing, kind=kind, auto_owners=auto_owners, written=written)
     if metrics.op_records[0] and not eager:   # detailed records (lx.metrics.set_op_records)
         metrics.metric_add("TensorsGraphSize", len(graph.order))
     try:
         exe = get_or_compile(graph, donors, eager)
         outs = execute(graph, exe, eager)
+        install(graph, targets, outs)
     except Exception as e:
         # Compile and execute change nothing before the executable has run (execute()
-        # marks donors and installs results only after it returns), so the sync is
+        # marks donors only after it returns, and install() follows), so the sync is
         # all or nothing: say so, keep the original error type.
         lost = getattr(e, "lazyxla_lost_buffers", 0)
         note = (f"lazyxla: the {kind} was not applied: "
@@ -403,10 +405,10 @@ def pending_graphs(tensors=None, *, automatic: bool = True, explicit: Optional[b
             items = _pending(storages)
             if not items:
                 continue
-            graph = collect(device, items, merge_scalars=True)
+            graph, targets = collect(device, items, merge_scalars=True)
             use_explicit = explicit if explicit is not None else (
                 tensors is None or config.explicit_donation_enabled(device))
-            donors, _ = plan(graph, live_storages(device), automatic=automatic, explicit=use_explicit,
+            donors, _ = plan(graph, targets, live_storages(device), automatic=automatic, explicit=use_explicit,
                              aliasing=config.aliasing_enabled(device), kind="inspection")
             result.append((graph, donors))
         return result

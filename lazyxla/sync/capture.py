@@ -210,7 +210,7 @@ def _build_capture(name: str, device: int, placeholders: list, holders: list, re
     mutated = [i for i, ph in enumerate(placeholders) if ph._st.value.op is not DATA
                or ph._st.value.data is not holders[i]]
     roots = [r.lazy_value() for r in results] + [placeholders[i]._st.value for i in mutated]
-    graph = collect(device, [(root, None) for root in roots])
+    graph, _ = collect(device, [(root, None) for root in roots])
     outer_pending = {id(v) for _, v in before.values() if v.op is not DATA}
     for n in graph.order:
         if id(n) in outer_pending:

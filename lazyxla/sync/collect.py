@@ -42,11 +42,12 @@ from ..runtime import placement, storage_dtypes
 from ..runtime.device_data import donated_error
 
 
-def collect(device: int, items: list, merge_scalars: bool = False, leaves: Optional[dict] = None) -> Graph:
-    """Graph computing `items`: `(root node, storage or None)` pairs, all on `device`.
-
-    A storage receives its root's result after execution; a root without a
-    storage is a temporary output (a view read back to the host). `merge_scalars`:
+def collect(device: int, items: list, merge_scalars: bool = False,
+            leaves: Optional[dict] = None) -> tuple[Graph, list]:
+    """The graph computing `items` (`(root node, storage or None)` pairs, all on `device`),
+    and its targets: the `(storage, output slot)` pairs that receive a root's result after
+    execution (sync/install.py). A root without a storage is a temporary output (a view
+    read back to the host). `merge_scalars`:
     merge equal lifted scalars of a long chain (module docstring); captures keep
     theirs apart (their seeds are replaced per call). `leaves`: id(node) -> a DATA node
     read in its place (values the host computed for a read, sync/host_split.py); the
@@ -95,8 +96,8 @@ def collect(device: int, items: list, merge_scalars: bool = False, leaves: Optio
     if level != precision.DEFAULT_LEVEL:   # lowered at another matmul precision: another program
         key += (("matmul_precision", level),)
     aliases = {nid: index[nid] for nid in leaves if nid in index} if leaves else None
-    return Graph(device, order, outputs, params, scalars, key, targets, tuple(rank), out_shardings, policy,
-                 merged, level, aliases)
+    return Graph(device, order, outputs, params, scalars, key, tuple(rank), out_shardings, policy,
+                 merged, level, aliases), targets
 
 
 def _merge_equal_scalars(scalars: list, index: dict, entries: list) -> tuple[list, dict]:

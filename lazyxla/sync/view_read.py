@@ -95,7 +95,7 @@ _replayed_cache: "collections.OrderedDict[tuple, object]" = collections.OrderedD
 def _replayed(base: Node, chain):
     """A jitted program applying `chain` to the base array, through the lowering rules
     a graph would use (collect + build), cached by the chain's structure."""
-    graph = collect(base.data.device, [(apply_view_chain(base, chain), None)])
+    graph, _ = collect(base.data.device, [(apply_view_chain(base, chain), None)])
     fn = _replayed_cache.get(graph.key)
     if fn is None:
         program, _ = build(graph)

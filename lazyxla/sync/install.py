@@ -1,0 +1,38 @@
+"""Installing a graph's outputs: each becomes a fresh, unflagged device-data handle owned by
+the storage it is written into (the one way results reach tensors; runtime/execute.py only
+runs the graph)."""
+from __future__ import annotations
+
+import time
+
+from .. import metrics
+from .._jax import torch_dtype
+from ..ir.graph import Graph
+from ..ir.node import data_node
+from ..runtime import placement
+from ..runtime.device_data import DeviceData
+
+
+def install(graph: Graph, targets: list, outs: tuple) -> None:
+    """Write output `slot` of `outs` into each `(storage, slot)` of `targets`; storages
+    given one slot share one handle. Timed as `WrapXlaData` with lx.metrics' detailed
+    records on (`set_op_records`)."""
+    detailed = metrics.op_records[0]
+    if detailed:
+        start = time.perf_counter_ns()
+    installed: list = [None] * len(outs)
+    order, outputs, device = graph.order, graph.outputs, graph.device
+    spmd = placement.spmd_enabled()
+    for st, slot in targets:
+        data = installed[slot]
+        if data is None:
+            node = order[outputs[slot]]
+            out = outs[slot]
+            # the array's own dtype is the storage: narrower than node.dtype under a
+            # storage dtype policy (runtime/storage_dtypes.py)
+            data = installed[slot] = DeviceData(out, node.shape, node.dtype, device, owner=st,
+                                                sharding=out.sharding if spmd else None,
+                                                storage=torch_dtype(out.dtype))
+        st.write(data_node(data))
+    if detailed:
+        metrics.metric_add("WrapXlaData", time.perf_counter_ns() - start)
