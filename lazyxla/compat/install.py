@@ -51,6 +51,8 @@ MODULES = PACKAGES | frozenset((
     "torch_xla.experimental.distributed_checkpoint.manager",
     "torch_xla.experimental.spmd_fully_sharded_data_parallel",
     "torch_xla.distributed.fsdp.wrap", "torch_xla.distributed.fsdp.utils",
+    "torch_xla.debug.profiler", "torch_xla.debug.model_comparator", "torch_xla.distributed.data_parallel",
+    "torch_xla.utils.serialization", "torch_xla.utils.dlpack", "torch_xla.core.functions",
 ))
 
 

@@ -54,14 +54,48 @@ def _is_placecholder(tensor: torch.Tensor) -> bool:   # (sic) upstream's spellin
 
 
 def _get_xla_tensor_debug_info(tensor: torch.Tensor) -> str:
-    """Upstream's multi-line dump; lazyxla's fields (lx.debug.tensor_info), with
-    upstream's `Data Handle: <id>|None|Deleted` line."""
+    """Upstream's multi-line dump with lazyxla's fields (lx.debug.tensor_info and the
+    tensor's IR node, lx.debug.ir_nodes): `XLA Shape: f32[5]` (the device shape),
+    `IR: <op>, xla_shape=...` for pending computation or `IR: None`, `XLAData: None`
+    or the buffer's `Data Shape`, and upstream's `Data Handle: <id>|None|Deleted`
+    line. A tensor that is not lazyxla's: `Not a XLATensor`, as upstream."""
+    if not is_lazyxla(tensor):
+        return "Not a XLATensor\n"
     info = lx.debug.tensor_info(tensor)
-    handle = {"donated": "Deleted", "pending": "None"}.get(info["state"], str(info.get("buffer_id")))
-    lines = [f"XLATensor {{", f"TensorID: {info['tensor_id']}", f"Device: {tensor.device}",
-             f"XLA Shape: {info['dtype']}{list(info['shape'])}", f"State: {info['state']}",
+    node = lx.debug.ir_nodes([tensor])[-1]
+    shape = _xla_shape(node.shape, node.device_dtype)
+    handle = {"donated": "Deleted", "pending": "None"}.get(info["base_state"], str(info.get("buffer_id")))
+    holds_data = node.op == "lazyxla::data" and info["base_state"] == "device data"
+    ir = "None" if holds_data else f"{_ir_op(node)}, xla_shape={shape}"
+    data = (f"XLAData: \n  Data Device: {_device_name(node.device)}\n  Data Shape: {shape}" if holds_data
+            else "XLAData: None")
+    lines = ["XLATensor {", f"TensorID: {info['tensor_id']}", f"Device: {_device_name(node.device)}",
+             f"XLA Shape: {shape}", f"IR: {ir}", data, f"State: {info['state']}",
              f"ShouldDonate: {info['donate']}", f"Data Handle: {handle}", "}"]
     return "\n".join(lines) + "\n"
+
+
+def is_lazyxla(tensor: object) -> bool:
+    return isinstance(tensor, lx.LazyTensor)
+
+
+def _device_name(index: int) -> str:
+    from .runtime import device_type
+    return f"{device_type()}:{index}"
+
+
+def _get_xla_tensor_shape_type(tensor: torch.Tensor) -> str:
+    """The element type of the tensor's device shape ("f16", "bf16", "s64"): its
+    storage dtype (lx.set_storage_dtypes) as XLA names it."""
+    node = lx.debug.ir_nodes([tensor])[-1]
+    return _SHORT_TYPES.get(node.device_dtype, str(node.device_dtype))
+
+
+def _get_xla_tensor_dimension_size(tensor: torch.Tensor, dim: int) -> torch.Tensor:
+    """The size of `dim` as an int32 device scalar. Upstream's bounded dynamic shapes
+    make it a graph value; lazyxla's data-dependent shapes (nonzero, masked_select) are
+    read on the host when the op runs, so the size is known here."""
+    return torch.tensor(tensor.shape[dim], dtype=torch.int32, device=tensor.device)
 
 
 # -- sync (SPEC §1.1) ---------------------------------------------------------------
@@ -130,6 +164,60 @@ def _xla_metrics_report() -> str:
     """The text of `torch_xla.debug.metrics.metrics_report()` (upstream's binding behind it)."""
     from .debug.metrics import metrics_report
     return metrics_report()
+
+
+# -- runtime --------------------------------------------------------------------------
+
+_BACKEND_REGISTERED: List[bool] = []
+
+
+def _init_xla_lazy_backend() -> None:
+    """lazyxla registers its device and kernels once, on `import lazyxla`; as upstream,
+    the counter `RegisterXLAFunctions` reads 1 however often this is called."""
+    lx.device()
+    if not _BACKEND_REGISTERED:
+        _BACKEND_REGISTERED.append(True)
+        _xla_increment_counter("RegisterXLAFunctions")
+
+
+def _xla_real_devices(devices: Optional[Sequence[str]] = None) -> List[str]:
+    """The runtime names ("CPU:0") of `devices` (default: all), as xm.xla_real_devices."""
+    from .core.xla_model import xla_real_devices
+    return xla_real_devices(list(devices) if devices is not None else None)
+
+
+def _xla_tensors_from_aten(tensors: Sequence[torch.Tensor], devices: Sequence[str]) -> List[torch.Tensor]:
+    """Copies of `tensors` on `devices` (one device name per tensor)."""
+    from ._device_names import to_lazyxla
+    if len(tensors) != len(devices):
+        raise ValueError(f"_xla_tensors_from_aten: {len(tensors)} tensors but {len(devices)} devices")
+    return [t.to(to_lazyxla(d)) for t, d in zip(tensors, devices)]
+
+
+def _get_git_revs() -> dict:
+    """Versions in place of upstream's git revisions: `xla` is lazyxla's, `torch`
+    torch's git revision (its version where the build has none), `jax` JAX's."""
+    import jax
+    from .. import distribution
+    return {"xla": distribution.VERSION, "torch": torch.version.git_version or torch.__version__,
+            "jax": jax.__version__}
+
+
+def _get_executed_fallback_ops() -> List[str]:
+    """`torch_xla.debug.metrics.executed_fallback_ops()`."""
+    from .debug.metrics import executed_fallback_ops
+    return executed_fallback_ops()
+
+
+# -- precision -------------------------------------------------------------------------
+
+def _xla_set_mat_mul_precision(precision: str) -> None:
+    """`torch_xla.backends.set_mat_mul_precision`'s binding: lx.set_matmul_precision."""
+    lx.set_matmul_precision(precision)
+
+
+def _xla_get_mat_mul_precision() -> str:
+    return lx.matmul_precision()
 
 
 # -- ops -------------------------------------------------------------------------------
@@ -206,11 +294,17 @@ def _get_xla_tensors_text(tensors: Sequence[torch.Tensor]) -> str:
             op = "prim::Constant"
             tags.append(f"value={node.value}")
         else:
-            op = node.op.split(".", 1)[0]
+            op = _ir_op(node)
         tags += [f"ROOT={root}" for root in node.roots]
         last[len(names) - 1] = len(lines)
         lines.append(f"  {name} = {shape} {op}({', '.join(names[i] for i in node.operands)}), {', '.join(tags)}")
     return "\n".join(lines + ["}", ""])
+
+
+def _ir_op(node) -> str:
+    """Upstream's name of an IR node's op: `aten::add` for lazyxla's `aten::add.Tensor`."""
+    return {"lazyxla::data": "xla::device_data", "lazyxla::scalar": "prim::Constant"}.get(
+        node.op, node.op.split(".", 1)[0])
 
 
 _SHORT_TYPES = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16", torch.float16: "f16",

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import sys
 from typing import Callable, Iterator, List, Optional
 
 import torch
@@ -58,8 +59,12 @@ def real_devices() -> List[str]:
 
 def sync(wait: bool = False, reset_scope: bool = True) -> None:
     """Step barrier, `lx.sync`; `XLA_SYNC_WAIT` overrides `wait` when set, as upstream.
-    Then runs the step closures (xm.add_step_closure). `reset_scope` has no lazyxla
-    counterpart (IR scopes are a debugging aid of upstream's IR)."""
+    Then runs the step closures (xm.add_step_closure). Inside a profiler `Trace`
+    (torch_xla.debug.profiler) it raises RuntimeError, as upstream. `reset_scope` has
+    no lazyxla counterpart (IR scopes are a debugging aid of upstream's IR)."""
+    profiler = sys.modules.get(__name__ + ".debug.profiler")
+    if profiler is not None:
+        profiler.check_no_open_scope()
     env = os.environ.get("XLA_SYNC_WAIT")
     if env is not None:
         wait = env.strip().lower() not in ("", "0", "false", "no", "off")

@@ -6,8 +6,14 @@ for it without torch_xla, and lazyxla's device type is "lazyxla" (PrivateUse1 re
 A torch-function mode, entered when `torch_xla` is imported and left on the stack,
 rewrites device arguments before torch sees them: a `device=` keyword of any torch call
 (factories, `new_*`, `to`) and the positional device of `Tensor.to`, which
-`Module.to` also ends in. Everything else passes through untouched, at the cost of one
-Python call per torch call. Options weighed: returning lazyxla's devices from
+`Module.to` also ends in. The same mode renames the other way what `t.device` reads:
+a lazyxla tensor reports `xla:N`, as upstream's do (`t.device == torch_xla.device()`,
+`t.device.type == "xla"`, printed `device='xla:0'`). torch's own Python code then sees
+"xla" too; it hands the device back to torch calls, which the mode renames, and its
+checks for foreach and fused kernels answer as for upstream's devices (the plain loops).
+lazyxla's own code reads its device index (`_st.device`), not the name; ops run
+with the mode popped, so what runs inside them sees lazyxla's name. Everything else
+passes through untouched, at the cost of one Python call per torch call. Options weighed: returning lazyxla's devices from
 `torch_xla.device()` only (scripts that write `"xla"` fail, and `torch_xla.device()`
 would not equal `torch.device("xla:0")` as upstream's does), or registering kernels for
 torch's XLA dispatch key (autograd then needs a C++ device guard for "xla").
@@ -25,7 +31,11 @@ import lazyxla as lx
 
 UPSTREAM_TYPE = "xla"
 _TO = (torch.Tensor.to,)
+_DEVICE_GETTER = torch._C.TensorBase.__dict__["device"]   # `t.device` calls the mode with its __get__
 _HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+
+
+_LAZYXLA_TYPE = torch._C._get_privateuse1_backend_name()   # "lazyxla", set by `import lazyxla`
 
 
 def lazyxla_device(index: int = 0) -> torch.device:
@@ -60,6 +70,9 @@ class UpstreamDeviceNames(TorchFunctionMode):
     """Renames "xla" devices in the arguments of every torch call (module docstring)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__self__", None) is _DEVICE_GETTER:
+            device = func(*args)
+            return to_upstream(device) if device.type == _LAZYXLA_TYPE else device
         kwargs = kwargs or {}
         device = kwargs.get("device")
         if device is not None:
