@@ -110,18 +110,33 @@ def _register_factory_kernels() -> None:
     _kernels.append(lib)
 
 
+def _register_device_module() -> None:
+    """`torch.xla` is lazyxla's device module (`torch.lazyxla`), so torch's generic device
+    code that looks a module up by the type a tensor reports (`torch.get_device_module`,
+    the RNG state of `torch.utils.checkpoint`) finds it. Registered once; it stays."""
+    if not hasattr(torch, UPSTREAM_TYPE):
+        torch._register_device_module(UPSTREAM_TYPE, torch.get_device_module(_LAZYXLA_TYPE))
+
+
 def enable() -> None:
-    """Enter the mode once per process (it stays on the stack); register the kernels."""
+    """Enter the mode once per process (it stays on the stack); register the kernels
+    and the device module; take CPU tensors of any shape as operands of device ops, as
+    upstream does (`xla_t + torch.rand(5)`; torch itself only takes 0-dim ones):
+    lx.set_host_operands(True)."""
     global _mode
     _register_factory_kernels()
+    _register_device_module()
+    lx.set_host_operands(True)
     if _mode is None:
         _mode = UpstreamDeviceNames()
         _mode.__enter__()
 
 
 def disable() -> None:
-    """Leave the mode (lazyxla.compat.uninstall), if nothing entered a mode after it."""
+    """Leave the mode (lazyxla.compat.uninstall), if nothing entered a mode after it;
+    CPU operands are refused again, as in PyTorch."""
     global _mode
+    lx.set_host_operands(False)
     stack = _get_current_function_mode_stack()
     if _mode is not None and stack and stack[-1] is _mode:
         _mode.__exit__(None, None, None)

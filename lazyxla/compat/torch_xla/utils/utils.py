@@ -129,7 +129,8 @@ def for_each_instance_rewrite(value: Any, select_fn: Callable[[Any], bool], fn: 
         elif isinstance(item, dict):
             result = done[id(item)] = {}
             for k, v in item.items():
-                result[rewrite(k)] = rewrite(v)
+                key = rewrite(k)   # keys first, as for_each_instance visits them
+                result[key] = rewrite(v)
         elif isinstance(item, set):
             result = done[id(item)] = set()
             result.update(rewrite(x) for x in item)
