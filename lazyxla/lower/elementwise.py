@@ -19,6 +19,13 @@ def digamma(x):
     return jnp.where(x == 0, -jnp.copysign(jnp.inf, x), lax.digamma(x))
 
 
+def sign(x):
+    """torch.sign: eager's (0 < x) - (x < 0), so nan gives 0 (jnp.sign gives nan)."""
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return jnp.sign(x)
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+
+
 def sgn(x):
     """torch.sgn: sign for real x; for complex, what eager's CPU kernels compute: 0 where
     |z| == 0, else z scaled by s = 1/|z|. complex128 multiplies both parts by s
@@ -27,7 +34,7 @@ def sgn(x):
     (a c + b d, b c - a d) / (c^2 + d^2)), so an infinite part gives nan+nanj. Plain
     z / |z| differs from both in these cases."""
     if not jnp.iscomplexobj(x):
-        return jnp.sign(x)
+        return sign(x)
     re, im = jnp.real(x), jnp.imag(x)
     mag = jnp.abs(x)
     scale = 1 / mag
@@ -79,7 +86,7 @@ _UNARY = {
     aten.erf.default: lax.erf, aten.erfinv.default: lax.erf_inv, aten.log1p.default: jnp.log1p,
     aten.expm1.default: jnp.expm1, aten.reciprocal.default: jnp.reciprocal,
     aten.floor.default: jnp.floor, aten.ceil.default: jnp.ceil, aten.round.default: jnp.round,
-    aten.trunc.default: jnp.trunc, aten.sign.default: jnp.sign, aten.sgn.default: sgn,
+    aten.trunc.default: jnp.trunc, aten.sign.default: sign, aten.sgn.default: sgn,
     aten.log2.default: jnp.log2, aten.log10.default: jnp.log10, aten.exp2.default: jnp.exp2,
     aten.asin.default: jnp.arcsin, aten.acos.default: jnp.arccos, aten.atan.default: jnp.arctan,
     aten.sinh.default: jnp.sinh, aten.cosh.default: jnp.cosh, aten.asinh.default: jnp.arcsinh,

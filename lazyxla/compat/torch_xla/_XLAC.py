@@ -13,7 +13,7 @@ import torch
 
 import lazyxla as lx
 
-from ..unsupported import unsupported_names
+from ..unsupported import refuse, unsupported_names
 
 
 def _check_device(device: str) -> None:
@@ -203,6 +203,16 @@ def _get_git_revs() -> dict:
             "jax": jax.__version__}
 
 
+def _unsafe_buffer_pointer(tensor: torch.Tensor) -> int:
+    """The address of the device buffer behind `tensor` (pending work runs first):
+    `lx.to_jax(tensor).unsafe_buffer_pointer()`. lazyxla builds without `lx.to_jax`
+    (JAX interop) refuse, naming the binding."""
+    to_jax = getattr(lx, "to_jax", None)
+    if to_jax is None:
+        refuse("torch_xla._XLAC._unsafe_buffer_pointer", "It needs lx.to_jax, which this lazyxla lacks")
+    return to_jax(tensor).unsafe_buffer_pointer()
+
+
 def _get_executed_fallback_ops() -> List[str]:
     """`torch_xla.debug.metrics.executed_fallback_ops()`."""
     from .debug.metrics import executed_fallback_ops
@@ -264,41 +274,83 @@ def _get_xla_tensors_hlo(tensors: Sequence[torch.Tensor]) -> str:
 
 
 def _get_xla_tensors_text(tensors: Sequence[torch.Tensor]) -> str:
-    """Upstream's IR text of `tensors` (one line per node, operands first, from
-    lx.debug.ir_nodes): `IR {`, then `%i = <device shape> <op>(%operands), xla_shape=...`
-    with `device=` on device data, `value=` on scalars and `ROOT=k` on the value of
-    `tensors[k]`, then `}`. Shapes carry the device dtype (bf16 for float32 under
-    XLA_USE_BF16) and upstream's layout ({1,0}); ops are named `aten::<op>`, buffers
-    `xla::device_data`, lifted scalars `prim::Constant`; an output `j` of a
-    multi-output node is the operand `%i.j`."""
+    """Upstream's IR text of `tensors` (one line per node, from lx.debug.ir_nodes):
+    `IR {`, then `%i = <device shape> <op>(%operands), xla_shape=...` with `device=` on
+    device data, `value=` on scalars and `ROOT=k` on the value of `tensors[k]`, then `}`.
+    Nodes come in upstream's post order (an op's last operand is emitted first), an op's
+    compile-time Scalar arguments (`pow`'s static exponent) are `prim::Constant` operands
+    after its tensors, as upstream's, and lifted scalars are `prim::Constant` too.
+    Shapes carry the device dtype (bf16 for float32 under XLA_USE_BF16) and upstream's
+    layout ({1,0}); ops are named `aten::<op>`, buffers `xla::device_data`; an output `j`
+    of a multi-output node is the operand `%i.j`."""
     from .runtime import device_type
     nodes = lx.debug.ir_nodes(list(tensors))
-    names: List[str] = []
+    names: dict = {}     # node index or (index, constant name) -> "%k" / "%k.j"
     lines = ["IR {"]
-    last: dict = {}   # line of the multi-output node an item reads, for its ROOT tags
-    for node in nodes:
+    line_of: dict = {}   # node index -> its line (ROOT tags of the items it owns go there)
+
+    def children(key) -> list:
+        if not isinstance(key, int):
+            return []
+        node = nodes[key]
+        return [*node.operands, *((key, name) for name, _ in node.constants)]
+
+    def emit(key) -> None:
+        if not isinstance(key, int):   # a compile-time Scalar argument of node key[0]
+            names[key] = f"%{len(lines) - 1}"
+            value = dict(nodes[key[0]].constants)[key[1]]
+            shape = _xla_shape((), _scalar_dtype(value, nodes[key[0]]))
+            lines.append(f"  {names[key]} = {shape} prim::Constant(), xla_shape={shape}, value={value}")
+            return
+        node = nodes[key]
         if node.op == "lazyxla::getitem":
             owner = node.operands[0]
-            names.append(f"{names[owner]}.{node.value}")
+            names[key] = f"{names[owner]}.{node.value}"
             for root in node.roots:
-                lines[last[owner]] += f", ROOT={root}"
-            continue
-        name = f"%{len(lines) - 1}"
-        names.append(name)
+                lines[line_of[owner]] += f", ROOT={root}"
+            return
+        names[key] = f"%{len(lines) - 1}"
         shape = _xla_shape(node.shape, node.device_dtype)
         tags = [f"xla_shape={shape}"]
         if node.op == "lazyxla::data":
-            op = "xla::device_data"
             tags.append(f"device={device_type()}:{node.device}")
         elif node.op == "lazyxla::scalar":
-            op = "prim::Constant"
             tags.append(f"value={node.value}")
-        else:
-            op = _ir_op(node)
         tags += [f"ROOT={root}" for root in node.roots]
-        last[len(names) - 1] = len(lines)
-        lines.append(f"  {name} = {shape} {op}({', '.join(names[i] for i in node.operands)}), {', '.join(tags)}")
+        operands = ", ".join(names[c] for c in children(key))
+        line_of[key] = len(lines)
+        lines.append(f"  {names[key]} = {shape} {_ir_op(node)}({operands}), {', '.join(tags)}")
+
+    # torch's lazy ComputePostOrder: a stack of nodes whose operands are pushed in order,
+    # so the last operand is emitted first; each root in the order of `tensors`
+    roots = sorted((root, i) for i, node in enumerate(nodes) for root in node.roots)
+    state: dict = {}
+    for _, root in roots:
+        stack = [root]
+        while stack:
+            key = stack[-1]
+            if key not in state:
+                state[key] = "emitting"
+                stack.extend(c for c in children(key) if c not in state)
+            else:
+                stack.pop()
+                if state[key] == "emitting":
+                    state[key] = "emitted"
+                    emit(key)
     return "\n".join(lines + ["}", ""])
+
+
+def _scalar_dtype(value, node) -> torch.dtype:
+    """The type upstream gives a Scalar constant: the op's floating type for a float,
+    else the value's own type."""
+    if isinstance(value, bool):
+        return torch.bool
+    if isinstance(value, int):
+        return torch.int64
+    if isinstance(value, complex):
+        return torch.complex64
+    return node.device_dtype if isinstance(node.device_dtype, torch.dtype) and node.device_dtype.is_floating_point \
+        else torch.float64
 
 
 def _ir_op(node) -> str:

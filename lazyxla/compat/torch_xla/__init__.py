@@ -15,7 +15,7 @@ from lazyxla import config
 from ..distribution import VERSION
 from ..unsupported import refuse, unsupported_names
 from . import _XLAC, backends, runtime  # noqa: F401  (upstream's `torch_xla._XLAC`, `.backends`, `.runtime`)
-from . import _closures, _device_names, _dtype_env, _preemption  # noqa: F401
+from . import _closures, _device_names, _dtype_env, _patched_functions, _preemption  # noqa: F401
 from ._device_names import lazyxla_device, to_upstream
 
 __version__ = VERSION   # the version importlib.metadata reports (distribution.py)
@@ -31,6 +31,8 @@ _dtype_env.install()
 
 # "xla" devices name lazyxla's wherever torch takes a device (_device_names.py).
 _device_names.enable()
+# torch functions upstream replaces on import (clip_grad_norm_ of no gradients).
+_patched_functions.install()
 # Upstream counts every traced op (`xla::<op>`) and times its tracing (`LazyTracing`).
 lx.metrics.set_op_records(True)
 
