@@ -272,6 +272,32 @@ def _arange_check(*args, **kwargs):
         raise RuntimeError(f"unsupported range: {bounds[0]} -> {bounds[1]}")
 
 
+def _type_name(dtype: torch.dtype) -> str:
+    """ATen's name of a dtype in messages: "Float", "Long", "Byte"."""
+    return torch.empty(0, dtype=dtype, device=_META).type().rsplit(".", 1)[-1].removesuffix("Tensor")
+
+
+def _nll_loss_check(x, target, *args, **kwargs):
+    # eager's CPU kernel; torch's meta kernel fails later, in gather, with another message
+    if target.dtype not in (torch.int64, torch.uint8):
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_type_name(target.dtype)}")
+
+
+def _nll_loss2d_check(x, target, *args, **kwargs):
+    if target.dtype != torch.int64:
+        raise RuntimeError(f"expected scalar type Long but found {_type_name(target.dtype)}")
+
+
+def _nll_loss_meta(x, target, *args, **kwargs):
+    # torch's meta kernel (its decomposition) gathers by the target, which refuses the
+    # uint8 targets eager's kernel takes
+    return torch.ops.aten.nll_loss_forward.default(x, target.long(), *args, **kwargs)
+
+
+def _nll_loss_backward_meta(grad, x, target, *args, **kwargs):
+    return torch.ops.aten.nll_loss_backward.default(grad, x, target.long(), *args, **kwargs)
+
+
 def _geqrf_meta(a):
     # eager's outputs are LAPACK's column-major matrix and the min(m, n) taus
     m, n = a.shape[-2:]
@@ -288,7 +314,9 @@ def _like_input_meta(grad, x, *args, **kwargs):
 # fractional_max_pool2d_backward has one, the 3-d op not).
 for _op, _fn in ((torch.ops.aten.geqrf.default, _geqrf_meta),
                  (torch.ops.aten._ctc_loss_backward.default, _like_input_meta),
-                 (torch.ops.aten.fractional_max_pool3d_backward.default, _like_input_meta)):
+                 (torch.ops.aten.fractional_max_pool3d_backward.default, _like_input_meta),
+                 (torch.ops.aten.nll_loss_forward.default, _nll_loss_meta),
+                 (torch.ops.aten.nll_loss_backward.default, _nll_loss_backward_meta)):
     register_fact(_op, "meta", _fn)
 # Eager's argument errors that meta kernels lack (they would become wrong values here).
 for _op, _fn in ((torch.ops.aten.pow.Tensor_Scalar, _int_pow_check), (torch.ops.aten.pow_.Scalar, _int_pow_check),
@@ -296,7 +324,9 @@ for _op, _fn in ((torch.ops.aten.pow.Tensor_Scalar, _int_pow_check), (torch.ops.
                  (torch.ops.aten.max.dim, _extremum_check("max")), (torch.ops.aten.max.default, _extremum_check("max")),
                  (torch.ops.aten.min.dim, _extremum_check("min")), (torch.ops.aten.min.default, _extremum_check("min")),
                  (torch.ops.aten.arange.default, _arange_check), (torch.ops.aten.arange.start, _arange_check),
-                 (torch.ops.aten.arange.start_step, _arange_check)):
+                 (torch.ops.aten.arange.start_step, _arange_check),
+                 (torch.ops.aten.nll_loss_forward.default, _nll_loss_check),
+                 (torch.ops.aten.nll_loss2d_forward.default, _nll_loss2d_check)):
     register_fact(_op, "eager_check", _fn)
 del _op, _fn
 _NO_META_KERNEL = facts("meta")

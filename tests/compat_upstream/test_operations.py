@@ -1,3 +1,6 @@
+# Copied unmodified (below these comment lines) from github.com/pytorch/xla, test/test_operations.py,
+# tag v2.9.0 (commit 5fab7053df86c8d503b98d9e7202ca8b8d4978c7). BSD-3-Clause license, Copyright (c) 2018 Google Inc.;
+# the license text is tests/compat_upstream/LICENSE. Run by tests/test_compat_test_operations.py.
 # Parse local options first, and rewrite the sys.argv[].
 # We need to do that before import "common", as otherwise we get an error for
 # unrecognized arguments.

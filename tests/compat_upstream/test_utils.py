@@ -1,3 +1,6 @@
+# Copied unmodified (below these comment lines) from github.com/pytorch/xla, test/test_utils.py,
+# tag v2.9.0 (commit 5fab7053df86c8d503b98d9e7202ca8b8d4978c7). BSD-3-Clause license, Copyright (c) 2018 Google Inc.;
+# the license text is tests/compat_upstream/LICENSE. Run by tests/test_compat_test_operations.py.
 import collections
 from contextlib import contextmanager
 import itertools

@@ -62,14 +62,18 @@ def _get_xla_tensor_debug_info(tensor: torch.Tensor) -> str:
     if not is_lazyxla(tensor):
         return "Not a XLATensor\n"
     info = lx.debug.tensor_info(tensor)
-    node = lx.debug.ir_nodes([tensor])[-1]
-    shape = _xla_shape(node.shape, node.device_dtype)
     handle = {"donated": "Deleted", "pending": "None"}.get(info["base_state"], str(info.get("buffer_id")))
-    holds_data = node.op == "lazyxla::data" and info["base_state"] == "device data"
-    ir = "None" if holds_data else f"{_ir_op(node)}, xla_shape={shape}"
-    data = (f"XLAData: \n  Data Device: {_device_name(node.device)}\n  Data Shape: {shape}" if holds_data
-            else "XLAData: None")
-    lines = ["XLATensor {", f"TensorID: {info['tensor_id']}", f"Device: {_device_name(node.device)}",
+    device = _device_name(tensor.device.index or 0)
+    if info["base_state"] == "donated":   # no IR left to show: the buffer is gone
+        shape = _xla_shape(info["shape"], info["dtype"])
+        ir, data = "None", "XLAData: None"
+    else:
+        node = lx.debug.ir_nodes([tensor])[-1]
+        shape = _xla_shape(node.shape, node.device_dtype)
+        holds_data = node.op == "lazyxla::data" and info["base_state"] == "device data"
+        ir = "None" if holds_data else f"{_ir_op(node)}, xla_shape={shape}"
+        data = f"XLAData: \n  Data Device: {device}\n  Data Shape: {shape}" if holds_data else "XLAData: None"
+    lines = ["XLATensor {", f"TensorID: {info['tensor_id']}", f"Device: {device}",
              f"XLA Shape: {shape}", f"IR: {ir}", data, f"State: {info['state']}",
              f"ShouldDonate: {info['donate']}", f"Data Handle: {handle}", "}"]
     return "\n".join(lines) + "\n"
