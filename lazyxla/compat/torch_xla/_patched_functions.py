@@ -7,17 +7,25 @@ tensor; so a script that goes on with the result on the device (`norm * lr`) kee
 working. Otherwise torch's own function runs unchanged (lazyxla traces it), where
 upstream runs a copy of its own. Upstream's other patch, `nn.GRU` as a scan-based
 GRU, is not made: torch's GRU runs on lazyxla as it is.
+
+`torch.nn.functional.nll_loss` (and so `nn.NLLLoss`): upstream's kernel takes a
+floating-point target of class indices, as its tests use (`target =
+torch.zeros(32).to(device)`), where eager PyTorch and plain lazyxla raise "expected
+target dtype to be Long or Byte"; under the layer a floating target of a device input
+is cast to int64 first (its values truncated, as upstream's cast does).
 """
 from __future__ import annotations
 
 import functools
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
+import lazyxla as lx
+
 from ._device_names import lazyxla_device
 
-_originals: List[Callable] = []
+_originals: List[Tuple[Any, str, Callable]] = []
 
 
 def _clip_grad_norm_(original: Callable) -> Callable:
@@ -28,19 +36,37 @@ def _clip_grad_norm_(original: Callable) -> Callable:
         if all(p.grad is None for p in parameters):
             return torch.tensor(0.0, device=lazyxla_device())   # upstream's torch.tensor(0.).to('xla')
         return original(parameters, max_norm, norm_type, error_if_nonfinite, foreach)
-    clip_grad_norm_.__lazyxla_compat__ = True
     return clip_grad_norm_
+
+
+def _nll_loss(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def nll_loss(input, target, *args, **kwargs):
+        if target.is_floating_point() and isinstance(input, lx.LazyTensor):
+            target = target.long()
+        return original(input, target, *args, **kwargs)
+    return nll_loss
+
+
+# (module, attribute, wrapper factory) of each replaced function
+_PATCHES = ((torch.nn.utils, "clip_grad_norm_", _clip_grad_norm_),
+            (torch.nn.functional, "nll_loss", _nll_loss))
 
 
 def install() -> None:
     """Replace the functions (once; install() again after uninstall() replaces them again)."""
-    utils = torch.nn.utils
-    if not _originals and not getattr(utils.clip_grad_norm_, "__lazyxla_compat__", False):
-        _originals.append(utils.clip_grad_norm_)
-        utils.clip_grad_norm_ = _clip_grad_norm_(utils.clip_grad_norm_)
+    if _originals:
+        return
+    for module, name, wrap in _PATCHES:
+        original = getattr(module, name)
+        _originals.append((module, name, original))
+        patched = wrap(original)
+        patched.__lazyxla_compat__ = True
+        setattr(module, name, patched)
 
 
 def uninstall() -> None:
     """Put torch's functions back (lazyxla.compat.uninstall)."""
-    if _originals:
-        torch.nn.utils.clip_grad_norm_ = _originals.pop()
+    while _originals:
+        module, name, original = _originals.pop()
+        setattr(module, name, original)
