@@ -219,3 +219,18 @@ def test_mp_test_runs_the_test_in_a_child_process(torch_xla):
         assert value == 3
 
     assert child(3) == 0
+
+
+def test_optimizers_keep_their_multi_tensor_path_under_upstreams_device_name(torch_xla):
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+    params = [torch.zeros(2, device="xla", requires_grad=True) for _ in range(3)]
+    assert params[0].device.type == "xla"
+    assert _default_to_fused_or_foreach(params, differentiable=False, use_fused=False) == (False, True)
+    sgd = torch.optim.SGD(params, lr=0.1)
+    for p in params:
+        p.grad = torch.ones(2, device="xla")
+    lx.metrics.clear_all()
+    sgd.step()
+    assert lx.metrics.counter_value("xla::_foreach_add_") == 1   # one op for the group
+    for p in params:
+        assert_close(p.cpu(), torch.full((2,), -0.1))

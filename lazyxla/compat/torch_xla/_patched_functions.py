@@ -13,10 +13,18 @@ floating-point target of class indices, as its tests use (`target =
 torch.zeros(32).to(device)`), where eager PyTorch and plain lazyxla raise "expected
 target dtype to be Long or Byte"; under the layer a floating target of a device input
 is cast to int64 first (its values truncated, as upstream's cast does).
+
+torch's lists of the device types with foreach and fused optimizer kernels
+(`torch.utils._foreach_utils`, and their names in `torch.optim.optimizer`) gain
+"xla": lazyxla tensors read their type as "xla" under the layer (_device_names.py),
+and without it torch.optim and `clip_grad_norm_` would leave lazyxla's multi-tensor
+paths (one traced op per tensor instead of one per group) that they take for the type
+"lazyxla".
 """
 from __future__ import annotations
 
 import functools
+import importlib
 from typing import Any, Callable, List, Optional, Tuple
 
 import torch
@@ -48,9 +56,20 @@ def _nll_loss(original: Callable) -> Callable:
     return nll_loss
 
 
-# (module, attribute, wrapper factory) of each replaced function
+def _with_xla(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def supported_devices() -> List[str]:
+        return [*original(), "xla"]
+    return supported_devices
+
+
+# (module, attribute, wrapper factory) of each replaced function; one a torch release
+# lacks is left out
 _PATCHES = ((torch.nn.utils, "clip_grad_norm_", _clip_grad_norm_),
-            (torch.nn.functional, "nll_loss", _nll_loss))
+            (torch.nn.functional, "nll_loss", _nll_loss),
+            *((module, name, _with_xla)
+              for module in map(importlib.import_module, ("torch.utils._foreach_utils", "torch.optim.optimizer"))
+              for name in ("_get_foreach_kernels_supported_devices", "_get_fused_kernels_supported_devices")))
 
 
 def install() -> None:
@@ -58,7 +77,9 @@ def install() -> None:
     if _originals:
         return
     for module, name, wrap in _PATCHES:
-        original = getattr(module, name)
+        original = getattr(module, name, None)
+        if original is None:
+            continue
         _originals.append((module, name, original))
         patched = wrap(original)
         patched.__lazyxla_compat__ = True
