@@ -29,12 +29,11 @@ def sign(x):
 def sgn(x):
     """torch.sgn: sign for real x; for complex, what eager's CPU kernels compute: 0 where
     |z| == 0, else z scaled by s = 1/|z|. complex128 multiplies both parts by s
-    (3+4j -> 0.6000000000000001+0.8j, other finite values within an ulp of eager's, whose
-    result for an infinite part differs between its vector loop and scalar tail);
-    complex64 divides by |z| + 0j
-    as its vectorized complex division does (both operands scaled by s, then
-    (a c + b d, b c - a d) / (c^2 + d^2)), so an infinite part gives nan+nanj. Plain
-    z / |z| differs from both in these cases."""
+    (3+4j -> 0.6000000000000001+0.8j; other finite values within an ulp of eager's, whose
+    own result for an infinite part differs between its vector loop and scalar tail).
+    complex64 divides by |z| + 0j as its vectorized complex division does (both operands
+    scaled by s, then (a c + b d, b c - a d) / (c^2 + d^2)), so an infinite part gives
+    nan+nanj. Plain z / |z| differs from both in these cases."""
     if not jnp.iscomplexobj(x):
         return sign(x)
     re, im = jnp.real(x), jnp.imag(x)
