@@ -59,7 +59,7 @@ def _get_xla_tensor_debug_info(tensor: torch.Tensor) -> str:
     `IR: <op>, xla_shape=...` for pending computation or `IR: None`, `XLAData: None`
     or the buffer's `Data Shape`, and upstream's `Data Handle: <id>|None|Deleted`
     line. A tensor that is not lazyxla's: `Not a XLATensor`, as upstream."""
-    if not is_lazyxla(tensor):
+    if not _is_lazyxla(tensor):
         return "Not a XLATensor\n"
     info = lx.debug.tensor_info(tensor)
     handle = {"donated": "Deleted", "pending": "None"}.get(info["base_state"], str(info.get("buffer_id")))
@@ -79,7 +79,7 @@ def _get_xla_tensor_debug_info(tensor: torch.Tensor) -> str:
     return "\n".join(lines) + "\n"
 
 
-def is_lazyxla(tensor: object) -> bool:
+def _is_lazyxla(tensor: object) -> bool:
     return isinstance(tensor, lx.LazyTensor)
 
 
