@@ -55,6 +55,7 @@ from . import experimental  # noqa: E402,F401
 from . import distributed, spmd  # noqa: E402,F401
 from . import data  # noqa: E402,F401  (lx.data.DeviceLoader)
 from .devices import device, device_count, devices, memory_info, platform  # noqa: E402,F401
+from .devices import host_operands_enabled, set_host_operands  # noqa: E402,F401
 from .runtime.storage_dtypes import current as storage_dtypes, set_storage_dtypes  # noqa: E402,F401
 from .compile.precision import matmul_precision, set_matmul_precision  # noqa: E402,F401
 from .jax_interop import call_jax, from_jax, jax_op, to_jax  # noqa: E402,F401
@@ -65,7 +66,7 @@ _dynamo.register()   # torch.compile(backend="lazyxla"), torch.ops.lazyxla.set_b
 from ._versions import LAZYXLA_VERSION as __version__  # noqa: E402
 
 __all__ = [
-    "device", "devices", "device_count", "platform", "memory_info",
+    "device", "devices", "device_count", "platform", "memory_info", "set_host_operands", "host_operands_enabled",
     "sync", "sync_tensors", "wait_device_ops", "set_implied_barriers", "implied_barriers_enabled",
     "set_buffer_donation", "get_buffer_donation", "is_donated",
     "set_explicit_donation", "explicit_donation_enabled", "explicit_donation",

@@ -119,7 +119,10 @@ class IRNode(NamedTuple):
     `dtype`: what torch reports; `device_dtype`: what the device holds or computes: a
     buffer's storage dtype, for other nodes that of the storage dtype policy in force
     (lx.set_storage_dtypes), what a sync now would compute in; `operands`: indices of
-    earlier nodes; `roots`: positions of the tensors whose value this node is."""
+    earlier nodes; `roots`: positions of the tensors whose value this node is;
+    `constants`: the op's Scalar arguments that are compile-time constants of the graph
+    (a static exponent of `pow`), as (argument name, value) pairs in schema order; lifted
+    scalars are operands instead."""
     op: str
     shape: Any
     dtype: Any
@@ -128,6 +131,7 @@ class IRNode(NamedTuple):
     roots: tuple
     device: int
     value: Any = None
+    constants: tuple = ()
 
 
 def ir_nodes(tensors) -> list:
@@ -180,7 +184,24 @@ def _record(node, index: dict, device_of, roots: tuple, device: int) -> IRNode:
         device_dtype = tuple(device_of(d) if d is not None else None for d in node.dtype) if node.nout \
             else device_of(node.dtype)
     return IRNode(name, node.shape, node.dtype, device_dtype, tuple(index[id(i)] for i in node.inputs),
-                  roots, device, value)
+                  roots, device, value, _constants(node))
+
+
+_NUMBERS = (bool, int, float, complex)
+
+
+def _constants(node) -> tuple:
+    """(name, value) of `node`'s Scalar-typed arguments held as Python numbers."""
+    op = node.op
+    if not isinstance(op, torch._ops.OpOverload):
+        return ()
+    kwargs = node.kwargs or {}
+    out = []
+    for i, arg in enumerate(op._schema.arguments):
+        value = node.args[i] if i < len(node.args) and not arg.kwarg_only else kwargs.get(arg.name)
+        if isinstance(value, _NUMBERS) and isinstance(arg.type, torch.NumberType):   # a Scalar argument
+            out.append((arg.name, value))
+    return tuple(out)
 
 
 def tensor_info(t: torch.Tensor) -> dict:

@@ -6,6 +6,7 @@ import torch
 from ._jax import jax_devices
 from .frontend.device import DEVICES, device_index, lazyxla_devices
 from .frontend.device_module import memory_device
+from .frontend.host_operands import host_operands_enabled, set_host_operands  # noqa: F401  (lx.set_host_operands)
 from .runtime import memory
 
 

@@ -7,3 +7,9 @@ class DonatedBufferError(RuntimeError):
 
 class LoweringError(RuntimeError):
     """An op could not be lowered to JAX, or the lowered graph failed to compile."""
+
+
+class IndexRangeError(IndexError, RuntimeError):
+    """A dimension or index out of range, or a reduction without an identity (max, min)
+    over a dimension of size 0, found when an op is recorded: an IndexError, as eager
+    PyTorch raises these, and a RuntimeError, as PyTorch/XLA raises them."""

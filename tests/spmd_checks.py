@@ -373,7 +373,8 @@ def check_fsdp_v2():
     policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={nn.Linear})
     wrapped = FSDPv2(SimpleLinear(), mesh=mesh, auto_wrap_policy=policy)   # a CPU model: moved
     assert isinstance(wrapped.fc1, FSDPv2) and isinstance(wrapped.fc2, FSDPv2)
-    assert wrapped.fc1.weight.device == lx.device() and spec(wrapped.fc1.weight) == (None, "fsdp")
+    assert isinstance(wrapped.fc1.weight, lx.LazyTensor) and wrapped.fc1.weight.device == torch.device("xla", 0)
+    assert spec(wrapped.fc1.weight) == (None, "fsdp")
     plain = FSDPv2(SimpleLinear(), mesh=mesh, auto_wrap_policy=policy, auto_wrapper_callable=lambda m, **kw: m)
     assert not isinstance(plain.fc1, FSDPv2) and not isinstance(plain.fc2, FSDPv2)
     xs.set_global_mesh(mesh)

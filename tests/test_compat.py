@@ -78,14 +78,20 @@ def test_mutating_train_step_raises_an_assertion_error_under_the_torch_xla_name(
 
 
 def test_upstream_device_names_mean_lazyxla_devices(torch_xla):
-    # "xla" wherever torch takes a device: factories, Tensor.to, Module.to, new_*, compiled code
-    assert torch.zeros(2, device="xla").device == lx.device()
-    assert torch.ones(2, device=torch.device("xla:0")).device == lx.device()
+    # "xla" wherever torch takes a device: factories, Tensor.to, Module.to, new_*, compiled code;
+    # the tensors are lazyxla's and read their device as upstream's do, "xla:0"
+    xla = torch_xla.device()
+    assert xla == torch.device("xla", 0)
+    z = torch.zeros(2, device="xla")
+    assert isinstance(z, lx.LazyTensor) and z.device == xla and z.device.type == "xla"
+    assert torch.ones(2, device=torch.device("xla:0")).device == xla
     t = torch.arange(3.0).to("xla", torch.float64)
-    assert t.device == lx.device() and t.dtype == torch.float64
-    assert t.new_zeros(2, device=torch_xla.device()).device == lx.device()
+    assert isinstance(t, lx.LazyTensor) and t.device == xla and t.dtype == torch.float64
+    assert t.new_zeros(2, device=t.device).device == xla   # the name read back is taken again
     model = torch.nn.Linear(3, 2).to(torch_xla.device())
-    assert model.weight.device == lx.device()
+    assert isinstance(model.weight, lx.LazyTensor) and model.weight.device == xla
+    assert "device='xla:0'" in repr(torch.tensor([5], device="xla"))
+    assert torch.get_device_module("xla") is torch.get_device_module(lx.device().type)
     compiled = torch.compile(lambda v: v + torch.ones(3, device=torch_xla.device()), backend="openxla")
     assert_close(compiled(t.float()).cpu(), torch.arange(3.0) + 1)
     assert torch.zeros(1, device="cpu").device.type == "cpu" and torch.zeros(1).to("cpu").device.type == "cpu"
@@ -298,10 +304,10 @@ def test_unsupported_names_say_so(torch_xla):
         xm.reduce_scatter("sum", [], 1.0, 0, 1)
     with pytest.raises(compat.UnsupportedError, match=unsupported.format("all_to_all")):
         from torch_xla.core.xla_model import all_to_all  # noqa: F401
-    with pytest.raises(compat.UnsupportedError, match=r"torch_xla\._XLAC\._xla_tensors_from_aten"):
-        torch_xla._XLAC._xla_tensors_from_aten
-    with pytest.raises(ImportError, match=r"torch_xla\.debug\.profiler is not supported yet"):
-        import torch_xla.debug.profiler  # noqa: F401
+    with pytest.raises(compat.UnsupportedError, match=r"torch_xla\._XLAC\._xla_sync_live_tensors"):
+        torch_xla._XLAC._xla_sync_live_tensors
+    with pytest.raises(ImportError, match=r"torch_xla\.core\.dynamo_bridge is not supported yet"):
+        import torch_xla.core.dynamo_bridge  # noqa: F401
     assert not hasattr(xm, "__wrapped__")   # dunder probes stay AttributeErrors
 
 
@@ -315,7 +321,7 @@ def test_spmd_names_are_lx_spmd(torch_xla):
     alive = torch.zeros(1, device=lx.device())
     with pytest.raises(RuntimeError, match="before any lazyxla tensor exists"):
         xr.use_spmd()   # lx.spmd.use_spmd's own error: a tensor exists already
-    assert not xr.is_spmd() and alive.device == lx.device()
+    assert not xr.is_spmd() and alive.device == torch_xla.device()
     with pytest.raises(compat.UnsupportedError, match=r"use_spmd\(auto=True\)"):
         xr.use_spmd(auto=True)
     with pytest.raises(compat.UnsupportedError, match=r"torch_xla\.distributed\.spmd\.XLAShardedTensor"):
@@ -467,7 +473,7 @@ def test_mp_device_loader_moves_batches_and_steps_like_upstream(torch_xla, per_e
     lx.metrics.clear_all()
     seen = []
     for x, extra in loader:
-        assert x.device == lx.device() and extra["y"].device == lx.device()
+        assert x.device == torch_xla.device() and extra["y"].device == torch_xla.device()
         seen.append((x * 2).cpu())
     assert lx.metrics.counter_value("MarkStep") == barriers
     assert [s.tolist() for s in seen] == [[0.0, 0.0], [2.0, 2.0], [4.0, 4.0]]
@@ -497,7 +503,7 @@ def test_mp_device_loader_honours_prefetch_options(torch_xla):
     loader._parallel_loader_kwargs["device_prefetch_size"] = 0   # synchronous: no threads
     it = iter(loader)
     assert not [t for t in threading.enumerate() if t.name.startswith("lazyxla-loader")]
-    assert next(it).device == lx.device()
+    assert next(it).device == torch_xla.device()
     per_device = pl.ParallelLoader(data, [torch_xla.device()]).per_device_loader(torch_xla.device())
     assert [b[0].item() for b in per_device] == [float(i) for i in range(7)]
     with pytest.raises(compat.UnsupportedError, match="several devices"):

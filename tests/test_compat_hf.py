@@ -39,7 +39,7 @@ def test_all_reduce_with_one_replica_is_upstreams_no_op(xm, monkeypatch):
     dev = lx.device()
     t = torch.arange(4.0).to(dev)
     out = xm.all_reduce(xm.REDUCE_SUM, t, scale=0.5)
-    assert out is not t and out.device == dev
+    assert out is not t and out.device == t.device and isinstance(out, lx.LazyTensor)
     assert_close(out, torch.arange(4.0))   # upstream skips the reduction, scale included
     grads = [torch.ones(3).to(dev), torch.full((2,), 2.0).to(dev)]
     assert xm.all_reduce("sum", grads, scale=0.25) is grads
@@ -156,11 +156,11 @@ def test_maybe_convert_to_cpu_reads_plain_tensors_in_one_graph(xm):
 
 def test_send_cpu_data_to_device_moves_cpu_tensors(xm, torch_xla):
     moved = xm.send_cpu_data_to_device(torch.arange(3), torch_xla.device())
-    assert isinstance(moved, list) and moved[0].device == lx.device()   # a tensor alone: a list
+    assert isinstance(moved, list) and moved[0].device == torch_xla.device()   # a tensor alone: a list
     param = torch.nn.Parameter(torch.ones(2))
     state = {"step": 3, "t": torch.ones(2), "nested": [(torch.zeros(1), 1.5)], "p": param}
     out = xm.send_cpu_data_to_device(state, "xla:0")
-    assert out["step"] == 3 and out["t"].device == lx.device() and out["nested"][0][0].device == lx.device()
+    assert out["step"] == 3 and out["t"].device == out["nested"][0][0].device == torch_xla.device()
     assert isinstance(out["nested"][0], tuple) and out["nested"][0][1] == 1.5
     assert out["p"] is param
     assert_close(out["t"], torch.ones(2))
@@ -342,7 +342,7 @@ def test_mp_model_wrapper_moves_the_model(torch_xla):
     import torch_xla.distributed.xla_multiprocessing as xmp
     model = torch.nn.Linear(2, 2)
     wrapped = xmp.MpModelWrapper(model)
-    assert wrapped.to(torch_xla.device()) is model and model.weight.device == lx.device()
+    assert wrapped.to(torch_xla.device()) is model and model.weight.device == torch_xla.device()
 
 
 # -- test_utils --------------------------------------------------------------------------

@@ -231,7 +231,7 @@ def test_upstream_use_bf16_is_read_at_the_first_tensor_and_kept(torch_xla, monke
     lines = _device_line(torch_xla, torch.double, torch.floor_divide)
     assert lines[0] == "IR {" and lines[-2:] == ["}", ""]
     assert lines[1] == "  %0 = bf16[2]{0} xla::device_data(), xla_shape=bf16[2]{0}, device=CPU:0"
-    assert lines[3].startswith("  %2 = bf16[2]{0} aten::div(%0, %1), xla_shape=bf16[2]{0}") \
+    assert lines[3].startswith("  %2 = bf16[2]{0} aten::div(%1, %0), xla_shape=bf16[2]{0}") \
         and lines[3].endswith("ROOT=0")
     monkeypatch.delenv("XLA_USE_BF16")                 # read once: still bf16, as upstream
     x = torch.tensor([1.0, 2.0], device="xla")

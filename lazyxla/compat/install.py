@@ -52,6 +52,8 @@ MODULES = PACKAGES | frozenset((
     "torch_xla.experimental.distributed_checkpoint.manager",
     "torch_xla.experimental.spmd_fully_sharded_data_parallel",
     "torch_xla.distributed.fsdp.wrap", "torch_xla.distributed.fsdp.utils",
+    "torch_xla.debug.profiler", "torch_xla.debug.model_comparator", "torch_xla.distributed.data_parallel",
+    "torch_xla.utils.serialization", "torch_xla.utils.dlpack", "torch_xla.core.functions",
 ))
 
 
@@ -146,6 +148,7 @@ def install(force: bool = False) -> None:
     if names is not None:   # installed again: importing torch_xla will not run its code
         names.enable()
         sys.modules[_ALIAS + "._dtype_env"].install()
+        sys.modules[_ALIAS + "._patched_functions"].install()
         import lazyxla
         lazyxla.metrics.set_op_records(True)
 
@@ -160,6 +163,7 @@ def uninstall() -> None:
     if names is not None:
         names.disable()   # "xla" device names stop meaning lazyxla's
         sys.modules[_ALIAS + "._dtype_env"].uninstall()   # and XLA_USE_BF16 & co. stop applying
+        sys.modules[_ALIAS + "._patched_functions"].uninstall()   # torch's clip_grad_norm_ back
         import lazyxla
         lazyxla.metrics.set_op_records(False)
     for name in [n for n in sys.modules if n == "torch_xla" or n.startswith("torch_xla.")]:

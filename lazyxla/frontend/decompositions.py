@@ -11,6 +11,9 @@ PyTorch's table). Each exists because PyTorch's own route would go wrong here:
   own kernel copies them to the CPU) and the int-list overloads (lower/ctc.py) do the work.
 * linalg_lstsq, _linalg_check_errors: through the SVD and a host read of LAPACK's info.
 * native_batch_norm: its schema hides the update of the running statistics.
+* _embedding_bag_backward: the dense backward also for `sparse=True` (lazyxla has no
+  sparse tensors; eager's sparse route would hand the device a sparse CPU gradient), as
+  PyTorch/XLA does: the gradient is the dense form of eager's sparse one.
 * F.linear_cross_entropy's chunked custom ops: Python over ATen ops, run on lazy tensors
   rather than on the host.
 """
@@ -144,6 +147,22 @@ def _bn_decomp(x, weight, bias, running_mean, running_var, training, momentum, e
     running_mean.copy_(new_mean)
     running_var.copy_(new_var)
     return out, mean, invstd
+
+
+@register_decomposition(aten._embedding_bag_backward.default)
+def _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
+                            scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx=-1):
+    if indices.dtype != offsets.dtype:   # eager's promoteIndicesAndOffsets
+        indices, offsets = indices.long(), offsets.long()
+    if indices.numel() and not offset2bag.numel():
+        # eager's fast sum path leaves offset2bag empty; its backward rebuilds it
+        # (make_offset2bag): index i belongs to the last bag whose offset is <= i
+        starts = torch.zeros(indices.shape[0] + 1, dtype=offsets.dtype, device=offsets.device)
+        starts = starts.index_add(0, offsets, torch.ones_like(offsets))
+        offset2bag = (starts.cumsum(0) - 1)[:indices.shape[0]].to(offsets.dtype)
+    return aten._embedding_bag_dense_backward.default(grad, indices, offset2bag, bag_size, maximum_indices,
+                                                      num_weights, scale_grad_by_freq, mode, per_sample_weights,
+                                                      padding_idx)
 
 
 def _register_chunked_linear_cross_entropy() -> None:

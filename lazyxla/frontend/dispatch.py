@@ -20,7 +20,9 @@ from ..ir.node import DATA, Node, intern_sig
 from ..ir.ops import facts
 from ..lower.registry import LOWERINGS
 from .device import DEVICE_TYPE
+from . import host_operands
 from .foreach import foreach_handler
+from .host_operands import HostOperand
 from .opinfo import OpInfo, functional_variant, is_inplace, is_out
 from .sync_hooks import cut_graphs, eager_run
 from .tensor import LazyTensor, copy_bits
@@ -72,9 +74,15 @@ def dispatch(func, args, kwargs):
     budget[0] += 1
     if budget[0] > GRAPH_OP_LIMIT:
         cut_graphs()
-    if _per_op[0]:
-        return _per_op_dispatch(func, info, args, kwargs)
-    return info.handler(func, info, args, kwargs)
+    try:
+        if _per_op[0]:
+            return _per_op_dispatch(func, info, args, kwargs)
+        return info.handler(func, info, args, kwargs)
+    except HostOperand:   # a CPU operand with lx.set_host_operands(True): upload it, run again
+        args, kwargs = host_operands.uploaded(info, args, kwargs)
+        if _per_op[0]:
+            return _per_op_dispatch(func, info, args, kwargs)
+        return info.handler(func, info, args, kwargs)
 
 
 def _per_op_dispatch(func, info, args, kwargs):

@@ -15,11 +15,13 @@ import math
 
 import torch
 
+from ..errors import IndexRangeError
 from .._jax import TORCH_TO_JAX, device_memory_bytes, jax_devices, jax_dtype
 from ..ir.bounded import BoundedTable
 from ..ir.node import DATA, Node, getitem_node, intern_sig, scalar_node
 from ..ir.ops import facts, register_fact
 from ..runtime.device_data import donated_error
+from . import host_operands
 from .device import DEVICE_TYPE
 from .tensor import LazyTensor
 from .storage import Storage
@@ -93,9 +95,12 @@ def _host_scalar_tensor(t: torch.Tensor, parts: list, inputs: list) -> Node:
                 f"lazyxla: internal error: a {type(t).__name__} on the lazyxla device reached "
                 "lazy tracing (torch.compile's fake tensors are handled by fake mode); please "
                 "report it with the traceback.")
+        if host_operands._enabled[0] and t.is_cpu:
+            raise host_operands.HostOperand()   # dispatch uploads it and runs the op again
         raise DeviceMismatchError(
             f"lazyxla: expected all tensors to be on the lazyxla device, but got a {t.device} tensor "
-            f"of shape {list(t.shape)}. Move it first with t.to(lx.device()).")
+            f"of shape {list(t.shape)}. Move it first with t.to(lx.device()), or take CPU tensors "
+            "as operands with lx.set_host_operands(True).")
     node = scalar_node(t.item(), t.dtype)
     parts.append(("host0", t.dtype))
     inputs.append(node)
@@ -209,10 +214,15 @@ def infer(func, args, kwargs):
     """Run `func` on meta tensors: (output spec or tuple of specs, multi); raises eager's errors."""
     margs = _to_meta(args)
     mkwargs = {k: _to_meta(v) for k, v in kwargs.items()} if kwargs else {}
-    out = _NO_META_KERNEL.get(func, func)(*margs, **mkwargs)
-    check = _EAGER_CHECKS.get(func)
-    if check is not None:
-        check(*margs, **mkwargs)
+    try:
+        check = _EAGER_CHECKS.get(func)
+        if check is not None:   # first, as eager checks its arguments before it computes
+            check(*margs, **mkwargs)
+        out = _NO_META_KERNEL.get(func, func)(*margs, **mkwargs)
+    except IndexError as e:
+        if isinstance(e, IndexRangeError):
+            raise
+        raise IndexRangeError(*e.args) from e   # eager's IndexError; a RuntimeError as well (errors.py)
     # Once per cache key: an output dtype the device cannot hold (complex) fails here,
     # at the call, not at the next sync.
     for o in (out if isinstance(out, (tuple, list)) else (out,)):
@@ -235,9 +245,57 @@ def _int_pow_check(x, exponent):
 
 
 def _kthvalue_check(x, k, dim=-1, keepdim=False):
+    if not -max(x.dim(), 1) <= dim < max(x.dim(), 1):
+        return   # the meta kernel raises eager's error
     size = x.shape[dim] if x.dim() else 1
     if not 1 <= k <= size:
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {dim % max(x.dim(), 1)}")
+
+
+def _extremum_check(name: str):
+    """Eager's check of max/min over a dimension of size 0 (no identity to return)."""
+    def check(x, dim=None, keepdim=False):
+        if x.numel():
+            return
+        if dim is None:
+            raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                               "Specify the reduction dim with the 'dim' argument.")
+        if x.dim() and x.shape[dim] == 0:
+            raise IndexRangeError(f"{name}(): Expected reduction dim {dim % x.dim()} to have non-zero size.")
+    return check
+
+
+def _arange_check(*args, **kwargs):
+    """Eager's first check of arange's bounds (before their order against the step's sign)."""
+    bounds = [0, *args[:1]] if len(args) == 1 else list(args[:2])
+    if all(isinstance(b, (int, float)) for b in bounds) and not all(math.isfinite(b) for b in bounds):
+        raise RuntimeError(f"unsupported range: {bounds[0]} -> {bounds[1]}")
+
+
+def _type_name(dtype: torch.dtype) -> str:
+    """ATen's name of a dtype in messages: "Float", "Long", "Byte"."""
+    return torch.empty(0, dtype=dtype, device=_META).type().rsplit(".", 1)[-1].removesuffix("Tensor")
+
+
+def _nll_loss_check(x, target, *args, **kwargs):
+    # eager's CPU kernel; torch's meta kernel fails later, in gather, with another message
+    if target.dtype not in (torch.int64, torch.uint8):
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_type_name(target.dtype)}")
+
+
+def _nll_loss2d_check(x, target, *args, **kwargs):
+    if target.dtype != torch.int64:
+        raise RuntimeError(f"expected scalar type Long but found {_type_name(target.dtype)}")
+
+
+def _nll_loss_meta(x, target, *args, **kwargs):
+    # torch's meta kernel (its decomposition) gathers by the target, which refuses the
+    # uint8 targets eager's kernel takes
+    return torch.ops.aten.nll_loss_forward.default(x, target.long(), *args, **kwargs)
+
+
+def _nll_loss_backward_meta(grad, x, target, *args, **kwargs):
+    return torch.ops.aten.nll_loss_backward.default(grad, x, target.long(), *args, **kwargs)
 
 
 def _geqrf_meta(a):
@@ -256,11 +314,19 @@ def _like_input_meta(grad, x, *args, **kwargs):
 # fractional_max_pool2d_backward has one, the 3-d op not).
 for _op, _fn in ((torch.ops.aten.geqrf.default, _geqrf_meta),
                  (torch.ops.aten._ctc_loss_backward.default, _like_input_meta),
-                 (torch.ops.aten.fractional_max_pool3d_backward.default, _like_input_meta)):
+                 (torch.ops.aten.fractional_max_pool3d_backward.default, _like_input_meta),
+                 (torch.ops.aten.nll_loss_forward.default, _nll_loss_meta),
+                 (torch.ops.aten.nll_loss_backward.default, _nll_loss_backward_meta)):
     register_fact(_op, "meta", _fn)
 # Eager's argument errors that meta kernels lack (they would become wrong values here).
 for _op, _fn in ((torch.ops.aten.pow.Tensor_Scalar, _int_pow_check), (torch.ops.aten.pow_.Scalar, _int_pow_check),
-                 (torch.ops.aten.kthvalue.default, _kthvalue_check)):
+                 (torch.ops.aten.kthvalue.default, _kthvalue_check),
+                 (torch.ops.aten.max.dim, _extremum_check("max")), (torch.ops.aten.max.default, _extremum_check("max")),
+                 (torch.ops.aten.min.dim, _extremum_check("min")), (torch.ops.aten.min.default, _extremum_check("min")),
+                 (torch.ops.aten.arange.default, _arange_check), (torch.ops.aten.arange.start, _arange_check),
+                 (torch.ops.aten.arange.start_step, _arange_check),
+                 (torch.ops.aten.nll_loss_forward.default, _nll_loss_check),
+                 (torch.ops.aten.nll_loss2d_forward.default, _nll_loss2d_check)):
     register_fact(_op, "eager_check", _fn)
 del _op, _fn
 _NO_META_KERNEL = facts("meta")

@@ -19,6 +19,36 @@ def digamma(x):
     return jnp.where(x == 0, -jnp.copysign(jnp.inf, x), lax.digamma(x))
 
 
+def sign(x):
+    """torch.sign: eager's (0 < x) - (x < 0), so nan gives 0 (jnp.sign gives nan)."""
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return jnp.sign(x)
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+
+
+def sgn(x):
+    """torch.sgn: sign for real x; for complex, what eager's CPU kernels compute: 0 where
+    |z| == 0, else z scaled by s = 1/|z|. complex128 multiplies both parts by s
+    (3+4j -> 0.6000000000000001+0.8j; other finite values within an ulp of eager's, whose
+    own result for an infinite part differs between its vector loop and scalar tail).
+    complex64 divides by |z| + 0j as its vectorized complex division does (both operands
+    scaled by s, then (a c + b d, b c - a d) / (c^2 + d^2)), so an infinite part gives
+    nan+nanj. Plain z / |z| differs from both in these cases."""
+    if not jnp.iscomplexobj(x):
+        return sign(x)
+    re, im = jnp.real(x), jnp.imag(x)
+    mag = jnp.abs(x)
+    scale = 1 / mag
+    a, b = re * scale, im * scale
+    if x.dtype == jnp.complex128:
+        out = lax.complex(a, b)
+    else:
+        c, d = mag * scale, jnp.zeros_like(mag) * scale
+        den = c * c + d * d
+        out = lax.complex((a * c + b * d) / den, (b * c - a * d) / den)
+    return jnp.where(mag == 0, jnp.zeros((), x.dtype), out)
+
+
 def _unary(fn):
     fast = _LAX_UNARY.get(fn)
 
@@ -57,7 +87,7 @@ _UNARY = {
     aten.erf.default: lax.erf, aten.erfinv.default: lax.erf_inv, aten.log1p.default: jnp.log1p,
     aten.expm1.default: jnp.expm1, aten.reciprocal.default: jnp.reciprocal,
     aten.floor.default: jnp.floor, aten.ceil.default: jnp.ceil, aten.round.default: jnp.round,
-    aten.trunc.default: jnp.trunc, aten.sign.default: jnp.sign, aten.sgn.default: jnp.sign,
+    aten.trunc.default: jnp.trunc, aten.sign.default: sign, aten.sgn.default: sgn,
     aten.log2.default: jnp.log2, aten.log10.default: jnp.log10, aten.exp2.default: jnp.exp2,
     aten.asin.default: jnp.arcsin, aten.acos.default: jnp.arccos, aten.atan.default: jnp.arctan,
     aten.sinh.default: jnp.sinh, aten.cosh.default: jnp.cosh, aten.asinh.default: jnp.arcsinh,

@@ -8,7 +8,8 @@ decomposition (frontend/indexing.py) reads the mask on the host once and the
 gather stays on the device. `x[mask] = v` keeps its shape and needs no host
 trip: a running count over the mask picks the value for each selected position.
 Sums (scatter_add, index_add, index_put with accumulate) add in float32 for
-float16/bfloat16 and cast back once.
+float16/bfloat16 and cast back once; bool sums add in int32 and cast back, which is
+eager's logical or (a product is its and).
 """
 from __future__ import annotations
 
@@ -40,6 +41,13 @@ def _prefix(x, shape):
     if tuple(x.shape) == tuple(shape):
         return x
     return lax.slice(x, (0,) * x.ndim, tuple(shape))
+
+
+def _accumulator(dt):
+    """The dtype a scatter or index sum computes in (module docstring)."""
+    if dt == jnp.bool_:
+        return jnp.int32
+    return opmath(dt) if jnp.issubdtype(dt, jnp.floating) else dt
 
 
 # -- gather / scatter ------------------------------------------------------------
@@ -87,7 +95,7 @@ def _scatter(x, dim, index, src, reduce=None, include_self=True):
     out_dt = x.dtype
     if reduce is None:
         return x.at[idx].set(src.astype(out_dt)).reshape(()) if scalar else x.at[idx].set(src.astype(out_dt))
-    acc = opmath(out_dt) if jnp.issubdtype(out_dt, jnp.floating) else out_dt
+    acc = _accumulator(out_dt)
     xa, sa = x.astype(acc), src.astype(acc)
     if not include_self:
         ident = (_extreme(acc, reduce == "amax") if reduce in ("amax", "amin") else _IDENTITY[reduce])
@@ -157,7 +165,7 @@ def _index_write(x, dim, index, source, mode, alpha=None):
     if source.ndim and source.ndim != x.ndim:  # 0-d source/index pairs on >0-d x
         source = jnp.expand_dims(source, dim) if source.ndim + 1 == x.ndim else source.reshape(-1)
     if mode == "add":
-        acc = opmath(x.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x.dtype
+        acc = _accumulator(x.dtype)
         src = source.astype(acc)
         if alpha is not None:
             src = src * jnp.asarray(alpha).astype(acc)
@@ -202,7 +210,7 @@ def _unsafe_index_put(ctx, x, indices, values, accumulate=False):
         return _mask_put(x, indices, values, accumulate)
     idx = _jnp_index(x, indices)
     if accumulate:
-        acc = opmath(x.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x.dtype
+        acc = _accumulator(x.dtype)
         return x.astype(acc).at[idx].add(values.astype(acc)).astype(x.dtype)
     return x.at[idx].set(values.astype(x.dtype))
 
@@ -222,7 +230,7 @@ def _mask_put(x, indices, values, accumulate):
     picked = jnp.take(v, pos, axis=p).reshape(lead + mask.shape + rest)
     m = mask.reshape((1,) * p + mask.shape + (1,) * len(rest))
     if accumulate:
-        acc = opmath(x.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x.dtype
+        acc = _accumulator(x.dtype)
         return (x.astype(acc) + jnp.where(m, picked.astype(acc), jnp.zeros((), acc))).astype(x.dtype)
     return jnp.where(m, picked, x)
 

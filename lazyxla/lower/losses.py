@@ -28,7 +28,11 @@ def _reduce(loss, reduction):
 # -- nll_loss --------------------------------------------------------------------------
 
 def _nll_parts(x, target, weight, ignore_index, acc):
-    """(one-hot of the target class along the class dim, per-element weight)."""
+    """(one-hot of the target class along the class dim, per-element weight). A uint8
+    target (eager's nll_loss takes Byte) is compared as int32: class counts above 255
+    and a negative ignore_index stay exact."""
+    if target.dtype == jnp.uint8:
+        target = target.astype(jnp.int32)
     cdim = 0 if x.ndim == 1 else 1
     nclass = x.shape[cdim]
     t = jnp.expand_dims(target, cdim)

@@ -36,9 +36,10 @@ _CPU = torch.device("cpu")
 
 
 def numel(node: Node) -> int:
-    """Elements of all of `node`'s outputs."""
+    """Elements of all of `node`'s outputs (an output a backward op was asked not to
+    compute, its output_mask False, has no shape and counts none)."""
     shapes = node.shape if node.nout else (node.shape,)
-    return sum(math.prod(s) for s in shapes)
+    return sum(math.prod(s) for s in shapes if s is not None)
 
 
 # Ops whose values are unspecified: eager's garbage and the device's zeros both honour
@@ -139,7 +140,8 @@ def _matches(node: Node, value: Any) -> bool:
         return True
     if node.nout:
         return (isinstance(value, (tuple, list)) and len(value) == node.nout
-                and all(isinstance(v, torch.Tensor) and tuple(v.shape) == tuple(s) and v.dtype == d
+                and all(v is None if s is None else
+                        (isinstance(v, torch.Tensor) and tuple(v.shape) == tuple(s) and v.dtype == d)
                         for v, s, d in zip(value, node.shape, node.dtype)))
     return (isinstance(value, torch.Tensor) and tuple(value.shape) == tuple(node.shape)
             and value.dtype == node.dtype)

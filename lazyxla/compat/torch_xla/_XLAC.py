@@ -13,7 +13,7 @@ import torch
 
 import lazyxla as lx
 
-from ..unsupported import unsupported_names
+from ..unsupported import refuse, unsupported_names
 
 
 def _check_device(device: str) -> None:
@@ -54,14 +54,52 @@ def _is_placecholder(tensor: torch.Tensor) -> bool:   # (sic) upstream's spellin
 
 
 def _get_xla_tensor_debug_info(tensor: torch.Tensor) -> str:
-    """Upstream's multi-line dump; lazyxla's fields (lx.debug.tensor_info), with
-    upstream's `Data Handle: <id>|None|Deleted` line."""
+    """Upstream's multi-line dump with lazyxla's fields (lx.debug.tensor_info and the
+    tensor's IR node, lx.debug.ir_nodes): `XLA Shape: f32[5]` (the device shape),
+    `IR: <op>, xla_shape=...` for pending computation or `IR: None`, `XLAData: None`
+    or the buffer's `Data Shape`, and upstream's `Data Handle: <id>|None|Deleted`
+    line. A tensor that is not lazyxla's: `Not a XLATensor`, as upstream."""
+    if not _is_lazyxla(tensor):
+        return "Not a XLATensor\n"
     info = lx.debug.tensor_info(tensor)
-    handle = {"donated": "Deleted", "pending": "None"}.get(info["state"], str(info.get("buffer_id")))
-    lines = [f"XLATensor {{", f"TensorID: {info['tensor_id']}", f"Device: {tensor.device}",
-             f"XLA Shape: {info['dtype']}{list(info['shape'])}", f"State: {info['state']}",
+    handle = {"donated": "Deleted", "pending": "None"}.get(info["base_state"], str(info.get("buffer_id")))
+    device = _device_name(tensor.device.index or 0)
+    if info["base_state"] == "donated":   # no IR left to show: the buffer is gone
+        shape = _xla_shape(info["shape"], info["dtype"])
+        ir, data = "None", "XLAData: None"
+    else:
+        node = lx.debug.ir_nodes([tensor])[-1]
+        shape = _xla_shape(node.shape, node.device_dtype)
+        holds_data = node.op == "lazyxla::data" and info["base_state"] == "device data"
+        ir = "None" if holds_data else f"{_ir_op(node)}, xla_shape={shape}"
+        data = f"XLAData: \n  Data Device: {device}\n  Data Shape: {shape}" if holds_data else "XLAData: None"
+    lines = ["XLATensor {", f"TensorID: {info['tensor_id']}", f"Device: {device}",
+             f"XLA Shape: {shape}", f"IR: {ir}", data, f"State: {info['state']}",
              f"ShouldDonate: {info['donate']}", f"Data Handle: {handle}", "}"]
     return "\n".join(lines) + "\n"
+
+
+def _is_lazyxla(tensor: object) -> bool:
+    return isinstance(tensor, lx.LazyTensor)
+
+
+def _device_name(index: int) -> str:
+    from .runtime import device_type
+    return f"{device_type()}:{index}"
+
+
+def _get_xla_tensor_shape_type(tensor: torch.Tensor) -> str:
+    """The element type of the tensor's device shape ("f16", "bf16", "s64"): its
+    storage dtype (lx.set_storage_dtypes) as XLA names it."""
+    node = lx.debug.ir_nodes([tensor])[-1]
+    return _SHORT_TYPES.get(node.device_dtype, str(node.device_dtype))
+
+
+def _get_xla_tensor_dimension_size(tensor: torch.Tensor, dim: int) -> torch.Tensor:
+    """The size of `dim` as an int32 device scalar. Upstream's bounded dynamic shapes
+    make it a graph value; lazyxla's data-dependent shapes (nonzero, masked_select) are
+    read on the host when the op runs, so the size is known here."""
+    return torch.tensor(tensor.shape[dim], dtype=torch.int32, device=tensor.device)
 
 
 # -- sync (SPEC §1.1) ---------------------------------------------------------------
@@ -132,6 +170,70 @@ def _xla_metrics_report() -> str:
     return metrics_report()
 
 
+# -- runtime --------------------------------------------------------------------------
+
+_BACKEND_REGISTERED: List[bool] = []
+
+
+def _init_xla_lazy_backend() -> None:
+    """lazyxla registers its device and kernels once, on `import lazyxla`; as upstream,
+    the counter `RegisterXLAFunctions` reads 1 however often this is called."""
+    lx.device()
+    if not _BACKEND_REGISTERED:
+        _BACKEND_REGISTERED.append(True)
+        _xla_increment_counter("RegisterXLAFunctions")
+
+
+def _xla_real_devices(devices: Optional[Sequence[str]] = None) -> List[str]:
+    """The runtime names ("CPU:0") of `devices` (default: all), as xm.xla_real_devices."""
+    from .core.xla_model import xla_real_devices
+    return xla_real_devices(list(devices) if devices is not None else None)
+
+
+def _xla_tensors_from_aten(tensors: Sequence[torch.Tensor], devices: Sequence[str]) -> List[torch.Tensor]:
+    """Copies of `tensors` on `devices` (one device name per tensor)."""
+    from ._device_names import to_lazyxla
+    if len(tensors) != len(devices):
+        raise ValueError(f"_xla_tensors_from_aten: {len(tensors)} tensors but {len(devices)} devices")
+    return [t.to(to_lazyxla(d)) for t, d in zip(tensors, devices)]
+
+
+def _get_git_revs() -> dict:
+    """Versions in place of upstream's git revisions: `xla` is lazyxla's, `torch`
+    torch's git revision (its version where the build has none), `jax` JAX's."""
+    import jax
+    from .. import distribution
+    return {"xla": distribution.VERSION, "torch": torch.version.git_version or torch.__version__,
+            "jax": jax.__version__}
+
+
+def _unsafe_buffer_pointer(tensor: torch.Tensor) -> int:
+    """The address of the device buffer behind `tensor` (pending work runs first):
+    `lx.to_jax(tensor).unsafe_buffer_pointer()`. lazyxla builds without `lx.to_jax`
+    (JAX interop) refuse, naming the binding."""
+    to_jax = getattr(lx, "to_jax", None)
+    if to_jax is None:
+        refuse("torch_xla._XLAC._unsafe_buffer_pointer", "It needs lx.to_jax, which this lazyxla lacks")
+    return to_jax(tensor).unsafe_buffer_pointer()
+
+
+def _get_executed_fallback_ops() -> List[str]:
+    """`torch_xla.debug.metrics.executed_fallback_ops()`."""
+    from .debug.metrics import executed_fallback_ops
+    return executed_fallback_ops()
+
+
+# -- precision -------------------------------------------------------------------------
+
+def _xla_set_mat_mul_precision(precision: str) -> None:
+    """`torch_xla.backends.set_mat_mul_precision`'s binding: lx.set_matmul_precision."""
+    lx.set_matmul_precision(precision)
+
+
+def _xla_get_mat_mul_precision() -> str:
+    return lx.matmul_precision()
+
+
 # -- ops -------------------------------------------------------------------------------
 
 def _xla_dot_general(lhs: torch.Tensor, rhs: torch.Tensor, dim_vectors,
@@ -176,41 +278,89 @@ def _get_xla_tensors_hlo(tensors: Sequence[torch.Tensor]) -> str:
 
 
 def _get_xla_tensors_text(tensors: Sequence[torch.Tensor]) -> str:
-    """Upstream's IR text of `tensors` (one line per node, operands first, from
-    lx.debug.ir_nodes): `IR {`, then `%i = <device shape> <op>(%operands), xla_shape=...`
-    with `device=` on device data, `value=` on scalars and `ROOT=k` on the value of
-    `tensors[k]`, then `}`. Shapes carry the device dtype (bf16 for float32 under
-    XLA_USE_BF16) and upstream's layout ({1,0}); ops are named `aten::<op>`, buffers
-    `xla::device_data`, lifted scalars `prim::Constant`; an output `j` of a
-    multi-output node is the operand `%i.j`."""
+    """Upstream's IR text of `tensors` (one line per node, from lx.debug.ir_nodes):
+    `IR {`, then `%i = <device shape> <op>(%operands), xla_shape=...` with `device=` on
+    device data, `value=` on scalars and `ROOT=k` on the value of `tensors[k]`, then `}`.
+    Nodes come in upstream's post order (an op's last operand is emitted first), an op's
+    compile-time Scalar arguments (`pow`'s static exponent) are `prim::Constant` operands
+    after its tensors, as upstream's, and lifted scalars are `prim::Constant` too.
+    Shapes carry the device dtype (bf16 for float32 under XLA_USE_BF16) and upstream's
+    layout ({1,0}); ops are named `aten::<op>`, buffers `xla::device_data`; an output `j`
+    of a multi-output node is the operand `%i.j`."""
     from .runtime import device_type
     nodes = lx.debug.ir_nodes(list(tensors))
-    names: List[str] = []
+    names: dict = {}     # node index or (index, constant name) -> "%k" / "%k.j"
     lines = ["IR {"]
-    last: dict = {}   # line of the multi-output node an item reads, for its ROOT tags
-    for node in nodes:
+    line_of: dict = {}   # node index -> its line (ROOT tags of the items it owns go there)
+
+    def children(key) -> list:
+        if not isinstance(key, int):
+            return []
+        node = nodes[key]
+        return [*node.operands, *((key, name) for name, _ in node.constants)]
+
+    def emit(key) -> None:
+        if not isinstance(key, int):   # a compile-time Scalar argument of node key[0]
+            names[key] = f"%{len(lines) - 1}"
+            value = dict(nodes[key[0]].constants)[key[1]]
+            shape = _xla_shape((), _scalar_dtype(value, nodes[key[0]]))
+            lines.append(f"  {names[key]} = {shape} prim::Constant(), xla_shape={shape}, value={value}")
+            return
+        node = nodes[key]
         if node.op == "lazyxla::getitem":
             owner = node.operands[0]
-            names.append(f"{names[owner]}.{node.value}")
+            names[key] = f"{names[owner]}.{node.value}"
             for root in node.roots:
-                lines[last[owner]] += f", ROOT={root}"
-            continue
-        name = f"%{len(lines) - 1}"
-        names.append(name)
+                lines[line_of[owner]] += f", ROOT={root}"
+            return
+        names[key] = f"%{len(lines) - 1}"
         shape = _xla_shape(node.shape, node.device_dtype)
         tags = [f"xla_shape={shape}"]
         if node.op == "lazyxla::data":
-            op = "xla::device_data"
             tags.append(f"device={device_type()}:{node.device}")
         elif node.op == "lazyxla::scalar":
-            op = "prim::Constant"
             tags.append(f"value={node.value}")
-        else:
-            op = node.op.split(".", 1)[0]
         tags += [f"ROOT={root}" for root in node.roots]
-        last[len(names) - 1] = len(lines)
-        lines.append(f"  {name} = {shape} {op}({', '.join(names[i] for i in node.operands)}), {', '.join(tags)}")
+        operands = ", ".join(names[c] for c in children(key))
+        line_of[key] = len(lines)
+        lines.append(f"  {names[key]} = {shape} {_ir_op(node)}({operands}), {', '.join(tags)}")
+
+    # torch's lazy ComputePostOrder: a stack of nodes whose operands are pushed in order,
+    # so the last operand is emitted first; each root in the order of `tensors`
+    roots = sorted((root, i) for i, node in enumerate(nodes) for root in node.roots)
+    state: dict = {}
+    for _, root in roots:
+        stack = [root]
+        while stack:
+            key = stack[-1]
+            if key not in state:
+                state[key] = "emitting"
+                stack.extend(c for c in children(key) if c not in state)
+            else:
+                stack.pop()
+                if state[key] == "emitting":
+                    state[key] = "emitted"
+                    emit(key)
     return "\n".join(lines + ["}", ""])
+
+
+def _scalar_dtype(value, node) -> torch.dtype:
+    """The type upstream gives a Scalar constant: the op's floating type for a float,
+    else the value's own type."""
+    if isinstance(value, bool):
+        return torch.bool
+    if isinstance(value, int):
+        return torch.int64
+    if isinstance(value, complex):
+        return torch.complex64
+    return node.device_dtype if isinstance(node.device_dtype, torch.dtype) and node.device_dtype.is_floating_point \
+        else torch.float64
+
+
+def _ir_op(node) -> str:
+    """Upstream's name of an IR node's op: `aten::add` for lazyxla's `aten::add.Tensor`."""
+    return {"lazyxla::data": "xla::device_data", "lazyxla::scalar": "prim::Constant"}.get(
+        node.op, node.op.split(".", 1)[0])
 
 
 _SHORT_TYPES = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16", torch.float16: "f16",

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import sys
 from typing import Callable, Iterator, List, Optional
 
 import torch
@@ -14,7 +15,7 @@ from lazyxla import config
 from ..distribution import VERSION
 from ..unsupported import refuse, unsupported_names
 from . import _XLAC, backends, runtime  # noqa: F401  (upstream's `torch_xla._XLAC`, `.backends`, `.runtime`)
-from . import _closures, _device_names, _dtype_env, _preemption  # noqa: F401
+from . import _closures, _device_names, _dtype_env, _patched_functions, _preemption  # noqa: F401
 from ._device_names import lazyxla_device, to_upstream
 
 __version__ = VERSION   # the version importlib.metadata reports (distribution.py)
@@ -30,6 +31,8 @@ _dtype_env.install()
 
 # "xla" devices name lazyxla's wherever torch takes a device (_device_names.py).
 _device_names.enable()
+# torch functions upstream replaces on import (clip_grad_norm_ of no gradients).
+_patched_functions.install()
 # Upstream counts every traced op (`xla::<op>`) and times its tracing (`LazyTracing`).
 lx.metrics.set_op_records(True)
 
@@ -58,8 +61,12 @@ def real_devices() -> List[str]:
 
 def sync(wait: bool = False, reset_scope: bool = True) -> None:
     """Step barrier, `lx.sync`; `XLA_SYNC_WAIT` overrides `wait` when set, as upstream.
-    Then runs the step closures (xm.add_step_closure). `reset_scope` has no lazyxla
-    counterpart (IR scopes are a debugging aid of upstream's IR)."""
+    Then runs the step closures (xm.add_step_closure). Inside a profiler `Trace`
+    (torch_xla.debug.profiler) it raises RuntimeError, as upstream. `reset_scope` has
+    no lazyxla counterpart (IR scopes are a debugging aid of upstream's IR)."""
+    profiler = sys.modules.get(__name__ + ".debug.profiler")
+    if profiler is not None:
+        profiler.check_no_open_scope()
     env = os.environ.get("XLA_SYNC_WAIT")
     if env is not None:
         wait = env.strip().lower() not in ("", "0", "false", "no", "off")

@@ -14,6 +14,7 @@ import lazyxla as lx
 from ... import torch_xla
 from ...unsupported import refuse, unsupported_names
 from .. import _closures, _collectives, runtime as xr
+from ..utils import utils as xu
 from ..utils.utils import getenv_as
 from .._device_names import to_lazyxla
 
@@ -27,7 +28,7 @@ def xla_device(n: Optional[int] = None, devkind: Optional[str] = None) -> torch.
 
 
 def is_xla_tensor(tensor: torch.Tensor) -> bool:
-    return isinstance(tensor, torch.Tensor) and tensor.device.type == lx.device().type
+    return isinstance(tensor, torch.Tensor) and tensor.device.type in ("xla", lx.device().type)   # "xla" under the layer
 
 
 def get_xla_supported_devices(devkind: Optional[str] = None, max_devices: Optional[int] = None) -> List[str]:
@@ -248,8 +249,28 @@ def send_cpu_data_to_device(datas: Any, device: Union[str, torch.device], input_
     device = to_lazyxla(device)
     if type(datas) is torch.Tensor:
         datas = [datas]
+    if isinstance(datas, xu.DataWrapper):   # rebuilt from its tensors' device copies
+        return datas.from_tensors(send_cpu_data_to_device(list(datas.get_tensors()), device))
     return lx.utils.map_tensors(datas, lambda t: type(t) is torch.Tensor and t.device.type == "cpu",
                                 lambda t: t.to(device))
+
+
+class ToXlaTensorArena:
+    """Moves the tensors of nested data in one call: `transform(inputs)` collects each
+    `x` with `select_fn(x)` (xu.for_each_instance), converts them all with
+    `convert_fn(list)` and returns `inputs` rebuilt around the converted ones
+    (xu.for_each_instance_rewrite: tuples become lists, as upstream)."""
+
+    def __init__(self, convert_fn: Callable[[List[torch.Tensor]], List[torch.Tensor]],
+                 select_fn: Callable[[torch.Tensor], bool]) -> None:
+        self._convert_fn = convert_fn
+        self._select_fn = select_fn
+
+    def transform(self, inputs: Any) -> Any:
+        found: List[torch.Tensor] = []
+        xu.for_each_instance(inputs, self._select_fn, found.append)
+        converted = iter(self._convert_fn(found) if found else [])
+        return xu.for_each_instance_rewrite(inputs, self._select_fn, lambda _: next(converted))
 
 
 class RateTracker:

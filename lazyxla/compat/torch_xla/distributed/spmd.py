@@ -9,5 +9,6 @@ from lazyxla.spmd import (Mesh, ShardingSpec, clear_sharding, get_1d_mesh, get_g
                           mark_sharding, set_global_mesh)
 
 from ...unsupported import unsupported_names
+from ._patched_linear import xla_patched_nn_linear_forward  # noqa: F401  (einsum forward and backward)
 
 __getattr__ = unsupported_names(__name__)

@@ -1,11 +1,14 @@
 """`torch_xla.test.test_utils`: the progress lines and TensorBoard summaries of upstream's
-example and test scripts. Plain Python over `torch_xla.debug.metrics` and
-`torch_xla.runtime`; upstream's multiprocess test helpers (`mp_test`) are not mapped."""
+example and test scripts, and `mp_test`, which runs a test in a child process. Plain
+Python over `torch_xla.debug.metrics` and `torch_xla.runtime`."""
 from __future__ import annotations
 
+import functools
+import multiprocessing
 import time
+import unittest
 from datetime import datetime
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from ...unsupported import unsupported_names
 from .. import runtime as xr
@@ -14,6 +17,21 @@ from ..debug import metrics as met
 
 def _device_spec(device: Any) -> str:
     return f"{device}/{xr.global_ordinal()}"
+
+
+def mp_test(func: Callable) -> Callable:
+    """Upstream's decorator: `func(*args, **kwargs)` runs in a child process
+    (`multiprocessing.Process`); a `unittest.TestCase` method asserts that the child
+    exited with status 0. Returns the child's exit code."""
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Optional[int]:
+        proc = multiprocessing.Process(target=func, args=args, kwargs=kwargs)
+        proc.start()
+        proc.join()
+        if args and isinstance(args[0], unittest.TestCase):
+            args[0].assertEqual(proc.exitcode, 0)
+        return proc.exitcode
+    return wrapper
 
 
 def now(format: str = "%H:%M:%S") -> str:

@@ -1,4 +1,5 @@
-"""`torch_xla.distributed.fsdp.utils`: `checkpoint_module`."""
+"""`torch_xla.distributed.fsdp.utils`: `checkpoint_module`, `apply_xla_patch_to_nn_linear`
+(distributed/_patched_linear.py)."""
 from __future__ import annotations
 
 import torch
@@ -6,6 +7,7 @@ import torch
 import lazyxla as lx
 
 from ....unsupported import unsupported_names
+from .._patched_linear import apply_xla_patch_to_nn_linear  # noqa: F401
 
 
 def checkpoint_module(module: torch.nn.Module) -> torch.nn.Module:
