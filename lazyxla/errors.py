@@ -7,3 +7,8 @@ class DonatedBufferError(RuntimeError):
 
 class LoweringError(RuntimeError):
     """An op could not be lowered to JAX, or the lowered graph failed to compile."""
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be saved (nothing was committed, the earlier checkpoints are
+    intact) or a committed checkpoint is damaged; the message names the file."""
