@@ -11,6 +11,8 @@ non-zero.
 """
 from __future__ import annotations
 
+import os
+import socket
 from typing import Optional
 
 import jax
@@ -48,6 +50,9 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
     if heartbeat_timeout_seconds < 1:
         raise ValueError(f"lazyxla: heartbeat_timeout_seconds must be >= 1, got {heartbeat_timeout_seconds}")
     patches.apply("jax_cpu_collectives")
+    address = coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS")
+    if address:
+        patches.apply("jax_gloo_address", local_address_towards(address))
     jax.distributed.initialize(coordinator_address, num_processes, process_id,
                                heartbeat_timeout_seconds=max(2 * heartbeat_timeout_seconds,
                                                              heartbeat_timeout_seconds + 10),
@@ -58,6 +63,22 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
         from . import liveness
         liveness.start(state.client, state.process_id, state.num_processes, state.coordinator_address,
                        heartbeat_timeout_seconds)
+
+
+def local_address_towards(coordinator_address: str) -> str:
+    """This machine's address on the route to `host:port` (no packet is sent): the address
+    gloo advertises to the other processes. `LAZYXLA_GLOO_HOSTNAME` overrides it."""
+    if os.environ.get("LAZYXLA_GLOO_HOSTNAME"):
+        return os.environ["LAZYXLA_GLOO_HOSTNAME"]
+    host, _, port = coordinator_address.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((host, int(port)))
+            return s.getsockname()[0]
+        except OSError:
+            return socket.gethostname()
 
 
 def process_index() -> int:
