@@ -7,6 +7,7 @@ address 10.77.<net>.<i+1> of its own. Everything created is removed on exit.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import socket
@@ -17,6 +18,9 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+
+
+_SERIAL = itertools.count()
 
 
 def free_port() -> int:
@@ -48,8 +52,8 @@ def _ip(*args: str) -> None:
 class Hosts:
     def __init__(self, count: int, netns: bool) -> None:
         self.count, self.netns = count, netns
-        tag = os.getpid() % 100000
-        self._net = 1 + tag % 250
+        tag = f"{os.getpid() % 10000}{next(_SERIAL) % 100}"   # unique on this machine while it runs
+        self._net = 1 + int(tag) % 250
         self._bridge = f"lxb{tag}"
         self._names = [f"lxh{tag}-{i}" for i in range(count)]
         self._made: list = []
@@ -71,6 +75,7 @@ class Hosts:
                 _ip("netns", "add", ns)
                 self._made.append(("netns", "del", ns))
                 _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+                self._made.append(("link", "del", veth))   # not always removed with the namespace
                 _ip("link", "set", veth, "master", self._bridge)
                 _ip("link", "set", veth, "up")
                 _ip("-n", ns, "addr", "add", f"{self.addresses[i]}/24", "dev", "eth0")
@@ -82,8 +87,13 @@ class Hosts:
         return self
 
     def __exit__(self, *exc) -> None:
-        while self._made:     # namespaces first (their veths go with them), the bridge last
+        while self._made:     # veths and namespaces first, the bridge last
             subprocess.run(["ip", *self._made.pop()], capture_output=True)
+
+    def cut(self, i: int) -> None:
+        """Take host `i` off the network (its link to the bridge down): a lost host that
+        sends nothing, not even a connection reset."""
+        _ip("link", "set", f"{self._bridge}v{i}", "down")
 
     def port(self) -> int:
         """A port for the coordinator: any port is free in a fresh namespace."""
@@ -97,5 +107,7 @@ class Hosts:
                        PYTHONPATH=os.pathsep.join([ROOT, os.path.join(HERE, "fault_scripts"),
                                                    os.environ.get("PYTHONPATH", "")]), **env)
         prefix = ["ip", "netns", "exec", self._names[i]] if self.netns else []
+        if self.netns:   # torch.distributed's gloo (DCP) would advertise 127.0.0.1, the host name's address
+            environ["GLOO_SOCKET_IFNAME"] = "eth0"
         with open(f"{log}.out", "w") as out, open(f"{log}.err", "w") as err:
             return subprocess.Popen(prefix + argv, env=environ, cwd=ROOT, stdout=out, stderr=err)

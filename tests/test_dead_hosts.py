@@ -17,7 +17,8 @@ import torch
 from multihost import HERE, Hosts
 
 WORKER = os.path.join(HERE, "fault_scripts", "dp_worker.py")
-HEARTBEAT = 3                       # seconds, lx.distributed.initialize(heartbeat_timeout_seconds=)
+HEARTBEAT = 10                      # seconds, lx.distributed.initialize(heartbeat_timeout_seconds=); a busy
+                                    # 2-core machine must not starve a process for that long
 DEADLINE = 3 * HEARTBEAT + 30       # the watchdog: timeout, then at most min(10 s, timeout) of grace
 
 

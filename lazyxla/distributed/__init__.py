@@ -34,9 +34,11 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
     Timeouts, in seconds:
     * `heartbeat_timeout_seconds`: when another process has sent no heartbeat for this long
       (killed, crashed, host lost), this process raises `ProcessLostError` naming it, and
-      exits with status `EXIT_STATUS` (75) at most 10 s later if still running. JAX's own
-      coordination service gets twice this (at least 10 s more) as a backstop; it aborts
-      the process (SIGABRT) if lazyxla's watchdog could not act.
+      exits with status `EXIT_STATUS` (75) at most min(10 s, the timeout) later if still
+      running. JAX's own coordination service gets twice this plus 10 s as a backstop; it
+      aborts the process (SIGABRT) if lazyxla's watchdog could not act. When the
+      coordinator (process 0) dies, JAX's client aborts the others at once (SIGABRT, "the
+      leader task was preempted/died"): that happens in C++, before lazyxla can act.
     * `initialization_timeout`: how long to wait for all processes to connect.
     * `shutdown_timeout_seconds`: how long a finished process waits for the others at exit.
     """
@@ -54,8 +56,7 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
     if address:
         patches.apply("jax_gloo_address", local_address_towards(address))
     jax.distributed.initialize(coordinator_address, num_processes, process_id,
-                               heartbeat_timeout_seconds=max(2 * heartbeat_timeout_seconds,
-                                                             heartbeat_timeout_seconds + 10),
+                               heartbeat_timeout_seconds=2 * heartbeat_timeout_seconds + 10,
                                initialization_timeout=initialization_timeout,
                                shutdown_timeout_seconds=shutdown_timeout_seconds, **kwargs)
     state = jax_distributed.global_state

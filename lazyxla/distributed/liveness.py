@@ -25,6 +25,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 from typing import Any, Optional
 
 EXIT_STATUS = 75          # EX_TEMPFAIL: a restart may succeed
@@ -53,9 +54,12 @@ class Watchdog:
         self.grace = min(10.0, self.timeout) if grace is None else grace
         now = time.monotonic()
         self._seen = {p: (None, now) for p in range(count) if p != process}   # p -> (counter, when it moved)
-        self._last_ok = now
+        self._last_ok = now                       # the end of the last round of key-value calls that worked
+        self._failing_since: Optional[float] = None   # the first failed round since then
+        self._round_started: Optional[float] = None   # a round in progress (a call may hang)
         self._stop = threading.Event()
         self.error: Optional[str] = None
+        self.in_excepthook = False     # the main thread is ending on an uncaught error: leave it be
         self._main = threading.main_thread().ident
         self._threads = [threading.Thread(target=self._beat, name="lazyxla-heartbeat", daemon=True),
                          threading.Thread(target=self._judge, name="lazyxla-liveness", daemon=True)]
@@ -74,6 +78,7 @@ class Watchdog:
         counter = 0
         while True:
             counter += 1
+            self._round_started = time.monotonic()
             try:
                 self.client.key_value_set(_KEY.format(self.process), str(counter), allow_overwrite=True)
                 for p in self._seen:
@@ -85,19 +90,25 @@ class Watchdog:
                         continue
                     if value != self._seen[p][0]:
                         self._seen[p] = (value, time.monotonic())
-                self._last_ok = time.monotonic()
+                self._last_ok, self._failing_since = time.monotonic(), None
             except Exception:   # the coordinator is unreachable: the judge decides when it is lost
-                pass
+                if self._failing_since is None:
+                    self._failing_since = time.monotonic()
+            self._round_started = None
             time.sleep(self.interval)
 
     def _judge(self) -> None:
         while not self._stop.wait(self.interval):
             now = time.monotonic()
-            lost = sorted(p for p, (_, moved) in self._seen.items() if now - moved > self.timeout)
-            if now - self._last_ok > self.timeout:
+            started, failing = self._round_started, self._failing_since
+            if (failing is not None and now - failing > self.timeout) or \
+                    (started is not None and now - started > self.timeout):
                 self._fail(f"the coordinator (process 0 at {self.coordinator}) has not answered for "
                            f"{self.timeout:g} s")
                 return
+            # judged on what this process read: a beater of its own that could not run (a busy
+            # machine) blames nobody
+            lost = sorted(p for p, (_, moved) in self._seen.items() if self._last_ok - moved > self.timeout)
             if lost:
                 names = ", ".join(str(p) for p in lost)
                 self._fail(f"process{'es' if len(lost) > 1 else ''} {names} of {self.count} sent no heartbeat "
@@ -110,16 +121,22 @@ class Watchdog:
             "is unreachable). A multi-process run cannot continue without it: restart all processes; "
             "a CheckpointManager resumes from the last committed checkpoint (latest_step()). The timeout "
             "is lx.distributed.initialize(heartbeat_timeout_seconds=...).")
-        print(self.error, file=sys.stderr, flush=True)
-        if self._main is not None:
+        print(self.error, file=_stderr(), flush=True)
+        if self._main is not None and not self.in_excepthook:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main), ctypes.py_object(ProcessLostError))
         time.sleep(self.grace)
         print(f"lazyxla: process {self.process} exits with status {EXIT_STATUS} (a lost process, above)",
-              file=sys.stderr, flush=True)
+              file=_stderr(), flush=True)
         os._exit(EXIT_STATUS)
 
 
 _WATCHDOG: Optional[Watchdog] = None
+
+
+def _stderr():
+    """The process's real stderr: torch.distributed's excepthook points `sys.stderr` at a
+    buffer while it runs the previous hook (ours), and this process may end inside it."""
+    return sys.__stderr__ or sys.stderr
 # what a collective says when its peer process went away (gloo over TCP)
 _PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Connection refused", "Gloo")
 
@@ -128,16 +145,21 @@ def _excepthook(kind, value, tb) -> None:
     """An uncaught error that a lost peer explains (a collective failed: gloo reads a reset
     connection at once, before any heartbeat is missed): print it, wait for the judge's
     verdict and exit with it, instead of JAX's abort at its shutdown barrier."""
-    _previous_hook(kind, value, tb)
     watchdog = _WATCHDOG
-    if watchdog is None or not any(s in str(value) for s in _PEER_GONE):
-        return
+    lost = isinstance(value, ProcessLostError)
+    if watchdog is None or not (lost or any(s in str(value) for s in _PEER_GONE)):
+        return _previous_hook(kind, value, tb)
+    watchdog.in_excepthook = True
+    traceback.print_exception(kind, value, tb, file=_stderr())
+    _stderr().flush()
+    if lost:
+        os._exit(EXIT_STATUS)    # JAX's shutdown barrier would wait for the lost process
     deadline = time.monotonic() + watchdog.timeout + 2 * watchdog.interval + 1
     while watchdog.error is None and time.monotonic() < deadline:
         time.sleep(watchdog.interval)
     if watchdog.error is None:
         print(f"lazyxla: process {watchdog.process}: a collective failed (above) but every process still "
-              "sends heartbeats", file=sys.stderr, flush=True)
+              "sends heartbeats", file=_stderr(), flush=True)
     os._exit(EXIT_STATUS)   # the judge prints its verdict and exits first when it has one
 
 
