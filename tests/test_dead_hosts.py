@@ -110,3 +110,24 @@ def test_restart_of_all_processes_resumes_from_the_last_commit(tmp_path):
         assert all("START 4 [2, 4]" in out for _, out, _ in resumed)
     for got, want in zip(torch.load(tmp_path / "out.pt"), torch.load(tmp_path / "ref.pt")):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=0)
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_process_saves_all_at_one_step(tmp_path):
+    """JAX's preemption sync: the notice one process gets reaches all, which save the same
+    step (the one after the largest any had reached) and stop; a restart resumes there."""
+    with Hosts(2, netns=False) as hosts:
+        (tmp_path / "a").mkdir()
+        procs = start(hosts, tmp_path / "a", tmp_path / "ckpt", 2, "--steps", "100000", "--interval", "1000000",
+                      "--preempt", "1:3")
+        ended = wait_all(procs, 240)
+        outs = [read(tmp_path / "a", i, "out") for i in range(2)]
+        assert [code for code, _ in ended] == [0, 0], read(tmp_path / "a", 0, "err")[-3000:]
+        stops = [next(ln for ln in out.splitlines() if ln.startswith("PREEMPTED ")) for out in outs]
+        assert stops[0] == stops[1]
+        step = int(stops[0].split()[1])
+        assert step > 3 and stops[0] == f"PREEMPTED {step} [{step}]"
+        (tmp_path / "b").mkdir()
+        resumed = start(hosts, tmp_path / "b", tmp_path / "ckpt", 2, "--steps", str(step + 2))
+        assert [code for code, _ in wait_all(resumed, 240)] == [0, 0]
+        assert f"START {step} [{step}]" in read(tmp_path / "b", 0, "out")

@@ -1,7 +1,8 @@
 """One process of a data-parallel run over several processes (SPMD, lx.distributed),
 checkpointing with lx.spmd.CheckpointManager and resuming from its latest commit. Prints
 `STEP <n> <loss>` after each step; process 0 saves the final parameters to --out.
-`--die P:STEP` makes process P kill itself (SIGKILL) after step STEP. Run by
+`--die P:STEP` makes process P kill itself (SIGKILL) after step STEP; `--preempt P:STEP`
+sends it SIGTERM instead, and every process saves at the step they agree on and stops. Run by
 tests/test_dead_hosts.py, on localhost or in network namespaces."""
 import argparse
 import datetime
@@ -24,6 +25,7 @@ ap.add_argument("--interval", type=int, default=2)
 ap.add_argument("--heartbeat", type=int, default=5)
 ap.add_argument("--ckpt", required=True)
 ap.add_argument("--die", default="")
+ap.add_argument("--preempt", default="", help="P:STEP: process P gets SIGTERM after step STEP")
 ap.add_argument("--out", default="")
 args = ap.parse_args()
 
@@ -37,10 +39,11 @@ mesh = lx.spmd.get_1d_mesh("data")
 dev = lx.device()
 model = make_model().to(dev)
 opt = torch.optim.AdamW(model.parameters(), lr=0.05)
-manager = lx.spmd.CheckpointManager(args.ckpt, save_interval=args.interval, save_on_preemption=False)
+manager = lx.spmd.CheckpointManager(args.ckpt, save_interval=args.interval, save_on_preemption=bool(args.preempt))
 start = manager.restore_latest({"model": model.state_dict(), "optim": opt.state_dict()}, opt)
 print(f"START {start} {manager.all_steps()}", flush=True)
 victim, die_at = (int(v) for v in args.die.split(":")) if args.die else (-1, -1)
+noticed, notice_at = (int(v) for v in args.preempt.split(":")) if args.preempt else (-1, -1)
 for step in range(start, args.steps):
     x, y = batch(step)
     x = lx.spmd.mark_sharding(x.repeat(4, 1).to(dev), mesh, ("data", None))   # 12 rows over the devices
@@ -53,7 +56,12 @@ for step in range(start, args.steps):
     print(f"STEP {step + 1} {loss.item()}", flush=True)
     if args.process_id == victim and step + 1 == die_at:
         os.kill(os.getpid(), signal.SIGKILL)
-    manager.save(step + 1, {"model": model.state_dict(), "optim": opt.state_dict()})
+    if args.process_id == noticed and step + 1 == notice_at:
+        os.kill(os.getpid(), signal.SIGTERM)      # the cloud's notice, to this process only
+    if manager.save(step + 1, {"model": model.state_dict(), "optim": opt.state_dict()}) and \
+            manager.reached_preemption(step + 1):
+        print(f"PREEMPTED {step + 1} {manager.all_steps()}", flush=True)
+        break
 if args.out and args.process_id == 0:
     torch.save([p.detach().cpu() for p in model.parameters()], args.out)
 print("DONE", flush=True)
