@@ -12,3 +12,8 @@ class LoweringError(RuntimeError):
 class CheckpointError(RuntimeError):
     """A checkpoint could not be saved (nothing was committed, the earlier checkpoints are
     intact) or a committed checkpoint is damaged; the message names the file."""
+
+
+class ForkedRuntimeError(RuntimeError):
+    """lazyxla's device runtime was used in a process forked from one where it had started
+    (a DataLoader worker): JAX cannot run there (docs/reliability.md, "Concurrency")."""

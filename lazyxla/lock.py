@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import threading
 
+from .errors import ForkedRuntimeError
+
 LOCK = threading.RLock()
 
 
@@ -30,10 +32,6 @@ LOCK = threading.RLock()
 # parent that never started the backend may use lazyxla normally.
 
 _forked_runtime = False
-
-
-class ForkedRuntimeError(RuntimeError):
-    """lazyxla's device runtime was used in a process forked from one where it had started."""
 
 
 def _after_fork_in_child() -> None:

@@ -16,7 +16,6 @@ import pytest
 import torch
 
 import lazyxla as lx
-from lazyxla.lock import ForkedRuntimeError
 
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork")
 
@@ -99,7 +98,7 @@ class _LazyInWorker(torch.utils.data.Dataset):
 def test_lazy_tensors_in_a_forked_worker_are_a_clear_error(dev):
     (torch.ones(3, device=dev) + 1).cpu()     # the device runtime runs in this process
     loader = torch.utils.data.DataLoader(_LazyInWorker(dev), batch_size=2, num_workers=1, timeout=120)
-    with pytest.raises(ForkedRuntimeError, match="forked from one whose device runtime .* DataLoader worker"):
+    with pytest.raises(lx.ForkedRuntimeError, match="forked from one whose device runtime .* DataLoader worker"):
         next(iter(loader))
     # this process goes on as before
     assert (torch.ones(3, device=dev) * 2).cpu().tolist() == [2.0, 2.0, 2.0]
