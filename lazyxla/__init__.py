@@ -20,7 +20,7 @@ from .lower.registry import load_all as _load_lowerings  # noqa: E402
 _load_lowerings()
 
 from . import metrics  # noqa: E402,F401
-from .errors import DonatedBufferError, LoweringError  # noqa: E402,F401
+from .errors import CheckpointError, DonatedBufferError, ForkedRuntimeError, LoweringError  # noqa: E402,F401
 from .frontend import dispatch as _dispatch  # noqa: E402,F401
 from .frontend.tensor import LazyTensor  # noqa: E402,F401
 
@@ -73,5 +73,5 @@ __all__ = [
     "set_aliasing", "aliasing_enabled", "set_storage_dtypes", "storage_dtypes", "set_matmul_precision", "matmul_precision",
     "graph_hash", "metrics", "debug", "experimental", "save", "optimization_barrier_", "utils",
     "spmd", "distributed", "data", "call_jax", "to_jax", "from_jax", "jax_op",
-    "DonatedBufferError", "LoweringError", "LazyTensor",
+    "DonatedBufferError", "LoweringError", "CheckpointError", "ForkedRuntimeError", "LazyTensor",
 ]

@@ -13,3 +13,13 @@ class IndexRangeError(IndexError, RuntimeError):
     """A dimension or index out of range, or a reduction without an identity (max, min)
     over a dimension of size 0, found when an op is recorded: an IndexError, as eager
     PyTorch raises these, and a RuntimeError, as PyTorch/XLA raises them."""
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be saved (nothing was committed, the earlier checkpoints are
+    intact) or a committed checkpoint is damaged; the message names the file."""
+
+
+class ForkedRuntimeError(RuntimeError):
+    """lazyxla's device runtime was used in a process forked from one where it had started
+    (a DataLoader worker): JAX cannot run there (docs/reliability.md, "Concurrency")."""

@@ -172,6 +172,19 @@ def _subclass_test_patch(name: str, modules: tuple[str, ...], when: str) -> Patc
         TORCH_VERIFIED, apply, _restore, paths)
 
 
+_GLOO = "jax._src.xla_bridge._jax.make_gloo_tcp_collectives"
+
+
+def _apply_gloo_address(hostname: str) -> list:
+    def wrapper(original):
+        def make_gloo_tcp_collectives(*args, **kwargs):
+            if kwargs.get("hostname") is None and kwargs.get("interface") is None:
+                kwargs["hostname"] = hostname
+            return original(*args, **kwargs)
+        return make_gloo_tcp_collectives
+    return _wrap((_GLOO,), {"make_gloo_tcp_collectives": wrapper})
+
+
 # --- the records -----------------------------------------------------------------------------
 
 _OPTIMIZER_VARIABLE = "torch._dynamo.variables.optimizer.OptimizerVariable"
@@ -340,6 +353,11 @@ PATCHES: tuple[Patch, ...] = (
           "grows (compile/disk_cache.py).",
           JAX_VERIFIED, _apply_listener, _undo_listener,
           ("jax.monitoring.register_event_listener", "jax.monitoring.unregister_event_listener")),
+    Patch("jax_gloo_address", "jax", (_GLOO,),
+          "gloo advertises the address its host name resolves to, often 127.0.0.1 (/etc/hosts), "
+          "which other machines (or network namespaces) cannot reach; lx.distributed.initialize "
+          "passes the local address that routes to the coordinator.",
+          JAX_VERIFIED, _apply_gloo_address, _restore, (_GLOO,)),
     Patch("jax_cpu_collectives", "jax", ("jax_cpu_collectives_implementation",),
           "multi-process CPU runs need collectives between processes, which JAX's CPU client "
           "has only with gloo (lx.distributed.initialize).",

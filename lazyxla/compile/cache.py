@@ -21,6 +21,7 @@ from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from .. import config, metrics
 from .._jax import jax_devices, jax_dtype
+from ..lock import check_not_forked
 from ..errors import LoweringError
 from ..patches import x64
 from . import precision
@@ -196,6 +197,7 @@ def _gc_paused():
 
 @x64
 def compile_graph(graph: Graph, donors: tuple, metric: str = "CompileTime") -> Executable:
+    check_not_forked()
     with _gc_paused():
         return _compile(graph, donors, metric)
 

@@ -18,8 +18,11 @@ def main(ap: argparse.ArgumentParser, argv, worker, launch) -> int:
     worker when started with --process-id (by `run_workers`), else launch the run."""
     ap.add_argument("--timeout", type=int, default=300, help="seconds any wait may take")
     ap.add_argument("--check", action="store_true", help="compare with one eager CPU run")
-    ap.add_argument("--coordinator", help=argparse.SUPPRESS)
-    ap.add_argument("--process-id", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--coordinator", help="HOST:PORT of process 0; with --process-id, run one process of a "
+                    "run over several machines (docs/spmd.md, 'Many machines')")
+    ap.add_argument("--process-id", type=int, help="this process's index (0 on the coordinator's machine)")
+    ap.add_argument("--heartbeat-timeout", type=int, default=100,
+                    help="seconds without a heartbeat before a process is taken for lost (lx.distributed.initialize)")
     args = ap.parse_args(argv)
     if args.process_id is not None:
         worker(args)

@@ -5,7 +5,9 @@
 starts one coordinator-connected process per `--processes` (CPU: each gets
 `--devices-per-process` forced host devices), trains W1 (the MLP) with the
 batch split over all devices of all processes, and prints each process's
-losses. `--check` compares them with one eager CPU run (rtol 1e-4), and checks that a
+losses. On several machines, start one process on each with `--coordinator HOST:PORT
+--processes N --process-id I` (docs/spmd.md, "Many machines"). `--check` compares them
+with one eager CPU run (rtol 1e-4), and checks that a
 global batch reads back whole from a sharded tensor and from `lx.data.DeviceLoader`
 with a `minibatch=True` spec (each process loading only its part). Everything
 binds to 127.0.0.1; every wait is bounded by `--timeout`.
@@ -44,7 +46,7 @@ def worker(args) -> None:
     import torch
     import lazyxla as lx
     lx.distributed.initialize(args.coordinator, args.processes, args.process_id,
-                              initialization_timeout=args.timeout)
+                              initialization_timeout=args.timeout, heartbeat_timeout_seconds=args.heartbeat_timeout)
     lx.spmd.use_spmd()
     mesh = lx.spmd.get_1d_mesh("data")
     dev = lx.device()

@@ -16,7 +16,7 @@ import jax
 from .. import metrics
 from .._jax import jax_devices
 from ..ir.scalars import scalar_args
-from ..lock import LOCK
+from ..lock import LOCK, check_not_forked
 from ..patches import x64
 from ..ir.graph import Graph
 from . import memory, placement, ready_times, shutdown, transfer
@@ -45,6 +45,7 @@ def execute(graph: Graph, exe: Runnable, eager: bool = False) -> tuple:
     `UnwrapXlaData` (gathering the parameters' buffers) and, off the step loop's path, `ExecuteReadyTime` (launch
     until the outputs are ready, runtime/ready_times.py); they cost about 25 us per
     graph (a tiny step: 110 -> 135 us), so they are not always on."""
+    check_not_forked()
     params = graph.params
     detailed = metrics.op_records[0] and not eager
     if detailed:

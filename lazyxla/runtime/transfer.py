@@ -11,6 +11,7 @@ from jax.experimental import multihost_utils
 
 from .. import metrics
 from .._jax import jax_devices, jax_dtype
+from ..lock import check_not_forked
 from ..patches import x64
 from . import placement, storage_dtypes
 from .device_data import DeviceData
@@ -53,6 +54,7 @@ def place(host: np.ndarray, sharding, device: int = 0) -> jax.Array:
     """A device array of `host`'s value in XLA-owned buffers (see `upload`). SPMD: a global
     array with `sharding`, each device receiving only its own slice (this process
     supplies those of its addressable devices); `sharding=None`: on lazyxla `device`."""
+    check_not_forked()
     with metrics.timed("TransferToDeviceTime"):
         if sharding is None:
             target = jax.sharding.SingleDeviceSharding(jax_devices()[device])
@@ -150,6 +152,7 @@ def upload(t: torch.Tensor, device: int, owner=None, sharding=None) -> DeviceDat
 def download(array, dtype: torch.dtype) -> torch.Tensor:
     """Blocking copy of a device array to a new CPU tensor of `dtype` (the array may be
     held in a narrower storage dtype: the copy is widened on the host)."""
+    check_not_forked()
     with metrics.timed("TransferFromDeviceTime"):
         if array.is_fully_addressable:
             host = np.asarray(array)

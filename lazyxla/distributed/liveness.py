@@ -1,0 +1,180 @@
+"""A lost process is a clear error, soon (docs/reliability.md, "Dead hosts").
+
+JAX's coordination service notices a process that stopped sending heartbeats, but then
+aborts every other process from a C++ thread (SIGABRT, a check-failure stack trace), and
+only after its own heartbeat timeout. lazyxla watches the processes itself, through the
+service's key-value store:
+
+* a *beater* thread stores this process's heartbeat counter every `interval` seconds
+  (key `lazyxla/heartbeat/<process>`) and reads the others';
+* a *judge* thread, which never blocks on the network, declares process `p` lost when its
+  counter has not moved for `timeout` seconds, or the coordinator lost when this
+  process's own key-value calls have failed for that long.
+
+On a loss the judge prints the error to stderr, raises `ProcessLostError` in the main
+thread (where the training loop runs; it arrives at the next Python instruction there)
+and, if the process still runs `grace` seconds later (the main thread is stuck in a
+collective with the dead peer, or caught the error), ends it with exit status
+`EXIT_STATUS`. The threads need the GIL a few times per timeout: keep the timeout well
+above the longest stretch of GIL-holding work (tens of seconds in production).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Optional
+
+EXIT_STATUS = 75          # EX_TEMPFAIL: a restart may succeed
+_KEY = "lazyxla/heartbeat/{}"
+
+
+class ProcessLostError(RuntimeError):
+    """Another process of a multi-process run stopped (killed, crashed, or its host is
+    unreachable); this process cannot go on. Restart all processes: they resume from the
+    last committed checkpoint."""
+
+    def __init__(self, message: Optional[str] = None) -> None:
+        # raised in the main thread by class (PyThreadState_SetAsyncExc): the message is
+        # the watchdog's
+        super().__init__(message or (_WATCHDOG.error if _WATCHDOG is not None else None) or self.__doc__)
+
+
+class Watchdog:
+    """The beater and judge threads of one process (module docstring)."""
+
+    def __init__(self, client: Any, process: int, count: int, coordinator: str, timeout: float,
+                 grace: Optional[float] = None) -> None:
+        self.client, self.process, self.count, self.coordinator = client, process, count, coordinator
+        self.timeout = float(timeout)
+        self.interval = max(0.05, min(1.0, self.timeout / 10))
+        self.grace = min(10.0, self.timeout) if grace is None else grace
+        now = time.monotonic()
+        self._seen = {p: (None, now) for p in range(count) if p != process}   # p -> (counter, when it moved)
+        self._last_ok = now                       # the end of the last round of key-value calls that worked
+        self._failing_since: Optional[float] = None   # the first failed round since then
+        self._round_started: Optional[float] = None   # a round in progress (a call may hang)
+        self._stop = threading.Event()
+        self.error: Optional[str] = None
+        self.in_excepthook = False     # the main thread is ending on an uncaught error: leave it be
+        self._main = threading.main_thread().ident
+        self._threads = [threading.Thread(target=self._beat, name="lazyxla-heartbeat", daemon=True),
+                         threading.Thread(target=self._judge, name="lazyxla-liveness", daemon=True)]
+
+    def start(self) -> "Watchdog":
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop judging (a normal exit); the beats go on so that the others do not take this
+        process for lost while it waits for them at JAX's shutdown barrier."""
+        self._stop.set()
+
+    def _beat(self) -> None:
+        counter = 0
+        while True:
+            counter += 1
+            self._round_started = time.monotonic()
+            try:
+                self.client.key_value_set(_KEY.format(self.process), str(counter), allow_overwrite=True)
+                for p in self._seen:
+                    try:
+                        value = self.client.key_value_try_get(_KEY.format(p))
+                    except Exception as e:   # not stored yet: NOT_FOUND
+                        if "NOT_FOUND" not in str(e):
+                            raise
+                        continue
+                    if value != self._seen[p][0]:
+                        self._seen[p] = (value, time.monotonic())
+                self._last_ok, self._failing_since = time.monotonic(), None
+            except Exception:   # the coordinator is unreachable: the judge decides when it is lost
+                if self._failing_since is None:
+                    self._failing_since = time.monotonic()
+            self._round_started = None
+            time.sleep(self.interval)
+
+    def _judge(self) -> None:
+        while not self._stop.wait(self.interval):
+            now = time.monotonic()
+            started, failing = self._round_started, self._failing_since
+            if (failing is not None and now - failing > self.timeout) or \
+                    (started is not None and now - started > self.timeout):
+                self._fail(f"the coordinator (process 0 at {self.coordinator}) has not answered for "
+                           f"{self.timeout:g} s")
+                return
+            # judged on what this process read: a beater of its own that could not run (a busy
+            # machine) blames nobody
+            lost = sorted(p for p, (_, moved) in self._seen.items() if self._last_ok - moved > self.timeout)
+            if lost:
+                names = ", ".join(str(p) for p in lost)
+                self._fail(f"process{'es' if len(lost) > 1 else ''} {names} of {self.count} sent no heartbeat "
+                           f"for {self.timeout:g} s")
+                return
+
+    def _fail(self, what: str) -> None:
+        self.error = (
+            f"lazyxla: process {self.process} of {self.count} stops: {what} (killed, crashed, or its host "
+            "is unreachable). A multi-process run cannot continue without it: restart all processes; "
+            "a CheckpointManager resumes from the last committed checkpoint (latest_step()). The timeout "
+            "is lx.distributed.initialize(heartbeat_timeout_seconds=...).")
+        print(self.error, file=_stderr(), flush=True)
+        if self._main is not None and not self.in_excepthook:
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main), ctypes.py_object(ProcessLostError))
+        time.sleep(self.grace)
+        print(f"lazyxla: process {self.process} exits with status {EXIT_STATUS} (a lost process, above)",
+              file=_stderr(), flush=True)
+        os._exit(EXIT_STATUS)
+
+
+_WATCHDOG: Optional[Watchdog] = None
+
+
+def _stderr():
+    """The process's real stderr: torch.distributed's excepthook points `sys.stderr` at a
+    buffer while it runs the previous hook (ours), and this process may end inside it."""
+    return sys.__stderr__ or sys.stderr
+# what a collective says when its peer process went away (gloo over TCP)
+_PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Connection refused", "Gloo")
+
+
+def _excepthook(kind, value, tb) -> None:
+    """An uncaught error that a lost peer explains (a collective failed: gloo reads a reset
+    connection at once, before any heartbeat is missed): print it, wait for the judge's
+    verdict and exit with it, instead of JAX's abort at its shutdown barrier."""
+    watchdog = _WATCHDOG
+    lost = isinstance(value, ProcessLostError)
+    if watchdog is None or not (lost or any(s in str(value) for s in _PEER_GONE)):
+        return _previous_hook(kind, value, tb)
+    watchdog.in_excepthook = True
+    traceback.print_exception(kind, value, tb, file=_stderr())
+    _stderr().flush()
+    if lost:
+        os._exit(EXIT_STATUS)    # JAX's shutdown barrier would wait for the lost process
+    deadline = time.monotonic() + watchdog.timeout + 2 * watchdog.interval + 1
+    while watchdog.error is None and time.monotonic() < deadline:
+        time.sleep(watchdog.interval)
+    if watchdog.error is None:
+        print(f"lazyxla: process {watchdog.process}: a collective failed (above) but every process still "
+              "sends heartbeats", file=_stderr(), flush=True)
+    os._exit(EXIT_STATUS)   # the judge prints its verdict and exits first when it has one
+
+
+_previous_hook = sys.excepthook
+
+
+def start(client: Any, process: int, count: int, coordinator: str, timeout: float) -> Watchdog:
+    """Start this process's watchdog (once, from `lx.distributed.initialize`)."""
+    global _WATCHDOG, _previous_hook
+    import atexit
+    _WATCHDOG = Watchdog(client, process, count, coordinator, timeout).start()
+    atexit.register(_WATCHDOG.stop)
+    _previous_hook, sys.excepthook = sys.excepthook, _excepthook
+    return _WATCHDOG
+
+
+def current() -> Optional[Watchdog]:
+    return _WATCHDOG

@@ -1,0 +1,41 @@
+"""resume_native.py as a PyTorch/XLA script (`python -m lazyxla.compat resume_torch_xla.py`):
+torch_xla's CheckpointManager, xm.mark_step."""
+import argparse
+
+import torch
+import torch_xla
+import torch_xla.core.xla_model as xm
+from torch_xla.experimental.distributed_checkpoint import CheckpointManager, prime_optimizer
+
+from kill_points import arm, batch, make_model
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--ckpt", required=True)
+ap.add_argument("--steps", type=int, default=8)
+ap.add_argument("--interval", type=int, default=2)
+ap.add_argument("--kill", default="")
+ap.add_argument("--out", required=True)
+args = ap.parse_args()
+
+dev = torch_xla.device()
+model = make_model().to(dev)
+opt = torch.optim.AdamW(model.parameters(), lr=0.05)
+manager = CheckpointManager(args.ckpt, save_interval=args.interval, max_to_keep=2)
+start = 0
+if manager.all_steps():
+    start = max(manager.all_steps())
+    prime_optimizer(opt)
+    state = {"model": model.state_dict(), "optim": opt.state_dict()}
+    manager.restore(start, state)
+    opt.load_state_dict(state["optim"])
+print(f"START {start} {manager.all_steps()}", flush=True)
+for step in range(start, args.steps):
+    x, y = batch(step)
+    loss = torch.nn.functional.mse_loss(model(x.to(dev)), y.to(dev))
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    xm.mark_step()
+    arm(args.kill, step + 1)
+    manager.save(step + 1, {"model": model.state_dict(), "optim": opt.state_dict()})
+torch.save([p.detach().cpu() for p in model.parameters()], args.out)
