@@ -192,3 +192,16 @@ def test_fill_of_a_whole_expanded_view_works_like_eager(dev, fill):
     g = _grad_of_sum(dev)
     g.zero_() if fill == "zero_" else g.fill_(5.0)
     assert g.tolist() == ([0.0] if fill == "zero_" else [5.0]) * 4
+
+
+def test_equal_constants_of_other_types_do_not_share_a_signature(dev):
+    """Compile-time scalar arguments are keyed with their type and bits: `arange(3)`
+    once made `arange(3.0)` int64 (3 == 3.0 shared the shape-inference entry)."""
+    assert torch.arange(3, device=dev).dtype == torch.int64
+    assert torch.arange(3.0, device=dev).dtype == torch.float32
+    assert torch.arange(0, 3.0, 1, device=dev).cpu().tolist() == [0.0, 1.0, 2.0]
+    assert torch.full((2,), 1, device=dev).dtype == torch.int64
+    assert torch.full((2,), True, device=dev).dtype == torch.bool
+    negative, positive = torch.full((2,), -0.0, device=dev), torch.full((2,), 0.0, device=dev)
+    assert torch.equal(torch.signbit(negative.cpu()), torch.tensor([True, True]))
+    assert torch.equal(torch.signbit(positive.cpu()), torch.tensor([False, False]))

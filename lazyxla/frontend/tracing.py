@@ -119,7 +119,9 @@ def convert(value, scalar_slot: bool, parts: list, inputs: list, devs: list, off
             parts.append(tp)
             inputs.append(node)
             return node
-        parts.append(value)
+        # a compile-time constant: keyed with its type (3 == 3.0 == True would share a
+        # shape-inference entry and a dtype) and floats by their bits (-0.0, nan)
+        parts.append((tp, value.hex()) if tp is float else (tp, value))
         return value
     if tp is list or tp is tuple:
         if not value:
