@@ -157,6 +157,22 @@ def test_three_carried_tensors_come_back_in_order(dev):
     assert (a.tolist(), b.tolist(), c.tolist()) == ([3.0] * 2, [6.0] * 2, [9.0] * 2)
 
 
+@pytest.mark.parametrize("new", [lambda c: c.sum(), lambda c: c.double(), lambda c: 1.0])
+def test_a_carried_tensor_that_changes_type_is_refused_naming_it(dev, new):
+    """The loop state keeps one type (the check scan and while_loop share)."""
+    _, lazy = _pair(dev)
+    xs, ys = _data(3)
+
+    def train_step(x, y, a, b):
+        return torch.nn.functional.mse_loss(lazy(x), y), a + 1, new(b)
+
+    with pytest.raises(TypeError, match=r"carried_tensors\[1\] goes in as torch.float32 \[2\] and comes back "
+                                        "from train_step as .*; it must keep its shape and dtype"):
+        gradient_accumulation(train_step, [xs.to(dev), ys.to(dev)], lazy, torch.zeros(2, device=dev),
+                              torch.zeros(2, device=dev))
+    assert all(p.grad is None for p in lazy.parameters())
+
+
 def test_existing_grads_are_added_to_and_their_buffers_donated(dev, fresh_compile_cache):
     # F.50: one donor per parameter whose .grad existed before the call; parameters and
     # iterables are not donated; values equal a manual loop

@@ -5,8 +5,8 @@ from __future__ import annotations
 from ..sync.capture import InputMutationError
 from .eager import eager_mode, eager_mode_context, is_eager_mode
 from .gradient_accumulation import gradient_accumulation
-from .scan import ScanError, scan, scan_layers
-from .scanned_layers import ScannedLayers
+from .scan import ScanError, scan
+from .scanned_layers import ScannedLayers, scan_layers
 from .while_loop import WhileLoopError, fori_loop, while_loop
 
 __all__ = ["eager_mode", "eager_mode_context", "is_eager_mode", "gradient_accumulation", "InputMutationError", "scan", "scan_layers", "ScannedLayers", "ScanError",

@@ -1,45 +1,26 @@
 """Gradient accumulation in one XLA loop (PyTorch/XLA's
 `torch_xla.experimental.gradient_accumulation`, SPEC-donation.md §1.7).
 
-`gradient_accumulation(train_step, iterable_tensors, model, *carried)` traces
-`train_step` once, on placeholders shaped like one micro-batch, into a pure
-JAX body (sync/capture.py), and inserts one CALL node into the pending lazy
-graph whose program runs that body over the leading dimension of
-`iterable_tensors` in a `lax.fori_loop`. The call fuses with the rest of the
-step (forward of other code, `optimizer.step()`) into the single step graph
-at `lx.sync()`, so the tracing cost is one micro-batch's however many there
-are, and a steady loop compiles nothing.
-
-Inside the loop, per iteration i: slice i of every iterable, `loss / N`
-backpropagated, gradients summed into zero-initialised accumulators, carried
-tensors threaded through, and every random op gets a seed of its own (the
-call's fresh seed mixed with i). After the call, for each parameter that
-requires grad, `param.grad = acc` where it was None, else
-`param.grad.add_(acc)`: the in-place add makes the old `.grad` buffer an
-automatic donor at the next step barrier, as upstream.
-
-Loop choice: `fori_loop` (an XLA While with a static trip count) keeps one
-micro-batch's activations live at a time and carries only the accumulators;
-`lax.scan` would also stack a per-iteration output we do not need, and a
-Python unrolled loop grows the graph and its compile time with N.
+`gradient_accumulation(train_step, iterable_tensors, model, *carried)` captures
+`train_step` and its backward once, on one micro-batch, and inserts one CALL node
+that runs it over the leading dimension of `iterable_tensors` in a `lax.fori_loop`,
+summing the gradients; it fuses into the step graph at the next sync. Then
+`param.grad = acc` where it was None, else `param.grad.add_(acc)` (the old buffer
+is an automatic donor, as upstream). docs/design.md, "Gradient accumulation",
+says why this loop.
 """
 from __future__ import annotations
 
 from typing import Callable, Sequence, Union
 
-import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .._jax import jax_dtype
 from ..frontend.tensor import LazyTensor
 from ..ir.call import Subprogram
 from ..sync.api import sync_tensors
 from ..sync.capture import Capture, InputMutationError, capture, insert_call
-
-# Distinct seeds per iteration: xor with i times an odd 64-bit constant (the golden
-# ratio's, as int64), so iteration i of one call never reuses iteration 0's stream.
-_SEED_MIX = -7046029254386353131
+from ._loop import LoopBody, check_carry, split, zeros
 
 
 def gradient_accumulation(train_step: Callable[..., Union[torch.Tensor, Sequence[torch.Tensor]]],
@@ -113,6 +94,8 @@ def _capture_body(train_step: Callable, iterables: list, carried: list, params: 
     def body(*placeholders):
         out = train_step(*placeholders)
         loss, new_carried = _split_result(out, n_carried)
+        check_carry(TypeError, "gradient_accumulation", "train_step", "carried_tensors[{}]", new_carried,
+                    placeholders[n_iter:])
         scaled = loss / n_steps
         scaled.backward()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
@@ -132,7 +115,6 @@ def _capture_body(train_step: Callable, iterables: list, carried: list, params: 
             f"gradient_accumulation: train_step wrote into its inputs {', '.join(names)}; it must be "
             "pure: return new values of carried tensors instead (e.g. `return loss, counter + 1`). "
             "Nothing was changed.")
-    _check_carried_specs(body_capture, carried)
     return body_capture
 
 
@@ -153,41 +135,25 @@ def _split_result(out, n_carried: int) -> tuple:
     return loss, rest
 
 
-def _check_carried_specs(body: Capture, carried: list) -> None:
-    for i, t in enumerate(carried):
-        shape, _, dtype = body.out_specs[1 + i]
-        if tuple(shape) != tuple(t.shape) or dtype != t.dtype:
-            raise TypeError(f"gradient_accumulation: carried_tensors[{i}] comes back from train_step as "
-                            f"{dtype} {list(shape)}, but went in as {t.dtype} {list(t.shape)}; a carried "
-                            "tensor must keep its shape and dtype")
-
-
-def _loop_program(body: Capture, n_steps: int, n_iterables: int, n_carried: int) -> Subprogram:
+def _loop_program(capture: Capture, n_steps: int, n_iterables: int, n_carried: int) -> Subprogram:
     """The CALL program: (iterables, carried, [outer], [seeds]) -> (loss, *carried, *grads),
-    `body` run `n_steps` times in one fori_loop."""
-    body_fn = body.program.fn
-    n_seeds = body.n_seeds
-    avals = body.program.out_avals
+    the captured body run `n_steps` times in one fori_loop."""
+    body = LoopBody(capture)
+    avals = body.out_avals
     acc_avals = [avals[0]] + list(avals[1 + n_carried:])   # loss and gradients start at zero
 
     def fn(*operands):
-        iterables = operands[:n_iterables]
-        carried0 = tuple(operands[n_iterables:n_iterables + n_carried])
-        rest = operands[n_iterables + n_carried:]
-        outer, seeds = rest[:len(rest) - n_seeds], rest[len(rest) - n_seeds:]
+        iterables, carried0, rest = split(operands, n_iterables, n_carried)
 
         def step(i, state):
             sums, carried = state
             slices = [lax.dynamic_index_in_dim(x, i, 0, keepdims=False) for x in iterables]
-            index = i.astype(jnp.int64) * _SEED_MIX
-            outs = body_fn(*slices, *carried, *outer, *(s ^ index for s in seeds))
+            outs = body(i, (*slices, *carried), rest)
             new_sums = (sums[0] + outs[0],) + tuple(a + g for a, g in zip(sums[1:], outs[1 + n_carried:]))
             return new_sums, tuple(outs[1:1 + n_carried])
 
-        zeros = tuple(jnp.zeros(shape, jax_dtype(dtype)) for shape, dtype in acc_avals)
-        sums, carried = lax.fori_loop(0, n_steps, step, (zeros, carried0))
+        sums, carried = lax.fori_loop(0, n_steps, step, (zeros(acc_avals), carried0))
         return (sums[0], *carried, *sums[1:])
 
-    return Subprogram(fn, ("gradient_accumulation", body.program.key, n_steps, n_iterables, n_carried),
+    return Subprogram(fn, ("gradient_accumulation", body.key, n_steps, n_iterables, n_carried),
                       f"gradient_accumulation[{n_steps}]", avals)
-

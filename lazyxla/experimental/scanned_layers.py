@@ -1,44 +1,163 @@
-"""`ScannedLayers(layers)`: identical layers kept as one stacked tensor per
-parameter name and run as one `scan` (issue #22, "Big models").
+"""Scans over identical layers (issue #22, "Big models"): `scan_layers(layers, *inputs)`
+runs the layers of an `nn.ModuleList` as one `scan` over their stacked parameters,
+and `ScannedLayers(layers)` keeps those parameters stacked, so that the optimizer, too,
+sees one tensor per name whatever the depth. docs/design.md, "Scans over layers",
+says why both exist.
 
-Why a module and not only `scan_layers`. `scan_layers(model.blocks, x)` keeps
-the model's structure: every layer still owns its parameters, so the loop over
-layers is one compiled loop but everything around it still grows with depth:
-the stack of each parameter name in the forward, one gradient per layer tensor
-in the backward, and the optimizer's update of every layer tensor (AdamW: a
-few fused kernels per tensor, 389 tensors for the 32-layer reference GPT).
-Compiling those updates is what keeps a deep model's first step proportional to
-its depth. Here the stacked tensors *are* the parameters (as in Flax's
-`nn.scan` or a JAX model's stacked pytree): the optimizer sees one tensor per
-name whatever the depth, the scan hands back one stacked gradient per name, and
-the whole step, forward, backward and update, traces and compiles like a
-one-layer model.
-
-Options considered:
-- group the optimizer's per-tensor updates inside lazyxla (stack same-shaped
-  updates in the graph): keeps the model unchanged, but every step still pays
-  a concatenate and a slice per tensor, and `torch.optim`'s per-parameter Python
-  loop is still traced per tensor;
-- stacked parameters in the module (chosen): the structural change is the
-  user's explicit choice, as it is for JAX users, and nothing grows with depth.
-
-What stays compatible: `state_dict()` names and shapes are those of the
-`nn.ModuleList` it replaces (`"0.attn.weight"`, one entry per layer, views of
-the stacked tensor) and `load_state_dict` accepts them, so checkpoints move
-between the two forms. Optimizer state is per stacked tensor and does not.
-On CPU (no lazyxla tensors) the forward is the plain Python loop over the
-slices: the same module is its own eager reference.
+`scan_layers` stacks each tensor name along a new leading dimension (one traced op
+per name) and scans `torch.func.functional_call` of the first layer over the stack;
+the stack's backward hands each layer its own `.grad`. `ScannedLayers.state_dict()`
+has the names and shapes of the `nn.ModuleList` it replaces (`"0.attn.weight"`, one
+entry per layer, views of the stacked tensor) and `load_state_dict` accepts them, so
+checkpoints move between the two forms; optimizer state does not. On CPU (no lazyxla
+tensors) its forward is the plain Python loop over the slices.
 """
 from __future__ import annotations
 
 import copy
-from typing import Any, Sequence
+import weakref
+from typing import Any, Callable, Hashable, Optional, Sequence
+from weakref import WeakKeyDictionary
 
+import jax.numpy as jnp
 import torch
+from jax import lax
 from torch import nn
 
 from ..frontend.tensor import LazyTensor
-from .scan import ScanError, _check_same_structure, _tensor, _trace_cache, layer_function, scan_cached
+from ..frontend.tracing import contiguous_strides
+from ..ir.call import Subprogram, call_node
+from ..ir.node import OPT_BARRIER, Node, getitem_node, intern_sig
+from ..sync.capture import insert_call
+from .scan import ScanError, scan_cached, trace_cache
+
+# first layer -> its one-layer function, kept for layers declared pure.
+_ONE_LAYER: WeakKeyDictionary = WeakKeyDictionary()
+
+
+def scan_layers(layers: Sequence[torch.nn.Module], *inputs: Any, is_layer_pure: bool = False,
+                rematerialize: bool = True) -> Any:
+    """Run `inputs` through every module of `layers` in turn, as one loop over their
+    stacked parameters; the same as `for layer in layers: inputs = layer(*inputs)`.
+
+    `is_layer_pure=True` promises that the layers' forward depends only on their
+    tensors and the inputs' shapes (no Python state that changes between calls):
+    the layer is then traced, forward and backward, at the first call only.
+    `rematerialize` as for `scan`."""
+    layers = list(layers)
+    if is_layer_pure and layers:
+        fn = _ONE_LAYER.get(layers[0]) or _ONE_LAYER.setdefault(layers[0], layer_function(layers[0]))
+        return scan_layers_with(fn, layers, inputs, trace_cache(fn), rematerialize=rematerialize)
+    return scan_layers_with(layer_function(layers[0]) if layers else None, layers, inputs, None,
+                            rematerialize=rematerialize)
+
+
+def layer_function(template: torch.nn.Module) -> Callable:
+    """`fn(carry, weights) -> (template run with weights on carry, None)`: one
+    iteration of scan_layers. Holds `template` weakly (it may key a cache)."""
+    ref = weakref.ref(template)
+
+    def one_layer(carry, weights):
+        args = carry if isinstance(carry, tuple) else (carry,)
+        return torch.func.functional_call(ref(), weights, args, strict=True), None
+
+    return one_layer
+
+
+def scan_layers_with(fn: Optional[Callable], layers: list, inputs: Sequence, cache: Optional[dict],
+                     tag: Hashable = None, *, rematerialize: bool = True) -> Any:
+    """scan_layers with a given one-layer function (`layer_function(layers[0])`) and
+    trace cache (see scan_cached)."""
+    if not layers:
+        return inputs[0] if len(inputs) == 1 else tuple(inputs)
+    if not inputs:
+        raise ScanError("scan_layers: give the first layer's input(s): scan_layers(layers, x)")
+    names = _check_same_structure(layers)
+    stacked = {name: _StackLayers.apply(*[_tensor(layer, name) for layer in layers]) for name in names}
+    carry = tuple(inputs) if len(inputs) > 1 else inputs[0]
+    final, _ = scan_cached(fn, carry, stacked, cache, tag, rematerialize=rematerialize)
+    return final
+
+
+class _StackLayers(torch.autograd.Function):
+    """`torch.stack` of one tensor of every layer, with a backward that is a single
+    `unbind` (torch's own stack backward dispatches two ops per layer)."""
+
+    @staticmethod
+    def forward(ctx, *tensors: torch.Tensor) -> torch.Tensor:
+        return torch.stack(tensors)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return tuple(_unstack(grad))
+
+
+def _unstack(stacked: LazyTensor) -> list[LazyTensor]:
+    """`stacked.unbind(0)` as fresh tensors, read at offsets XLA cannot see as constants.
+
+    Why: each layer's gradient feeds that layer's optimizer update. With static
+    slices XLA fuses a different offset into every update kernel, so the kernels
+    differ per layer and XLA:CPU compiles each anew: the first step grows with
+    depth. Offsets that come out of an optimization barrier (one scalar each) are
+    runtime values to XLA, so the update kernels of all layers are the same
+    computation and each distinct one is compiled once."""
+    n, shape, dtype = stacked.shape[0], tuple(stacked.shape[1:]), stacked.dtype
+    offsets = call_node(_offsets_program(n), ())
+    scalars = tuple(getitem_node(offsets, i) for i in range(n))
+    barrier = Node(OPT_BARRIER, scalars, None, scalars, tuple(s.shape for s in scalars),
+                   tuple(s.dtype for s in scalars), intern_sig((OPT_BARRIER, ((),) * n, (torch.int32,) * n)),
+                   None, n)
+
+    def fn(g, *offs):
+        return tuple(lax.dynamic_index_in_dim(g, o, keepdims=False) for o in offs)
+
+    program = Subprogram(fn, ("scan_layers_unstack", n, shape, dtype), f"unstack[{n}]", [(shape, dtype)] * n)
+    spec = (shape, contiguous_strides(shape), dtype)
+    operands = [stacked.checked_value()] + [getitem_node(barrier, i) for i in range(n)]
+    return insert_call(program, operands, [spec] * n, stacked._st.device)
+
+
+def _offsets_program(n: int) -> Subprogram:
+    """() -> (0, 1, ..., n-1) as int32 scalars."""
+    return Subprogram(lambda: tuple(jnp.int32(i) for i in range(n)), ("scan_layers_offsets", n),
+                      f"offsets[{n}]", [((), torch.int32)] * n)
+
+
+def _tensor(module: torch.nn.Module, name: str) -> torch.Tensor:
+    return module.get_parameter(name) if name in dict(module.named_parameters()) else module.get_buffer(name)
+
+
+def _check_same_structure(layers: list, who: str = "scan_layers") -> list[str]:
+    """The names of the tensors to stack; an error naming the first difference
+    (tensor names, then the module class, then shapes and dtypes)."""
+    first = layers[0]
+    ref = _signature(first)
+    for i, layer in enumerate(layers[1:], start=1):
+        sig = _signature(layer)
+        kinds = f"layer {i} ({type(layer).__name__})", f"layer 0 ({type(first).__name__})"
+        for name in list(ref) + [n for n in sig if n not in ref]:
+            if name not in sig or name not in ref:
+                has, lacks = kinds if name in sig else kinds[::-1]
+                raise ScanError(f"{who}: mismatched keys: {has} has {name!r}, {lacks} has not; "
+                                "every layer must have the same parameters and buffers")
+        if type(layer) is not type(first):
+            raise ScanError(f"{who}: layer {i} is a {type(layer).__name__}, layer 0 a "
+                            f"{type(first).__name__}; every layer must have the same structure")
+        for name in ref:
+            (kind0, shape0, dtype0), (kind, shape, dtype) = ref[name], sig[name]
+            if shape != shape0:
+                raise ScanError(f"{who}: Shape mismatch of {name!r}: {list(shape0)} in layer 0, "
+                                f"{list(shape)} in layer {i}; every layer must have the same shapes")
+            if (kind, dtype) != (kind0, dtype0):
+                raise ScanError(f"{who}: {name!r} is a {dtype0} {kind0} in layer 0 and a {dtype} "
+                                f"{kind} in layer {i}; every layer must have the same dtypes and kinds")
+    return list(ref)
+
+
+def _signature(module: torch.nn.Module) -> dict:
+    sig = {n: ("parameter", tuple(p.shape), p.dtype) for n, p in module.named_parameters()}
+    sig.update({n: ("buffer", tuple(b.shape), b.dtype) for n, b in module.named_buffers()})
+    return sig
 
 
 class ScannedLayers(nn.Module):
@@ -96,7 +215,7 @@ class ScannedLayers(nn.Module):
             for i in range(self.num_layers):   # eager (CPU): the plain loop over the slices
                 carry, _ = self._one_layer(carry, {name: w[i] for name, w in weights.items()})
             return carry
-        cache = _trace_cache(self._one_layer) if self.is_layer_pure else None
+        cache = trace_cache(self._one_layer) if self.is_layer_pure else None
         final, _ = scan_cached(self._one_layer, carry, weights, cache, rematerialize=self.rematerialize)
         return final
 

@@ -1,28 +1,13 @@
 """`while_loop(cond_fn, body_fn, carried_inputs)` and `fori_loop(lower, upper, body_fn, *values)`:
 a loop whose trip count is computed on the device, as one XLA `while` (PyTorch/XLA's
 `torch_xla.experimental.fori_loop` module, and torch's own
-`torch._higher_order_ops.while_loop.while_loop` on lazy tensors).
+`torch._higher_order_ops.while_loop.while_loop` on lazy tensors, through the rule
+registered here for its higher-order operator).
 
-`cond_fn` and `body_fn` are each traced once, on placeholders shaped like the
-carried values (sync/capture.py), into pure JAX functions; one CALL node runs
-them in a `lax.while_loop` and fuses into the step graph at the next sync, as
-scan's loop does (experimental/scan.py). Tensors the functions close over are
-operands of that node, re-read at every call; random ops draw a seed per call,
-mixed with an iteration counter the loop carries, so iterations differ.
-
-Options considered:
-- unroll in Python, reading `cond_fn` on the host each iteration (torch's dense
-  kernel): a sync per iteration and one graph per trip count;
-- a scan with a fixed bound and a mask: needs an upper bound the caller may not
-  have, and does all iterations' work;
-- `lax.while_loop` (chosen): one program whatever the trip count. Its price is
-  autograd: XLA cannot reverse a loop whose length it learns only at run time,
-  so a loop over values that require grad is refused with an error naming
-  `scan` (fixed length, differentiable) as the way out.
-
-torch's `while_loop` reaches lazyxla through its higher-order operator: the
-rule registered here for `LazyTensor` (the subclass handler of
-`HigherOrderOperator.dispatch`) runs the loop above.
+`cond_fn` and `body_fn` are each captured once, on placeholders shaped like the
+carried values, and one CALL node runs them in a `lax.while_loop`; it fuses into
+the step graph at the next sync. Such a loop has no backward in XLA, so one over
+values that require grad is refused (docs/design.md, "while_loop", says why).
 """
 from __future__ import annotations
 
@@ -35,11 +20,9 @@ from torch._higher_order_ops.while_loop import while_loop_op
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..frontend.tensor import LazyTensor
-from ..frontend.tracing import contiguous_strides
 from ..ir.call import Subprogram
-from ..sync.capture import Capture, CaptureError, capture, insert_call
-from ._leaves import require_lazy
-from .gradient_accumulation import _SEED_MIX
+from ..sync.capture import Capture
+from ._loop import LoopBody, capture_body, check_carry, insert_loop, one_device, split
 
 
 class WhileLoopError(ValueError):
@@ -89,8 +72,7 @@ def while_loop(cond_fn: Callable[..., torch.Tensor], body_fn: Callable[..., Sequ
             "lx.experimental.scan (fixed length, differentiable)")
     operands = cond.cap.operands(examples) + body.cap.extra_operands()
     program = _loop_program(cond.cap, body.cap, n, len(extra))
-    specs = [(shape, contiguous_strides(shape), dtype) for shape, dtype in program.out_avals]
-    outs = insert_call(program, operands, specs, device)
+    outs = insert_loop(program, operands, device)
     return tuple(tree_unflatten(outs, spec))
 
 
@@ -127,12 +109,8 @@ def count_down(lower: Union[int, torch.Tensor], upper: Union[int, torch.Tensor],
 def _check_inputs(carried: list, extra: list) -> int:
     if not carried:
         raise WhileLoopError("while_loop: carried_inputs is empty; the loop needs a value to carry")
-    require_lazy(WhileLoopError, "while_loop", (("carried_inputs", carried), ("additional_inputs", extra)),
-                 "Move tensors with t.to(lx.device()); make a Python number a 0-d tensor on the device")
-    devices = {t._st.device for t in carried + extra}
-    if len(devices) > 1:
-        raise WhileLoopError(f"while_loop: the inputs are on several lazyxla devices {sorted(devices)}; use one")
-    return devices.pop()
+    return one_device(WhileLoopError, "while_loop", (("carried_inputs", carried), ("additional_inputs", extra)),
+                      "Move tensors with t.to(lx.device()); make a Python number a 0-d tensor on the device")
 
 
 def _check_pred(pred: Any) -> torch.Tensor:
@@ -151,11 +129,7 @@ def _check_body_out(out: Any, carried: Sequence[LazyTensor], spec) -> list:
     if out_spec != spec:
         raise WhileLoopError(f"while_loop: body_fn returns {out_spec}, the carried inputs are {spec}; "
                              "it must return one value per carried input, in the same structure")
-    for i, (new, old) in enumerate(zip(leaves, carried)):
-        if not isinstance(new, torch.Tensor) or new.shape != old.shape or new.dtype != old.dtype:
-            got = f"{new.dtype} {list(new.shape)}" if isinstance(new, torch.Tensor) else type(new).__name__
-            raise WhileLoopError(f"while_loop: carried value {i} goes in as {old.dtype} {list(old.shape)} and "
-                                 f"comes back from body_fn as {got}; it must keep its shape and dtype")
+    check_carry(WhileLoopError, "while_loop", "body_fn", "carried value {}", leaves, carried)
     return leaves
 
 
@@ -187,45 +161,33 @@ def _capture(fn: Callable, examples: list, name: str, requires_grad: list) -> _T
         results.extend(fn(*leaves))
         return results
 
-    try:
-        cap = capture(recorded, examples, name=name, requires_grad=requires_grad)
-    except CaptureError as e:
-        raise type(e)(f"{name}: {e} (while_loop traces cond_fn and body_fn once, on placeholders, so they "
-                      "must be pure tensor code: no host reads such as .item() or if on a tensor, no "
-                      "writes to outside tensors)") from e
+    cap = capture_body(recorded, examples, name, "while_loop traces cond_fn and body_fn once, on placeholders, "
+                       "so they must be pure tensor code: no host reads such as .item() or if on a tensor, "
+                       "no writes to outside tensors", requires_grad)
     return _Traced(cap, any(r.requires_grad for r in results))
 
 
-def _loop_program(cond: Capture, body: Capture, n_carry: int, n_extra: int) -> Subprogram:
+def _loop_program(cond_capture: Capture, body_capture: Capture, n_carry: int, n_extra: int) -> Subprogram:
     """(*carried, *additional, *cond's outer, *cond's seeds, *body's outer, *body's seeds)
     -> (*final carried): cond and body in one lax.while_loop."""
-    cond_fn, body_fn = cond.program.fn, body.program.fn
-    n_cond = len(cond.operand_plan)
-    cond_seeds, body_seeds = cond.n_seeds, body.n_seeds
+    cond, body = LoopBody(cond_capture), LoopBody(body_capture)
+    n_cond = len(cond_capture.operand_plan)
 
     def fn(*operands):
-        carry0 = tuple(operands[:n_carry])
-        extra = operands[n_carry:n_carry + n_extra]
-        cond_rest = operands[n_carry + n_extra:n_carry + n_extra + n_cond]
-        body_rest = operands[n_carry + n_extra + n_cond:]
-
-        def mixed(rest: Sequence, n_seeds: int, i) -> list:
-            index = i * _SEED_MIX
-            return list(rest[:len(rest) - n_seeds]) + [s ^ index for s in rest[len(rest) - n_seeds:]]
+        carry0, extra, cond_rest, body_rest = split(operands, n_carry, n_extra, n_cond)
 
         def keep_going(state):
             i, carry = state
-            return cond_fn(*carry, *extra, *mixed(cond_rest, cond_seeds, i))[0]
+            return cond(i, (*carry, *extra), cond_rest)[0]
 
         def step(state):
             i, carry = state
-            return i + 1, tuple(body_fn(*carry, *extra, *mixed(body_rest, body_seeds, i)))
+            return i + 1, tuple(body(i, (*carry, *extra), body_rest))
 
         _, final = lax.while_loop(keep_going, step, (jnp.zeros((), jnp.int64), carry0))
         return final
 
-    return Subprogram(fn, ("while_loop", cond.program.key, body.program.key, n_carry, n_extra),
-                      "while_loop", body.program.out_avals)
+    return Subprogram(fn, ("while_loop", cond.key, body.key, n_carry, n_extra), "while_loop", body.out_avals)
 
 
 @while_loop_op.py_impl(LazyTensor)

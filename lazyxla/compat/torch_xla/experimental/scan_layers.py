@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import torch
 
-from lazyxla.experimental.scan import layer_function, scan_layers_with
+from lazyxla.experimental.scanned_layers import layer_function, scan_layers_with
 
 from ...unsupported import unsupported_names
 from .scan import _SCAN_COMPUTATION_CACHE, rematerializes
