@@ -133,28 +133,6 @@ def test_state_created_in_step_zero_does_not_cost_a_second_compile(name, dev, fr
         assert torch.allclose(p.cpu(), q, rtol=1e-5, atol=1e-6)
 
 
-def test_large_repeated_state_fills_are_written_on_the_device(dev, fresh_compile_cache):
-    """State of 1 MB and more is filled by XLA from the second tensor of its shape on (the
-    first of a shape uploads a host fill: a device fill compiles once per shape); values,
-    the single warm-up compile and the donation of the state follow lazy mode's rules."""
-    torch.manual_seed(0)
-    ref = torch.nn.Sequential(torch.nn.Linear(512, 513, bias=False), torch.nn.Linear(513, 512, bias=False),
-                              torch.nn.Linear(512, 513, bias=False))   # three 513 x 512 f32 weights: 1 MB each
-    model = copy.deepcopy(ref).to(dev)
-    x, y = torch.randn(4, 512), torch.randn(4, 513)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    lx.sync()
-    metrics.clear_all()
-    got = _train(model, opt, x.to(dev), y.to(dev), 3, sync=lx.sync)
-    # 6 states (exp_avg, exp_avg_sq per weight) of two shapes: the first of each from the host
-    assert metrics.counter_value("DeviceFill") == 4
-    assert metrics.counter_value("UncachedCompile") == 1
-    exp = _train(ref, torch.optim.AdamW(ref.parameters(), lr=1e-2), x, y, 3)
-    torch.testing.assert_close(torch.tensor(got), torch.tensor(exp), rtol=1e-4, atol=1e-5)
-    for p, q in zip(model.parameters(), ref.parameters()):   # Adam's normalisation: 2e-4 apart
-        assert torch.allclose(p.cpu(), q, rtol=1e-3, atol=1e-3)
-
-
 def test_fill_factories_stay_lazy_outside_an_optimizer_step(dev):
     from lazyxla.ir.node import DATA
     p = torch.randn(4, 3).to(dev)

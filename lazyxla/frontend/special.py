@@ -7,7 +7,7 @@ import math
 import torch
 
 from ..ir.node import DATA, Node, data_node, scalar_node
-from ..runtime.transfer import fill, upload
+from ..runtime.transfer import upload
 from .device import DEVICE_TYPE
 from .optim import in_optimizer_step
 from .sync_hooks import host_value
@@ -98,12 +98,7 @@ def _fill_factory(func, info, args, kwargs):
     out = _functional(func, info, args, kwargs)
     shape, stride, offset, dtype = out._mkey
     if in_optimizer_step() and offset == 0 and stride == contiguous_strides(shape):
-        value = _FILL_VALUES[func](args)
-        data = fill(shape, value, dtype, out._st.device, owner=out._st)
-        if data is not None:
-            out._st.write(data_node(data))
-        else:
-            copy_from_host(torch.full(shape, value, dtype=dtype), out, like=args[0])
+        copy_from_host(torch.full(shape, _FILL_VALUES[func](args), dtype=dtype), out, like=args[0])
     return out
 
 

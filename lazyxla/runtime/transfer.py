@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import functools
-import math
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -132,44 +130,6 @@ def upload(t: torch.Tensor, device: int, owner=None, sharding=None) -> DeviceDat
                           sharding=sharding or placement.replicated(), host=host, storage=storage)
     array, storage = upload_now(t, device)
     return DeviceData(array, tuple(t.shape), t.dtype, device, owner, storage=storage)
-
-
-# A constant fill (optimizer state made in a step, which must hold data at once) is written
-# by XLA on the device when that pays: a host fill and its upload touch every byte three
-# times (fill, adopt, owned copy: 8 s of GPT-2 124M's AdamW state on 2 cores), the device
-# fill once, but it compiles once per shape (~20-40 ms). So: a fill of one big tensor, or
-# of a shape already filled (a model's layers repeat their shapes; Adam fills each twice).
-_DEVICE_FILL_BYTES = 16 << 20
-_REPEATED_FILL_BYTES = 1 << 20
-_filled_shapes: set = set()
-
-
-@functools.lru_cache(maxsize=None)
-def _device_fill(shape: tuple, device: int):
-    target = jax.sharding.SingleDeviceSharding(jax_devices()[device])
-    return jax.jit(lambda value: jnp.broadcast_to(value, shape), out_shardings=target)
-
-
-@x64
-def fill(shape: tuple, value, dtype: torch.dtype, device: int, owner=None) -> Optional[DeviceData]:
-    """Device data of a `dtype` tensor of `shape` filled with `value`, written on the device;
-    None where a host fill and `upload` cost less (small, first of its shape) or in SPMD mode
-    (uploads are staged there)."""
-    storage = storage_dtypes.storage_for(dtype)
-    nbytes = math.prod(shape) * storage.itemsize
-    key = (shape, storage, device)
-    if placement.spmd_enabled() or nbytes < _REPEATED_FILL_BYTES:
-        return None
-    if nbytes < _DEVICE_FILL_BYTES and key not in _filled_shapes:
-        _filled_shapes.add(key)
-        return None
-    # the value rounded to the storage dtype as torch rounds it on the host
-    scalar = _to_numpy(torch.tensor(value, dtype=dtype).to(storage))
-    with metrics.timed("TransferToDeviceTime"):
-        array = _device_fill(shape, device)(scalar)
-        array.block_until_ready()   # complete on return, as an upload is
-    metrics.counter_add("DeviceFill")
-    return DeviceData(array, shape, dtype, device, owner, storage=storage)
 
 
 @x64
