@@ -299,9 +299,19 @@ def _disable_dynamo_inners() -> list:
         if code is inner_code:
             found.append(fn)
         stack.append(getattr(fn, "__wrapped__", None))
-        cells = getattr(fn, "__closure__", None) or ()
-        stack += [c.cell_contents for n, c in zip(code.co_freevars, cells) if n == "fn"]
+        stack.append(_cells(fn).get("fn"))
     return found
+
+
+def _cells(fn) -> dict:
+    """A closure's variables by name (an unassigned cell is left out)."""
+    out = {}
+    for name, cell in zip(fn.__code__.co_freevars, getattr(fn, "__closure__", None) or ()):
+        try:
+            out[name] = cell.cell_contents
+        except ValueError:
+            pass
+    return out
 
 
 def _run_directly(fn: Callable, recursive: bool) -> Callable:
@@ -324,9 +334,9 @@ def _apply_deferred_disable() -> list:
         return []
     wrapped = []
     for inner in _disable_dynamo_inners():
-        cells = dict(zip(inner.__code__.co_freevars, (c.cell_contents for c in inner.__closure__)))
-        fn = cells["fn"]
-        if _DISABLE_ATTR not in vars(fn):
+        cells = _cells(inner)
+        fn = cells.get("fn")
+        if hasattr(fn, "__dict__") and "recursive" in cells and _DISABLE_ATTR not in vars(fn):
             setattr(fn, _DISABLE_ATTR, _run_directly(fn, cells["recursive"]))
             wrapped.append(fn)
     return wrapped
