@@ -286,6 +286,81 @@ def _undo_listener(listener: Callable) -> None:
     jax.monitoring.unregister_event_listener(listener)
 
 
+_DYNAMO = "torch._dynamo"
+_DISABLE_ATTR = "__dynamo_disable"   # where torch._compile._disable_dynamo caches its wrapper
+_DEFERRED_ROOTS = ("torch._refs", "torch._prims", "torch.optim")
+
+
+def _disable_dynamo_inners() -> list:
+    """torch's `_disable_dynamo` wrappers reachable from the meta and decomposition tables
+    and the modules of _DEFERRED_ROOTS (their functions and classes' methods), through the
+    wrappers' `__wrapped__` links and the cells named `fn` in which they keep what they wrap."""
+    import torch
+    from torch._decomp import decomposition_table, meta_table
+    inner_code = torch._compile._disable_dynamo(lambda: None).__code__
+    stack, seen, found = [*meta_table.values(), *decomposition_table.values()], set(), []
+    for name, module in list(sys.modules.items()):
+        if module is not None and name.startswith(_DEFERRED_ROOTS):
+            for value in list(vars(module).values()):
+                stack += list(vars(value).values()) if isinstance(value, type) else [value]
+    while stack:
+        fn = stack.pop()
+        code = getattr(fn, "__code__", None)
+        if code is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        if code is inner_code:
+            found.append(fn)
+        stack.append(getattr(fn, "__wrapped__", None))
+        stack.append(_cells(fn).get("fn"))
+    return found
+
+
+def _cells(fn) -> dict:
+    """A closure's variables by name (an unassigned cell is left out)."""
+    out = {}
+    for name, cell in zip(fn.__code__.co_freevars, getattr(fn, "__closure__", None) or ()):
+        try:
+            out[name] = cell.cell_contents
+        except ValueError:
+            pass
+    return out
+
+
+def _run_directly(fn: Callable, recursive: bool) -> Callable:
+    """What `torch._disable_dynamo` runs for `fn` while torch._dynamo is not imported: `fn`
+    itself, since no frame-evaluation hook can be set yet. Once dynamo is imported, torch's
+    own disabled function (what the wrapper would have built at its first call)."""
+    def call(*args, **kwargs):
+        if _DYNAMO not in sys.modules:
+            return fn(*args, **kwargs)
+        import torch._dynamo
+        disabled = torch._dynamo.disable(fn, recursive, wrapping=False)
+        setattr(fn, _DISABLE_ATTR, disabled)
+        return disabled(*args, **kwargs)
+    call.lazyxla_deferred = True   # type: ignore[attr-defined]
+    return call
+
+
+def _apply_deferred_disable() -> list:
+    if _DYNAMO in sys.modules:
+        return []
+    wrapped = []
+    for inner in _disable_dynamo_inners():
+        cells = _cells(inner)
+        fn = cells.get("fn")
+        if hasattr(fn, "__dict__") and "recursive" in cells and _DISABLE_ATTR not in vars(fn):
+            setattr(fn, _DISABLE_ATTR, _run_directly(fn, cells["recursive"]))
+            wrapped.append(fn)
+    return wrapped
+
+
+def _undo_deferred_disable(wrapped: list) -> None:
+    for fn in wrapped:
+        if getattr(vars(fn).get(_DISABLE_ATTR), "lazyxla_deferred", False):
+            delattr(fn, _DISABLE_ATTR)
+
+
 PATCHES: tuple[Patch, ...] = (
     _subclass_test_patch("fake_tensor_subclass_test",
                          ("torch._subclasses.meta_utils", "torch._subclasses.fake_tensor"),
@@ -331,6 +406,15 @@ PATCHES: tuple[Patch, ...] = (
           "importing dynamo costs ~1.1 s, so the backend is registered when something imports "
           "torch._dynamo, not at `import lazyxla` (dynamo/__init__.py).",
           TORCH_VERIFIED, _apply_meta_path, _undo_meta_path),
+    Patch("deferred_dynamo_disable", "torch",
+          ("torch._compile._disable_dynamo: the cached wrapper of each reference and meta kernel, "
+           "decomposition and optimizer method it wraps",),
+          "the first call of a function torch wrapped with `_disable_dynamo` imports torch._dynamo "
+          "(0.4-0.7 s); lazyxla's first elementwise op runs such a meta kernel, so every process "
+          "paid it in its first op. Until dynamo is imported there is no frame hook to disable, "
+          "so the functions run directly; the import hook (dynamo/__init__.py) undoes this.",
+          TORCH_VERIFIED, _apply_deferred_disable, _undo_deferred_disable,
+          ("torch._compile._disable_dynamo", "torch._decomp.meta_table")),
     Patch("dynamo_recompile_logs", "torch", ("torch._logging: the recompiles artifact",),
           "LAZYXLA_EXPLAIN_RECOMPILES=1 also has dynamo log which guard failed; undo resets "
           "torch's logging to its defaults.",

@@ -68,6 +68,25 @@ def test_cells_filter_and_variants():
     assert not cs[3].aliasing and cs[2].aliasing
 
 
+def test_gpt2_124m_runs_only_when_named_and_without_a_jax_limit():
+    from lazyxla.bench.__main__ import parse_args
+    assert "gpt2-124m" not in parse_args([]).workloads and "gpt2-124m" in config.WORKLOADS
+    cs = config.cells(parse_args(["--workloads", "gpt2-124m"]).workloads, config.SYSTEMS)
+    assert [c.label for c in cs] == ["gpt2-124m/lazyxla", "gpt2-124m/lazyxla_compiled", "gpt2-124m/eager",
+                                     "gpt2-124m/torch_xla"]
+
+
+def test_quick_gpt2_124m_trains_like_eager(tmp_path):
+    """Quick mode trains the tiny GPT-2 of hf_models.py in W6's loop (the real size is timed
+    only in full runs): eager's losses, one graph and no compile per steady step."""
+    _, recs = _run(tmp_path, "--workloads", "gpt2-124m", "--systems", "lazyxla,eager")
+    lazy, eager = recs[("gpt2-124m", "", "lazyxla")], recs[("gpt2-124m", "", "eager")]
+    assert lazy["ok"] and eager["ok"], (lazy.get("error"), eager.get("error"))
+    assert len(lazy["losses"]) == len(eager["losses"]) == 3   # hf_warmup + hf_steps in quick mode
+    torch.testing.assert_close(torch.tensor(lazy["losses"]), torch.tensor(eager["losses"]), rtol=1e-4, atol=1e-5)
+    assert lazy["compiles_per_step"] == 0 and lazy["graphs_per_step"] == 1 and lazy["donors_per_graph"] > 0
+
+
 def test_cells_accum_runs_lazyxla_with_and_without_the_api():
     cs = config.cells(("accum",), ("lazyxla", "eager", "jax"), amp="bf16")
     assert [c.label for c in cs] == ["accum[api]/lazyxla", "accum[python-loop]/lazyxla", "accum/eager",
@@ -203,7 +222,8 @@ def test_quick_all_workloads(tmp_path):
         assert r["ok"] and abs(r["losses"][0] - recs[("accum", "", "jax")]["losses"][0]) <= 1e-4 * r["losses"][0]
     assert api["compiles_per_step"] == 0 and api["graphs_per_step"] == 1
     t = recs[("trace", "", "lazyxla")]
-    assert t["ops"] == 200 and t["trace_us_per_op"]["median"] > 0 and t["compiles_per_step"] == 0
+    assert t["ops"] == 200 and t["trace_us_per_op"]["median"] > 0 and t["first_trace_us_per_op"] > 0
+    assert t["compiles_per_step"] == 0
     assert abs(t["result"] - recs[("trace", "", "jax")]["result"]) < 1e-5
     assert "W4 trace" in (out / "results.md").read_text()
 

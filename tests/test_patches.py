@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import pathlib
+import subprocess
 import sys
+import textwrap
 import warnings
 
 import jax
@@ -167,3 +170,27 @@ def test_unknown_patch_name():
 def test_dynamo_import_hook_removes_itself():
     hook = patches.get("dynamo_import_hook")
     assert not hook.applied or hook._state in sys.meta_path
+
+
+_FIRST_OPS_WITHOUT_DYNAMO = textwrap.dedent("""
+    import sys, torch
+    import lazyxla as lx
+    from lazyxla import patches
+    x = torch.randn(4, 4)
+    y = (torch.neg(x.to(lx.device()) * 0.5 + 1.0) - 0.25).exp()   # meta kernels behind _disable_dynamo
+    assert torch.allclose(y.cpu(), (torch.neg(x * 0.5 + 1.0) - 0.25).exp())
+    assert "torch._dynamo" not in sys.modules, "a first op imported dynamo"
+    wrapped = patches.get("deferred_dynamo_disable")._state
+    assert len(wrapped) > 50, len(wrapped)
+    compiled = torch.compile(lambda t: t * 2 + 1, backend="lazyxla")   # imports dynamo: the hook undoes
+    assert "deferred_dynamo_disable" not in patches.applied()
+    assert not any(getattr(vars(fn).get("__dynamo_disable"), "lazyxla_deferred", False) for fn in wrapped)
+    assert torch.equal(compiled(y).cpu(), y.cpu() * 2 + 1)
+    print("OK")
+""")
+
+
+def test_first_ops_do_not_import_dynamo_until_it_is_used():
+    out = subprocess.run([sys.executable, "-c", _FIRST_OPS_WITHOUT_DYNAMO], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "LAZYXLA_CACHE_DIR": ""})
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]

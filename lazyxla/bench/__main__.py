@@ -9,7 +9,7 @@ import platform
 import subprocess
 import sys
 
-from .config import AMP_DTYPES, AMP_SYSTEMS, FULL, QUICK, SYSTEMS, WORKLOADS, cells
+from .config import AMP_DTYPES, AMP_SYSTEMS, DEFAULT_WORKLOADS, FULL, LONG_WORKLOADS, QUICK, SYSTEMS, WORKLOADS, cells
 
 
 def _csv(value: str, allowed: tuple) -> tuple:
@@ -44,8 +44,9 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m lazyxla.bench", description=__doc__)
     ap.add_argument("--quick", action="store_true",
                     help="CI mode: 2 warm-up + 3 steps, small GPT, W3 64 MB, W4 200 ops")
-    ap.add_argument("--workloads", type=lambda v: _csv(v, WORKLOADS), default=WORKLOADS,
-                    help=f"comma-separated subset of {','.join(WORKLOADS)}")
+    ap.add_argument("--workloads", type=lambda v: _csv(v, WORKLOADS), default=DEFAULT_WORKLOADS,
+                    help=f"comma-separated subset of {','.join(WORKLOADS)} (default: all but "
+                         f"{','.join(LONG_WORKLOADS)}, which runs only when named)")
     ap.add_argument("--systems", type=lambda v: _csv(v, SYSTEMS), default=SYSTEMS,
                     help=f"comma-separated subset of {','.join(SYSTEMS)} (torch_xla needs --torch-xla-python)")
     ap.add_argument("--torch-xla-python", metavar="PYTHON",
@@ -69,8 +70,8 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     settings = QUICK if args.quick else FULL
-    overrides = {k: v for k, v in (("steps", args.steps), ("warmup", args.warmup), ("timeout_s", args.timeout))
-                 if v is not None}
+    overrides = {k: v for k, v in (("steps", args.steps), ("warmup", args.warmup), ("hf_steps", args.steps),
+                                   ("hf_warmup", args.warmup), ("timeout_s", args.timeout)) if v is not None}
     if overrides:
         settings = type(settings).from_dict({**settings.to_dict(), **overrides})
     systems = args.systems

@@ -3,11 +3,17 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-WORKLOADS = ("mlp", "gpt", "accum", "donate", "trace")
+WORKLOADS = ("mlp", "gpt", "accum", "donate", "trace", "gpt2-124m")
+# W6, Hugging Face GPT-2 small at its real size: a step takes seconds and compiled mode's
+# first step tens of seconds, so it runs only when --workloads names it. It has no
+# hand-written JAX version (no JAX limit).
+LONG_WORKLOADS = ("gpt2-124m",)
+DEFAULT_WORKLOADS = tuple(w for w in WORKLOADS if w not in LONG_WORKLOADS)
+HF_WORKLOADS = ("gpt2-124m",)
+TRAINING = ("mlp", "gpt", "accum", "gpt2-124m")
 SYSTEMS = ("lazyxla", "lazyxla_compiled", "eager", "jax", "torch_xla")
-TRAINING = ("mlp", "gpt", "accum")
-COMPILED = ("lazyxla_compiled",)   # torch.compile'd model, loss and optimizer step: W1/W2 only
-COMPILED_WORKLOADS = ("mlp", "gpt")
+COMPILED = ("lazyxla_compiled",)   # torch.compile'd model, loss and optimizer step: W1/W2/W6
+COMPILED_WORKLOADS = ("mlp", "gpt", "gpt2-124m")
 # W5 accum (W2 over micro-batches) on lazyxla: the gradient_accumulation API and the plain
 # Python loop of backward() calls it replaces; every other system runs its own best form
 # (eager and PyTorch/XLA the loop, the JAX limit lax.scan).
@@ -44,6 +50,10 @@ class Settings:
     # W5: W2's model trained on accum_micro micro-batches of accum_batch sequences a step
     accum_micro: int = 8
     accum_batch: int = 8
+    # W6: hf_models.py's model (quick mode: its tiny GPT-2), with fewer steps than W1/W2
+    hf_arch: str = "gpt2_small"
+    hf_warmup: int = 2
+    hf_steps: int = 5
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -59,7 +69,7 @@ FULL = Settings()
 # Quick mode checks that the suite runs (CI); its numbers are not the benchmark.
 QUICK = Settings(mode="quick", warmup=2, steps=3, donate_mb=64, trace_ops=200, timeout_s=300,
                  gpt_config={"vocab": 512, "d": 64, "heads": 4, "layers": 1, "seq": 32}, gpt_batch=8,
-                 accum_micro=2, accum_batch=2)
+                 accum_micro=2, accum_batch=2, hf_arch="gpt2", hf_warmup=1, hf_steps=2)
 
 
 @dataclass(frozen=True)
@@ -106,7 +116,8 @@ def cells(workloads=WORKLOADS, systems=SYSTEMS, amp: str | None = None, spmd: bo
         if w not in workloads:
             continue
         for s in SYSTEMS:
-            if s not in systems or (s in COMPILED and w not in COMPILED_WORKLOADS):
+            if s not in systems or (s in COMPILED and w not in COMPILED_WORKLOADS) or \
+                    (s == "jax" and w in HF_WORKLOADS):
                 continue
             if w == "donate":
                 out.append(Cell(w, s, "alias-on"))

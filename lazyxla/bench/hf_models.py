@@ -100,3 +100,20 @@ def batch(arch, padded=None):
         return {"input_ids": ids, "token_type_ids": (torch.arange(8) >= 4).long().expand(2, 8).contiguous(),
                 "labels": labels, **masked}
     return {"input_ids": ids, "labels": ids, **masked}  # causal LMs shift the labels themselves
+
+
+class CausalLMWorkload:
+    """Bench W6 (`gpt2-124m`): causal LM `arch` trained on its fixed batch with AdamW,
+    shaped like lazyxla/workloads.py's Workload (model, inputs, targets, loss, optimizer)."""
+
+    def __init__(self, name: str, arch: str) -> None:
+        self.name = name
+        self.model = build(arch, "sdpa")
+        ids = batch(arch, padded=False)["input_ids"]
+        self.inputs, self.targets = ids, ids   # the model shifts the labels itself
+
+    def loss(self, model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return model(input_ids=inputs, labels=targets).loss
+
+    def optimizer(self, params, foreach: bool | None = None) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(params, lr=3e-4, foreach=foreach)

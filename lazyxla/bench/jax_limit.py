@@ -151,7 +151,7 @@ def trace(cell, settings) -> dict:
         y.block_until_ready()
         t2 = M.now()
         if i == 0:
-            rec["first_step_s"] = round(t2 - t0, 4)
+            rec.update({"first_step_s": round(t2 - t0, 4), "first_trace_us_per_op": round((t1 - t0) / n * 1e6, 3)})
         if i >= settings.warmup:
             trace_s.append(t1 - t0)
             sync_s.append(t2 - t1)

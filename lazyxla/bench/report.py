@@ -171,15 +171,16 @@ def trace_table(records) -> str:
     rows = []
     for r in _ordered(cells):
         if not r.get("ok"):
-            rows.append([r["system"]] + ["—"] * 9 + ["FAILED"])
+            rows.append([r["system"]] + ["—"] * 10 + ["FAILED"])
             continue
-        rows.append([r["system"], _f(r.get("ops")), _f(_get(r, "trace_us_per_op", "median"), 2),
+        rows.append([r["system"], _f(r.get("ops")), _f(r.get("first_trace_us_per_op"), 2),
+                     _f(_get(r, "trace_us_per_op", "median"), 2),
                      _f(_get(r, "trace_ms", "median"), 2), _f(_get(r, "sync_ms", "median"), 2),
                      _f(_get(r, "step_ms", "median"), 2),
                      _ratio(_get(r, "step_ms", "median"), _get(jax, "step_ms", "median")),
                      _f(r.get("first_step_s"), 3), _f(r.get("compiles_per_step"), 2), _f(r.get("graphs_per_step"), 2),
                      _f(r.get("result"), 5)])
-    header = ["system", "ops", "µs per op (median)", "trace ms", "sync ms", "step ms", "× JAX", "first step s",
+    header = ["system", "ops", "µs per op, round 1", "µs per op (median)", "trace ms", "sync ms", "step ms", "× JAX", "first step s",
               "compiles/step", "graphs/step", "result[0]"]
     return _table(header, rows)
 

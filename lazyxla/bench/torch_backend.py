@@ -70,6 +70,9 @@ def make_workload(wmod, name: str, settings):
     `wmod.make`'s GPT recipe (seeds, batch layout) with that config and batch."""
     if name == "accum":
         return _gpt(wmod, settings.gpt_config, settings.accum_micro * settings.accum_batch)
+    if name == "gpt2-124m":
+        from .hf_models import CausalLMWorkload
+        return CausalLMWorkload(name, settings.hf_arch)
     if name != "gpt" or not settings.gpt_config:
         return wmod.make(name)
     return _gpt(wmod, settings.gpt_config, settings.gpt_batch or 8)

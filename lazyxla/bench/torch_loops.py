@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 
 from . import measure as M
-from .config import AMP_DTYPES
+from .config import AMP_DTYPES, HF_WORKLOADS
 from .torch_backend import make_workload
 
 STEADY_KEYS = ("compiles", "cached_compiles", "graphs", "traced_ops", "fallbacks")
@@ -74,8 +74,10 @@ def train(backend, cell, settings) -> dict:
            "n_params": sum(p.numel() for p in model.parameters())}
     losses, step_s, trace_s, per_step, warmup_peak = [], [], [], [], 0.0
     first, warmup_s, warmup_compiles, faults = {}, [], [], []
-    for i in range(settings.warmup + settings.steps):
-        if i == settings.warmup:
+    warmup, steps = (settings.hf_warmup, settings.hf_steps) if cell.workload in HF_WORKLOADS else \
+        (settings.warmup, settings.steps)
+    for i in range(warmup + steps):
+        if i == warmup:
             warmup_peak = M.peak_rss_mb()   # setup, first step (compile) and warm-up
             M.reset_peak()
         backend.begin_step()
@@ -95,7 +97,7 @@ def train(backend, cell, settings) -> dict:
             first = {"first_step_s": round(t2 - t0, 4),
                      "first_trace_s": round(t1 - t0, 4) if backend.lazy else None,
                      "first_step_counters": counters}
-        if i < settings.warmup:
+        if i < warmup:
             warmup_s.append(t2 - t0)
             warmup_compiles.append(counters.get("compiles"))
         else:
@@ -177,8 +179,9 @@ def trace(backend, cell, settings) -> dict:
         backend.wait()
         t2 = M.now()
         counters = backend.step_counters()
-        if i == 0:
-            first = {"first_step_s": round(t2 - t0, 4), "first_step_counters": counters}
+        if i == 0:   # round 1: the process's first ops, with every first-time cost in them
+            first = {"first_step_s": round(t2 - t0, 4), "first_trace_us_per_op": round((t1 - t0) / n * 1e6, 3),
+                     "first_step_counters": counters}
         if i >= settings.warmup:
             trace_s.append(t1 - t0)
             sync_s.append(t2 - t1)
@@ -194,4 +197,4 @@ def trace(backend, cell, settings) -> dict:
     return rec
 
 
-RUNNERS = {"mlp": train, "gpt": train, "accum": train, "donate": donate, "trace": trace}
+RUNNERS = {"mlp": train, "gpt": train, "accum": train, "donate": donate, "trace": trace, "gpt2-124m": train}

@@ -33,6 +33,7 @@ def register() -> None:
     if _DYNAMO in sys.modules:
         _install()
     else:
+        patches.apply("deferred_dynamo_disable")
         patches.apply("dynamo_import_hook", _AfterDynamoImport())
 
 
@@ -43,6 +44,7 @@ def _install() -> None:
     from torch._dynamo import trace_rules
     from torch._dynamo.backends.registry import _BACKENDS, register_backend
     from . import optimizer
+    patches.undo("deferred_dynamo_disable")   # dynamo can hook frames now: torch's own wrappers
     if "lazyxla" not in _BACKENDS:
         register_backend(name="lazyxla")(_lazyxla_backend)
         # lazyxla's runtime (the tracer that eager code between graphs runs, syncs, JAX)
