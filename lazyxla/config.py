@@ -49,6 +49,10 @@ class Config:
     its shapes (sync/host_split.py); 0 turns that off."""
     compile_cache_size: int = 1024
     """Executables kept in the in-memory compile cache (least recently used evicted)."""
+    gloo_hostname: Optional[str] = None
+    """The address lazyxla's gloo collectives advertise to the other processes of a
+    multi-process CPU run; unset: this machine's address on the route to the coordinator
+    (lx.distributed)."""
     metrics_samples: int = 1024
     """Samples kept per metric (for metrics created after a change)."""
     cache_dir: Optional[str] = None

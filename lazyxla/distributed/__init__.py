@@ -17,7 +17,7 @@ from typing import Optional
 
 import jax
 
-from .. import patches
+from .. import config, patches
 from .liveness import EXIT_STATUS, ProcessLostError
 
 __all__ = ["initialize", "process_index", "process_count", "ProcessLostError", "EXIT_STATUS"]
@@ -69,8 +69,8 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
 def local_address_towards(coordinator_address: str) -> str:
     """This machine's address on the route to `host:port` (no packet is sent): the address
     gloo advertises to the other processes. `LAZYXLA_GLOO_HOSTNAME` overrides it."""
-    if os.environ.get("LAZYXLA_GLOO_HOSTNAME"):
-        return os.environ["LAZYXLA_GLOO_HOSTNAME"]
+    if config.SETTINGS.gloo_hostname:
+        return config.SETTINGS.gloo_hostname
     host, _, port = coordinator_address.rpartition(":")
     host = host.strip("[]")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -183,15 +183,15 @@ def record(fn: Callable, args: tuple, kwargs: dict) -> Any:
     return jax.tree_util.tree_unflatten(call.out_tree, call.insert(tensors, device))
 
 
-@torch.compiler.disable
 def call_jax(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     """`fn(*args, **kwargs)` with lazy tensors as JAX arrays, recorded into the pending graph.
 
     Returns `fn`'s output pytree with lazy tensors for its arrays. No sync and no copy:
     at the next sync the torch ops and `fn` compile into one executable. Gradients flow
     to every input that requires grad, through `jax.vjp`. Under `torch.compile` the call
-    runs between compiled graphs (a graph break), still into the same pending graph; a
-    `lx.jax_op` is traced into dynamo's graph instead.
+    runs between compiled graphs (a graph break: dynamo skips lazyxla's runtime modules,
+    dynamo/__init__.py), still into the same pending graph; a `lx.jax_op` is traced into
+    dynamo's graph instead.
     """
     with LOCK:   # one call is atomic with respect to syncs in other threads, as a traced op is
         call, tensors, device = lookup(fn, args, kwargs)
