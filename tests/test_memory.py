@@ -139,3 +139,24 @@ def test_the_backends_out_of_memory_becomes_the_same_error(dev, monkeypatch):
     assert "lazyxla device memory" in str(info.value)
     monkeypatch.undo()
     assert y.tolist() == [5.0, 5.0, 5.0]
+
+
+def test_deepcopy_of_a_model_keeps_the_ledger_and_the_values_apart(dev):
+    """copy.deepcopy of lazy tensors (EMA models, Trainer's model copies) shares their
+    immutable device buffers: the ledger counts each buffer once and releases it once (a
+    copied handle used to release its buffer twice and drive the counts negative), and an
+    in-place update of the copy leaves the original as it was."""
+    import copy
+    model = torch.nn.Linear(4, 4).to(dev)
+    lx.sync()
+    gc.collect()   # earlier tests' garbage
+    before = torch.lazyxla.memory_stats(dev)["active.all.current"]
+    twin = copy.deepcopy(model)
+    assert torch.lazyxla.memory_stats(dev)["active.all.current"] == before
+    with torch.no_grad():
+        twin.weight.add_(1)
+    lx.sync()
+    assert torch.equal(twin.weight.cpu(), model.weight.cpu() + 1)
+    del twin
+    gc.collect()
+    assert torch.lazyxla.memory_stats(dev)["active.all.current"] == before

@@ -85,6 +85,14 @@ class DeviceData:
             self.host = None
         return self._array
 
+    def __copy__(self) -> "DeviceData":
+        # A handle names one immutable buffer: a copy is the same handle. Copying the slots
+        # would charge the buffer once and release it twice (copy.deepcopy of a model).
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "DeviceData":
+        return self
+
     def placed(self, array) -> None:
         """A staged upload's device buffer, placed by the caller (transfer.place_staged)."""
         self._array, self.host = array, None
