@@ -4,9 +4,6 @@ copied unmodified with its helper test_utils.py), run through `python -m lazyxla
 PyTorch/XLA 2.9 itself passes 196 of its 202 tests on CPU (6 skipped). lazyxla must pass
 at least 190 of them, and every test it fails must be one of `EXPECTED_FAILURES`, each
 with its reason (docs/compat.md, "Upstream tests"). The run takes about a minute.
-
-The file imports `torch_xla.core.xla_op_registry` at its top, which the JAX interop work
-(`call_jax` and the op builder) provides; without it the test is skipped with that reason.
 """
 from __future__ import annotations
 
@@ -53,10 +50,6 @@ def _results(out: str) -> tuple:
 @pytest.mark.slow
 def test_upstream_test_operations_passes_190_of_196(tmp_path):
     pytest.importorskip("absl", reason="upstream's test file imports absl (pip install absl-py)")
-    from lazyxla.compat.install import MODULES
-    if "torch_xla.core.xla_op_registry" not in MODULES:
-        pytest.skip("test_operations.py imports torch_xla.core.xla_op_registry, which lazyxla.compat does "
-                    "not provide yet (the JAX interop work: call_jax and the op builder)")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     out = subprocess.run([sys.executable, "-m", "lazyxla.compat", os.path.join(UPSTREAM, "test_operations.py"),
                           "--verbosity", "2"], capture_output=True, text=True, timeout=1800, cwd=UPSTREAM, env=env)
