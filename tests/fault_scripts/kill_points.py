@@ -6,10 +6,22 @@ handler, no cleanup, as a lost machine), and their model and data.
 * write:   inside the save of STEP, after DCP wrote its first data file;
 * commit:  inside the save of STEP, once the commit marker is on disk, before the rename.
 """
+import argparse
 import os
 import signal
 
 import torch
+
+
+def arguments() -> argparse.Namespace:
+    """The command line both training scripts take."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ckpt", required=True)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--interval", type=int, default=2)
+    ap.add_argument("--kill", default="")
+    ap.add_argument("--out", required=True)
+    return ap.parse_args()
 
 
 def make_model() -> torch.nn.Module:

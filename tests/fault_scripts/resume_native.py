@@ -1,20 +1,12 @@
 """Train a small MLP for --steps AdamW steps with lx.spmd.CheckpointManager, resuming from
 the latest committed checkpoint; --kill MODE:STEP kills this process with SIGKILL (see
 kill_points.py); the final parameters go to --out. Run by tests/test_fault_kills.py."""
-import argparse
-
 import torch
 
 import lazyxla as lx
-from kill_points import arm, batch, make_model
+from kill_points import arguments, arm, batch, make_model
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--ckpt", required=True)
-ap.add_argument("--steps", type=int, default=8)
-ap.add_argument("--interval", type=int, default=2)
-ap.add_argument("--kill", default="")
-ap.add_argument("--out", required=True)
-args = ap.parse_args()
+args = arguments()
 
 dev = lx.device()
 model = make_model().to(dev)

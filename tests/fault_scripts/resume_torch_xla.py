@@ -1,21 +1,13 @@
 """resume_native.py as a PyTorch/XLA script (`python -m lazyxla.compat resume_torch_xla.py`):
 torch_xla's CheckpointManager, xm.mark_step."""
-import argparse
-
 import torch
 import torch_xla
 import torch_xla.core.xla_model as xm
 from torch_xla.experimental.distributed_checkpoint import CheckpointManager, prime_optimizer
 
-from kill_points import arm, batch, make_model
+from kill_points import arguments, arm, batch, make_model
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--ckpt", required=True)
-ap.add_argument("--steps", type=int, default=8)
-ap.add_argument("--interval", type=int, default=2)
-ap.add_argument("--kill", default="")
-ap.add_argument("--out", required=True)
-args = ap.parse_args()
+args = arguments()
 
 dev = torch_xla.device()
 model = make_model().to(dev)
