@@ -45,8 +45,10 @@ def unsupported_names(module_name: str) -> Callable[[str], object]:
             raise AttributeError(f"module {upstream!r} has no attribute {name!r}")
         from .install import MODULES
         if f"{upstream}.{name}" in MODULES:
-            # `from torch_xla.amp import syncfree`: a provided submodule not imported yet
+            # `from torch_xla.amp import syncfree`: a provided submodule not imported yet.
+            # Imported under its lazyxla name, which resolves before install() (a spawned
+            # process imports this package first) and is the same module object after.
             import importlib
-            return importlib.import_module(f"{upstream}.{name}")
+            return importlib.import_module(f"{module_name}.{name}")
         refuse(f"{upstream}.{name}")
     return __getattr__
