@@ -173,7 +173,7 @@ def _same(dtype):
 def _record(node, index: dict, device_of, roots: tuple, device: int) -> IRNode:
     op, value = node.op, None
     if op is DATA:
-        name, device_dtype = "lazyxla::data", node.data.storage
+        name, device_dtype = "lazyxla::data", node.data.stored_dtype
     else:
         if op is SCALAR:   # lifted scalars enter a graph in their own dtype (compile/program.py)
             name, value, device_of = "lazyxla::scalar", node.data, _same

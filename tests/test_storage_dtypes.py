@@ -45,13 +45,13 @@ def test_transfer_holds_the_narrow_type_and_reads_back_the_logical_one(dev, poli
         host = torch.randn(4, 3, dtype=dtype)
         x = host.to(dev)
         data = buffer(x)
-        assert x.dtype == dtype and data.dtype == dtype and data.storage == torch.bfloat16
+        assert x.dtype == dtype and data.dtype == dtype and data.stored_dtype == torch.bfloat16
         assert data.array.dtype == np.dtype("bfloat16")
         assert data.nbytes == host.numel() * 2          # the memory ledger charges 2 bytes
         back = x.cpu()
         assert back.dtype == dtype and torch.equal(back, narrow(host, torch.bfloat16))
         assert torch.equal(x[1:3, 1].cpu(), narrow(host, torch.bfloat16)[1:3, 1])   # a view read
-    assert buffer(torch.arange(3).to(dev)).storage == torch.int64                  # not in the policy
+    assert buffer(torch.arange(3).to(dev)).stored_dtype == torch.int64                  # not in the policy
 
 
 def test_graphs_compute_in_the_storage_type_as_eager_bf16(dev, policy):
@@ -72,7 +72,7 @@ def test_graphs_compute_in_the_storage_type_as_eager_bf16(dev, policy):
         assert torch.equal(lazy.cpu(), eager.float()), name
     # reductions and matmuls accumulate in float32 in both; the results are bf16-rounded
     for lazy, eager in ((x @ y.T, ab @ bb.T), (x.sum(1), ab.sum(1)), (torch.softmax(x, 1), torch.softmax(ab, 1))):
-        assert buffer(lazy).storage == torch.bfloat16
+        assert buffer(lazy).stored_dtype == torch.bfloat16
         torch.testing.assert_close(lazy.cpu(), eager.float(), rtol=1e-2, atol=1e-2)
         assert torch.equal(narrow(lazy.cpu(), torch.bfloat16), lazy.cpu())   # bf16 values
 
@@ -115,7 +115,7 @@ def test_training_equals_a_bf16_model(dev, policy):
     _train(explicit, x.bfloat16().to(dev), t.bfloat16().to(dev))
     _train(eager, x.bfloat16(), t.bfloat16())
     for p_l, p_x, p_e in zip(lazy.parameters(), explicit.parameters(), eager.parameters()):
-        assert p_l.dtype == torch.float32 and buffer(p_l).storage == torch.bfloat16
+        assert p_l.dtype == torch.float32 and buffer(p_l).stored_dtype == torch.bfloat16
         assert torch.equal(p_l.detach().cpu(), p_x.detach().cpu().float())
         torch.testing.assert_close(p_l.detach().cpu(), p_e.detach().float(), rtol=0, atol=4e-3)
 
@@ -131,7 +131,7 @@ def test_the_policy_is_part_of_the_graph_key(dev, policy, fresh_compile_cache):
     out = step()
     assert lx.metrics.counter_value("UncachedCompile") == compiles + 1
     assert "another storage dtype policy" in lx.debug.explain_last_compile()
-    assert buffer(out).storage == torch.bfloat16
+    assert buffer(out).stored_dtype == torch.bfloat16
     step()
     policy(dict(BF16))      # an equal mapping: the same executables
     step()
@@ -144,12 +144,12 @@ def test_buffers_keep_their_storage_and_graphs_compute_in_the_current_policy(dev
     x = host.to(dev)
     policy(None)
     y = x + 1                                           # float32 again: x enters widened
-    assert buffer(y).storage == torch.float32 and buffer(x).storage == torch.bfloat16
+    assert buffer(y).stored_dtype == torch.float32 and buffer(x).stored_dtype == torch.bfloat16
     assert torch.equal(y.cpu(), narrow(host, torch.bfloat16) + 1)
     z = host.to(dev)                                    # float32
     policy(BF16)
     w = z * 2
-    assert buffer(w).storage == torch.bfloat16
+    assert buffer(w).stored_dtype == torch.bfloat16
     assert torch.equal(w.cpu(), (host.bfloat16() * 2).float())
 
 
@@ -165,7 +165,7 @@ def test_a_function_policy_is_asked_once_per_dtype(dev, policy):
         n = torch.arange(3).to(dev)
         lx.sync_tensors([x * 2, n + 1])
     assert sorted(map(str, asked)) == ["torch.float32", "torch.int64"]
-    assert buffer(x).storage == torch.bfloat16
+    assert buffer(x).stored_dtype == torch.bfloat16
 
 
 def test_bad_policies_are_refused_with_the_allowed_narrowings():

@@ -215,7 +215,7 @@ class _Jitted(NamedTuple):
     def of(graph: Graph, donors: tuple) -> "_Jitted":
         program, n_params = build(graph)
         in_shardings, scalar_sharding, out_shardings = _placements(graph)
-        avals = [jax.ShapeDtypeStruct(d.shape, jax_dtype(d.storage), sharding=s)
+        avals = [jax.ShapeDtypeStruct(d.shape, jax_dtype(d.stored_dtype), sharding=s)
                  for d, s in zip(graph.params, in_shardings)]
         avals += [jax.ShapeDtypeStruct(shape, dt, sharding=scalar_sharding) for shape, dt in scalar_avals(graph)]
         fn = jax.jit(program, donate_argnums=donors, keep_unused=True, out_shardings=out_shardings)

@@ -10,6 +10,7 @@ operands, or one vector per kind) and are cast to the node's dtype inside.
 """
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Callable, Optional
 
 import jax.numpy as jnp
@@ -23,6 +24,15 @@ from ..lower._packs import PackReader
 from ..lower._util import cast, opmath
 from ..lower.registry import LOWERINGS
 from ..ir.graph import Graph, positions
+
+
+class Kind(IntEnum):
+    """What one instruction of a program does."""
+    PARAM = 0         # a device buffer from the operands, cast when stored otherwise
+    SCALAR = 1        # a lifted scalar operand (or a pack reference into one)
+    GETITEM = 2       # one output of a multi-output node
+    APPLY = 3         # a lowering rule over earlier results
+    REUSE = 4         # an earlier result again (a merged scalar read once)
 
 
 class Ctx:
@@ -115,16 +125,16 @@ def build(graph: Graph) -> tuple[Callable, int]:
             # a buffer stored otherwise than the graph's policy says (made under another
             # policy) enters converted, so the whole graph computes in the policy's types
             device = storage(node.dtype) if storage is not None else node.dtype
-            instrs.append((0, param_of[id(node.data)], None if device == node.data.storage else jax_dtype(device),
+            instrs.append((Kind.PARAM, param_of[id(node.data)], None if device == node.data.stored_dtype else jax_dtype(device),
                            None, None))
         elif op is SCALAR:
             operand, element = scalar_slot[id(node)]
             read = (operand, element, jax_dtype(node.dtype))
             first = scalar_reads.setdefault(read, position)
             # merged scalars (sync/collect.py) share an operand: read and cast it once
-            instrs.append((1, *read, None) if first == position else (4, first, None, None, None))
+            instrs.append((Kind.SCALAR, *read, None) if first == position else (Kind.REUSE, first, None, None, None))
         elif op is GETITEM:
-            instrs.append((2, index[id(node.inputs[0])], node.args[1], None, None))
+            instrs.append((Kind.GETITEM, index[id(node.inputs[0])], node.args[1], None, None))
         else:
             rule, ctx = _rule_for(node), Ctx(node, storage)
             compute = opmath(ctx.jdtype) if packed and getattr(rule, "casts_to_compute", False) \
@@ -132,20 +142,20 @@ def build(graph: Graph) -> tuple[Callable, int]:
             if compute is not None and jnp.issubdtype(compute, jnp.complexfloating):
                 compute = None   # complex chains read this way exhausted XLA's memory (20+ GB)
             kwargs = {k: _template(v, index, packed, compute) for k, v in node.kwargs.items()} if node.kwargs else {}
-            instrs.append((3, rule, _template(node.args, index, packed, compute), kwargs, ctx))
+            instrs.append((Kind.APPLY, rule, _template(node.args, index, packed, compute), kwargs, ctx))
     outputs = graph.outputs
 
     def program(*flat):
         env: list = []
         packs = PackReader(flat)
         for kind, a, b, c, ctx in instrs:
-            if kind == 0:
+            if kind is Kind.PARAM:
                 env.append(flat[a] if b is None else cast(flat[a], b))
-            elif kind == 1:
+            elif kind is Kind.SCALAR:
                 env.append(cast(flat[a], c) if b is None else _PackRef(a, b, c))
-            elif kind == 2:
+            elif kind is Kind.GETITEM:
                 env.append(env[a][b])
-            elif kind == 4:
+            elif kind is Kind.REUSE:
                 env.append(env[a])
             else:
                 env.append(_apply(a, ctx, _resolve(b, env, packs),

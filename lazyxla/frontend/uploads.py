@@ -47,7 +47,7 @@ def stage(t: torch.Tensor, device: int, sharding=None, process_local: bool = Fal
         raise RuntimeError("lazyxla: placing an upload by a sharding needs SPMD mode; call lx.spmd.use_spmd() "
                            "before creating any lazyxla tensor")
     array, storage = upload_now(t, device, sharding, process_local)
-    data = DeviceData(array, tuple(array.shape), t.dtype, device, sharding=sharding, storage=storage)
+    data = DeviceData(array, tuple(array.shape), t.dtype, device, sharding=sharding, stored_dtype=storage)
     return Staged(data, t.requires_grad)
 
 

@@ -88,7 +88,7 @@ _DATA_SIGS = BoundedTable(SIG_TABLE_CAP // 2)
 def data_node(data) -> Node:
     # the buffer's storage dtype (a narrower one under a storage policy) is part of the
     # signature: it is the compiled parameter's type
-    key = (DATA, data.shape, data.dtype, data.storage)
+    key = (DATA, data.shape, data.dtype, data.stored_dtype)
     sid = _DATA_SIGS.get(key)
     if sid is None:
         sid = _DATA_SIGS.put(key, intern_sig(key))

@@ -43,7 +43,7 @@ def graph_text(graph, donors: tuple = ()) -> str:
             p = params[id(node.data)]
             name = f"p{p}"
             donated = "  (donated)" if p in donors else ""
-            stored = node.data.storage
+            stored = node.data.stored_dtype
             if stored != node.dtype:   # held narrower (runtime/storage_dtypes.py)
                 donated = f" (held as {_SHORT.get(str(stored), str(stored))}){donated}"
             text = f"{name}: {aval} = parameter {p}{donated}"

@@ -47,7 +47,7 @@ def to_jax(t: torch.Tensor) -> jax.Array:
                 "lazyxla: to_jax inside a function being captured (torch.compile, gradient accumulation, "
                 "scan): its inputs have no buffer yet. Use lx.call_jax there, or call to_jax outside.")
         data.external = "lx.to_jax"
-    if data.storage != data.dtype:
+    if data.stored_dtype != data.dtype:
         with in_x64():
             array = array.astype(jax_dtype(data.dtype))
     return array

@@ -27,7 +27,7 @@ may refer to the same handle; the handle, not the tensor, carries
   places only each device's slice instead of a full copy on every device first;
   outside it, values the host computed for a read (sync/host_split.py) are, and
   may never reach the device at all.
-* `storage`: the dtype of the buffer itself: `dtype` (what torch reports), or a narrower
+* `stored_dtype`: the dtype of the buffer itself: `dtype` (what torch reports), or a narrower
   one under a storage dtype policy (runtime/storage_dtypes.py).
 * `host_copy`: a CPU copy of the value, kept once a small read downloaded it
   (sync/host_eval.py); valid for the handle's life, since the buffer never changes.
@@ -46,19 +46,19 @@ from . import memory
 
 
 class DeviceData:
-    __slots__ = ("_array", "shape", "dtype", "storage", "device", "read_only", "donate",
+    __slots__ = ("_array", "shape", "dtype", "stored_dtype", "device", "read_only", "donate",
                  "external", "donated_in", "owner", "call_donor", "sharding", "host", "charged", "host_copy", "__weakref__")
 
     def __init__(self, array, shape: tuple, dtype: torch.dtype, device: int,
                  owner=None, read_only: bool = False, sharding=None, host=None,
-                 storage: Optional[torch.dtype] = None) -> None:
+                 stored_dtype: Optional[torch.dtype] = None) -> None:
         self._array = array
         self.sharding = sharding
         self.host = host
         self.host_copy: Optional[torch.Tensor] = None   # the value, downloaded (sync/host_eval.py)
         self.shape = shape
         self.dtype = dtype
-        self.storage = dtype if storage is None else storage
+        self.stored_dtype = dtype if stored_dtype is None else stored_dtype
         self.device = device
         self.read_only = read_only
         self.external: Optional[str] = None
@@ -66,7 +66,7 @@ class DeviceData:
         self.call_donor = False
         self.donated_in: Optional[str] = None
         self.owner = weakref.ref(owner) if owner is not None else None
-        self.charged = memory.charges(shape, self.storage, device, sharding)
+        self.charged = memory.charges(shape, self.stored_dtype, device, sharding)
         memory.charge(self, self.charged)
 
     def __del__(self) -> None:
@@ -99,7 +99,7 @@ class DeviceData:
 
     @property
     def nbytes(self) -> int:
-        n = self.storage.itemsize
+        n = self.stored_dtype.itemsize
         for d in self.shape:
             n *= d
         return n
@@ -131,8 +131,8 @@ class DeviceData:
     def __repr__(self) -> str:
         state = f"donated in graph {self.donated_in}" if self.donated_in else "live"
         where = "" if self.sharding is None else f", sharding={self.sharding}"
-        if self.storage != self.dtype:
-            where += f", storage={self.storage}"
+        if self.stored_dtype != self.dtype:
+            where += f", stored as {self.stored_dtype}"
         return (f"DeviceData(shape={list(self.shape)}, dtype={self.dtype}, device={self.device}{where}, "
                 f"{state}, donate={self.donate}, read_only={self.read_only})")
 

@@ -19,7 +19,7 @@ Design options considered:
 3. (Chosen) A policy that is part of the device data model, applied in two places only:
    * at host->device transfer (`runtime/transfer.upload`): the host tensor is converted
      on the host with torch (eager's rounding) and the buffer is the narrow one;
-     `DeviceData.dtype` stays the logical dtype, `DeviceData.storage` is the buffer's;
+     `DeviceData.dtype` stays the logical dtype, `DeviceData.stored_dtype` is the buffer's;
    * when a graph is lowered (`compile/program.build`): every node's device dtype is the
      policy's storage dtype of its logical dtype (the graph's `policy`, taken once per
      sync by `sync/collect`, and part of the graph key), so computations run in the

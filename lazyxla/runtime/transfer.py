@@ -143,9 +143,9 @@ def upload(t: torch.Tensor, device: int, owner=None, sharding=None) -> DeviceDat
         host = np.array(_to_numpy(host_t), copy=True)
         metrics.metric_add("OutboundData", host_t.numel() * host_t.element_size())
         return DeviceData(None, tuple(t.shape), t.dtype, device, owner,
-                          sharding=sharding or placement.replicated(), host=host, storage=storage)
+                          sharding=sharding or placement.replicated(), host=host, stored_dtype=storage)
     array, storage = upload_now(t, device)
-    return DeviceData(array, tuple(t.shape), t.dtype, device, owner, storage=storage)
+    return DeviceData(array, tuple(t.shape), t.dtype, device, owner, stored_dtype=storage)
 
 
 @x64

@@ -93,10 +93,10 @@ def _place(t: LazyTensor, sharding) -> LazyTensor:
                 return t
             if old.host is not None:   # not placed yet: place only the slices, at first use
                 new = DeviceData(None, old.shape, old.dtype, old.device, owner=st, sharding=sharding,
-                                 host=old.host, storage=old.storage)
+                                 host=old.host, stored_dtype=old.stored_dtype)
             else:
                 new = DeviceData(reshard(old.live_array(), sharding), old.shape, old.dtype, old.device,
-                                 owner=st, sharding=sharding, storage=old.storage)
+                                 owner=st, sharding=sharding, stored_dtype=old.stored_dtype)
             new.donate = old.donate   # the user's donation mark follows the tensor's value
             st.write(data_node(new))
         else:

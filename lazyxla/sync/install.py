@@ -32,7 +32,7 @@ def install(graph: Graph, targets: list, outs: tuple) -> None:
             # storage dtype policy (runtime/storage_dtypes.py)
             data = installed[slot] = DeviceData(out, node.shape, node.dtype, device, owner=st,
                                                 sharding=out.sharding if spmd else None,
-                                                storage=torch_dtype(out.dtype))
+                                                stored_dtype=torch_dtype(out.dtype))
         st.write(data_node(data))
     if detailed:
         metrics.metric_add("WrapXlaData", time.perf_counter_ns() - start)
