@@ -10,7 +10,7 @@ Minor = tuple[int, int]
 
 # First and last minor release of torch and of JAX the test matrix verified (pyproject's pins
 # say the same; tests/test_torch_compat.py checks): frontend/torch_compat.py, _jax.py and
-# the patches' version guards (patches.py) use them.
+# the patches' version guards (lazyxla/patches) use them.
 TORCH_VERIFIED: tuple[Minor, Minor] = ((2, 11), (2, 15))
 JAX_VERIFIED: tuple[Minor, Minor] = ((0, 10), (0, 10))
 

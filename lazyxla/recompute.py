@@ -15,7 +15,7 @@ pass that expands barriers before CSE (compile/cache.py `compiler_options`), sin
 that pass removes them first.
 
 How: `torch.utils.checkpoint.checkpoint` is replaced at import (the patch "torch_checkpoint"
-of lazyxla/patches.py).
+of lazyxla/patches).
 With lazyxla tensors among the arguments, PyTorch's own checkpoint runs (either mode, RNG
 state, `context_fn`, determinism checks unchanged) on the region wrapped so that its second
 call (the re-run) first passes its inputs through the barrier, and the region's outputs
@@ -126,5 +126,5 @@ def checkpoint(function: Callable, *args, **kwargs) -> Any:
 
 def patch_torch_checkpoint() -> None:
     """Make `torch.utils.checkpoint.checkpoint` the lazyxla-aware function (idempotent;
-    the patch "torch_checkpoint" of lazyxla/patches.py, which can undo it)."""
+    the patch "torch_checkpoint" of lazyxla/patches, which can undo it)."""
     patches.apply("torch_checkpoint", checkpoint)

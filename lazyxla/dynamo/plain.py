@@ -14,7 +14,7 @@ tensors in exactly the modules that fakeify tensors or handle real tensors of
 a compiled graph; dynamo's own variable builder keeps seeing
 a traceable subclass, which is what makes it trace a lazy tensor as a tensor.
 Each module is patched once, where it binds the name; the modules are the targets
-of two patches in lazyxla/patches.py (with the torch releases verified, and undo). A
+of two patches in lazyxla/patches (with the torch releases verified, and undo). A
 torch release that moves the check fails the patch's guard, naming it.
 """
 from __future__ import annotations

@@ -9,7 +9,7 @@ guard's `synchronizeDevice`, and the hooks' pinned-memory allocator. So lazyxla
 answers them above C++:
 
 * torch.accelerator's functions reach C++ through `torch._C._accelerator_*`; the patch
-  "torch_accelerator_hooks" (lazyxla/patches.py) routes each of them here while lazyxla
+  "torch_accelerator_hooks" (lazyxla/patches) routes each of them here while lazyxla
   is the current accelerator, to the same function of `torch.lazyxla`
   (device_module.py), whose figures come from the runtime's ledger of live buffers.
 * `Tensor.pin_memory()` ends in the `aten::_pin_memory` kernel of the CPU tensor,

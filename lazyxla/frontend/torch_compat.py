@@ -6,7 +6,7 @@ whose fake-tensor and AOTAutograd internals are told that a lazy tensor is a
 plain tensor. None of that is public API, so every private name lazyxla uses is
 bound here and nowhere else: a torch release that moves one breaks this module
 (at import, naming the name), and its fix is made here, once. The private names
-lazyxla changes (rather than calls) are the targets of lazyxla/patches.py, each
+lazyxla changes (rather than calls) are the targets of lazyxla/patches, each
 with its own version guard and undo.
 
 Verified range: torch 2.11 to 2.15 (`scripts/test_matrix.sh`, results in
@@ -17,7 +17,7 @@ docs/compat-matrix.md). What differs inside it, and how it is handled:
   rms_norm; 2.13 the reverse). lazyxla reads the lists from the installed
   header (autocast_lists.py), so it follows whatever the release says.
 * AOTAutograd's modules that test `is_traceable_wrapper_subclass` on real
-  inputs (patched: patches.py): the same two modules (frontend_utils, runtime_wrappers) in every
+  inputs (patched: lazyxla/patches): the same two modules (frontend_utils, runtime_wrappers) in every
   release of the range. 2.15 adds autograd_cache.py, which imports the test
   inside its functions from torch.utils._python_dispatch; that path only runs
   with AOTAutograd's cache, which torch enables for inductor only.

@@ -11,11 +11,9 @@ The guard: applying a patch checks that every object it changes exists and fails
 the patch's name and the running release if one does not (a release that moved it must
 be handled here, once); outside the releases a patch was verified with it warns once.
 
-JAX's 64-bit mode is not a patch any more: switching it on for the whole process made a
-user's own `jnp.ones(2)` float64. lazyxla needs it only while it moves, compiles, runs or
-reads its own arrays (int64 is PyTorch's default integer type), so those entry points
-run under `in_x64()` (JAX's thread-local `jax.enable_x64` context, 0.7 us to enter) and
-JAX's defaults stay the user's.
+JAX's 64-bit mode is not a patch: switched on for the whole process it would make a
+user's own `jnp.ones(2)` float64. lazyxla's entry points that move, compile, run or
+read its own arrays run under `in_x64()` (JAX's thread-local `jax.enable_x64`).
 
 Not listed, because they use torch's extension points for lazyxla's own names and change
 nothing a program without lazyxla sees: the PrivateUse1 device rename and its kernels,
@@ -24,7 +22,8 @@ listed: glibc's malloc settings (runtime/host_heap.py, not torch or JAX) and the
 `torch_xla` import finder and device names of lazyxla.compat, which a program asks for
 (`python -m lazyxla.compat`) and `lazyxla.compat.uninstall()` removes.
 
-A leaf: it imports torch and JAX but nothing from lazyxla except `_versions`.
+A leaf: it imports torch and JAX but nothing from lazyxla except `_versions`; the
+deferred `_disable_dynamo` wrappers are in dynamo_deferral.py.
 """
 from __future__ import annotations
 
@@ -37,7 +36,8 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import jax
 
-from ._versions import JAX_VERIFIED, TORCH_VERIFIED, Minor, warn_if_unverified
+from .._versions import JAX_VERIFIED, TORCH_VERIFIED, Minor, warn_if_unverified
+from . import dynamo_deferral
 
 F = TypeVar("F", bound=Callable[..., Any])
 _UNSET = object()
@@ -119,7 +119,7 @@ class Patch:
                 raise PatchError(
                     f"lazyxla: patch {self.name!r} cannot be applied: {path} does not exist in "
                     f"{self.library} {version}. lazyxla needs it because {self.why} Handle the release "
-                    "in lazyxla/patches.py, or install a release lazyxla was verified with "
+                    "in lazyxla/patches, or install a release lazyxla was verified with "
                     f"({_range(self.versions)}).") from None
         if not self._warned:
             self._warned = warn_if_unverified(
@@ -286,81 +286,6 @@ def _undo_listener(listener: Callable) -> None:
     jax.monitoring.unregister_event_listener(listener)
 
 
-_DYNAMO = "torch._dynamo"
-_DISABLE_ATTR = "__dynamo_disable"   # where torch._compile._disable_dynamo caches its wrapper
-_DEFERRED_ROOTS = ("torch._refs", "torch._prims", "torch.optim")
-
-
-def _disable_dynamo_inners() -> list:
-    """torch's `_disable_dynamo` wrappers reachable from the meta and decomposition tables
-    and the modules of _DEFERRED_ROOTS (their functions and classes' methods), through the
-    wrappers' `__wrapped__` links and the cells named `fn` in which they keep what they wrap."""
-    import torch
-    from torch._decomp import decomposition_table, meta_table
-    inner_code = torch._compile._disable_dynamo(lambda: None).__code__
-    stack, seen, found = [*meta_table.values(), *decomposition_table.values()], set(), []
-    for name, module in list(sys.modules.items()):
-        if module is not None and name.startswith(_DEFERRED_ROOTS):
-            for value in list(vars(module).values()):
-                stack += list(vars(value).values()) if isinstance(value, type) else [value]
-    while stack:
-        fn = stack.pop()
-        code = getattr(fn, "__code__", None)
-        if code is None or id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        if code is inner_code:
-            found.append(fn)
-        stack.append(getattr(fn, "__wrapped__", None))
-        stack.append(_cells(fn).get("fn"))
-    return found
-
-
-def _cells(fn) -> dict:
-    """A closure's variables by name (an unassigned cell is left out)."""
-    out = {}
-    for name, cell in zip(fn.__code__.co_freevars, getattr(fn, "__closure__", None) or ()):
-        try:
-            out[name] = cell.cell_contents
-        except ValueError:
-            pass
-    return out
-
-
-def _run_directly(fn: Callable, recursive: bool) -> Callable:
-    """What `torch._disable_dynamo` runs for `fn` while torch._dynamo is not imported: `fn`
-    itself, since no frame-evaluation hook can be set yet. Once dynamo is imported, torch's
-    own disabled function (what the wrapper would have built at its first call)."""
-    def call(*args, **kwargs):
-        if _DYNAMO not in sys.modules:
-            return fn(*args, **kwargs)
-        import torch._dynamo
-        disabled = torch._dynamo.disable(fn, recursive, wrapping=False)
-        setattr(fn, _DISABLE_ATTR, disabled)
-        return disabled(*args, **kwargs)
-    call.lazyxla_deferred = True   # type: ignore[attr-defined]
-    return call
-
-
-def _apply_deferred_disable() -> list:
-    if _DYNAMO in sys.modules:
-        return []
-    wrapped = []
-    for inner in _disable_dynamo_inners():
-        cells = _cells(inner)
-        fn = cells.get("fn")
-        if hasattr(fn, "__dict__") and "recursive" in cells and _DISABLE_ATTR not in vars(fn):
-            setattr(fn, _DISABLE_ATTR, _run_directly(fn, cells["recursive"]))
-            wrapped.append(fn)
-    return wrapped
-
-
-def _undo_deferred_disable(wrapped: list) -> None:
-    for fn in wrapped:
-        if getattr(vars(fn).get(_DISABLE_ATTR), "lazyxla_deferred", False):
-            delattr(fn, _DISABLE_ATTR)
-
-
 PATCHES: tuple[Patch, ...] = (
     _subclass_test_patch("fake_tensor_subclass_test",
                          ("torch._subclasses.meta_utils", "torch._subclasses.fake_tensor"),
@@ -413,7 +338,7 @@ PATCHES: tuple[Patch, ...] = (
           "(0.4-0.7 s); lazyxla's first elementwise op runs such a meta kernel, so every process "
           "paid it in its first op. Until dynamo is imported there is no frame hook to disable, "
           "so the functions run directly; the import hook (dynamo/__init__.py) undoes this.",
-          TORCH_VERIFIED, _apply_deferred_disable, _undo_deferred_disable,
+          TORCH_VERIFIED, dynamo_deferral.apply, dynamo_deferral.undo,
           ("torch._compile._disable_dynamo", "torch._decomp.meta_table")),
     Patch("dynamo_recompile_logs", "torch", ("torch._logging: the recompiles artifact",),
           "LAZYXLA_EXPLAIN_RECOMPILES=1 also has dynamo log which guard failed; undo resets "
