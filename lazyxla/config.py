@@ -1,11 +1,10 @@
 """lazyxla's settings: every `LAZYXLA_*` environment variable, read here and only here.
 
-Why one module: settings used to be read in eight modules, each with its own
-parsing (`LAZYXLA_EXPLAIN_RECOMPILES` meant one thing to the compile cache and
-another to the dynamo backend). Here each variable is one field of `Config`, its
-name is `LAZYXLA_` + the field name in capitals, its type says how it is parsed,
-and every flag goes through the one `parse_bool`. README's "Environment
-variables" table lists the same names; tests/test_config.py keeps the two in step.
+Each variable is one field of `Config`: its name is `LAZYXLA_` + the field name in
+capitals, its type says how it is parsed, and every flag goes through the one
+`parse_bool`, so a variable means the same thing to every module. README's
+"Environment variables" table lists the same names; tests/test_config.py keeps the
+two in step.
 
 `SETTINGS` is read once, at import. Modules read `config.SETTINGS.<field>` when
 they need it, so `override` (tests) and `reload` reach them; the few values that

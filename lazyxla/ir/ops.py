@@ -1,11 +1,9 @@
 """One record per op: every fact lazyxla keeps about an ATen op (or internal IR op), in one place.
 
-Before these records the facts lived in about ten tables over seven modules, and
-"how is aten.X handled?" took a search. Now each module that implements a fact
-registers it here through `register_fact`, the only way in, which refuses a second
-value for the same fact (two modules registering one op would make the winner
-depend on import order). The old tables are read-only views (`facts(field)`), so
-the hot paths keep a plain dictionary lookup.
+Each module that implements a fact registers it here through `register_fact`, the
+only way in, which refuses a second value for the same fact (two modules registering
+one op would make the winner depend on import order). `facts(field)` gives read-only
+views by field, so the hot paths keep a plain dictionary lookup.
 
 The record sits in `ir/` because every layer reads it and none owns it: it holds
 functions from lower/ and frontend/ without importing them. `lx.debug.explain_op`
