@@ -1,22 +1,15 @@
 """The torch <-> JAX dtype map, lazyxla's JAX devices, and JAX's release differences.
 
-lazyxla needs JAX's 64-bit mode so that int64 (PyTorch's default integer type)
-and float64 survive the round trip. It is switched on only around lazyxla's own
-transfers, compiles, executions and host reads (`patches.in_x64()`), never for the
-whole process, so a user's JAX code keeps JAX's 32-bit defaults; lowerings always
-pass explicit dtypes.
+lazyxla needs JAX's 64-bit mode so that int64 (PyTorch's default integer type) and
+float64 survive the round trip. It is switched on only around lazyxla's own transfers,
+compiles, executions and host reads (`patches.in_x64()`), never for the whole process, so
+a user's JAX code keeps JAX's 32-bit defaults; lowerings always pass explicit dtypes.
 
 This module is also where JAX's differences across releases are handled (the torch side
 has frontend/torch_compat.py). Verified: jax/jaxlib 0.10 (scripts/test_matrix.sh,
-docs/compat-matrix.md). JAX 0.11 was checked against its source and changelog
-only, since it needs Python >= 3.12 and the machines that built this run 3.11:
-every JAX name lazyxla calls (the `jax.config` options set here, the `lax` and
-`jax.numpy` functions of lower/, `jit(...).lower().compile()`, `jax.enable_x64`,
-`Compiled.memory_analysis`, `Array.delete/is_deleted`) exists unchanged in
-jax-v0.11.0; its breaking changes (uninitialised `jnp.empty`, removed
-`jax.core`/`pxla` names, `jax.cloud_tpu_init`) touch nothing lazyxla uses. So no
-JAX release needs code of its own yet, and 0.11 stays outside the pin until a run
-of the suite on it passes.
+docs/compat-matrix.md); no JAX release needs code of its own yet.
+
+Design: docs/design.md, "torch and JAX releases" and "_jax.py".
 """
 from __future__ import annotations
 

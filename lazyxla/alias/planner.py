@@ -1,33 +1,18 @@
 """Which parameters of a graph are donated, and why the others are not.
 
-Donor set = automatic donors ∪ explicit donors, sorted, where
+Donor set = automatic donors ∪ explicit donors, sorted, minus buffers that must survive:
+* automatic, at syncs that allow it (step barriers, `sync_tensors(donate_inplace=True)`):
+  the buffer's owner storage no longer holds it after this graph (updated in place, or a
+  dead input: owner gone or moved on to a newer value), and an output of matching
+  shape/dtype could reuse it;
+* explicit: the buffer carries the donate flag, at step barriers always, at other syncs
+  only with explicit donation enabled for the device, or when it was marked and passed
+  to a compiled function (`call_donor`);
+* kept: read-only buffers, buffers shared with JAX (DeviceData.external), and buffers
+  another live tensor holds, directly or through pending computation this graph does not
+  compute. With aliasing off nothing is donated.
 
-* automatic, at syncs that allow it (step barriers,
-  `sync_tensors(donate_inplace=True)`): the buffer's owner storage no longer
-  holds it after this graph. That is in-place aliasing (the owner is
-  recomputed by the graph: it was updated in place), and it is also every
-  input nobody will read again: an orphan whose owner is gone (the temporary
-  that created it died, or it was created without one, e.g. by the host
-  fallback's write-back or `a.copy_(tmp)`), or a buffer whose owner already
-  moved on to a newer value (e.g. `.cpu()` installed it) while pending work
-  still read the old one. Upstream donates only in-place lineage and keeps such
-  dead inputs alive until the graph ends (SPEC §5.15). The holder checks below
-  keep the buffer whenever a live tensor outside the graph's outputs still
-  holds or needs it;
-* explicit: the buffer carries the donate flag, at step barriers always and
-  at other syncs only with explicit donation enabled for the device, or when
-  it was marked and passed to a compiled function (`call_donor`);
-
-minus buffers that must survive the graph: read-only buffers, buffers shared
-with JAX (`lx.to_jax` / `lx.from_jax`, DeviceData.external), buffers that
-another live tensor holds (directly, or through pending computation that this
-graph does not compute; for explicit donors "another" means other than the
-owner, which lx.set_buffer_donation made the marked tensor), and, for
-automatic donors, buffers that no output of
-matching shape/dtype could reuse. With aliasing off nothing is donated.
-
-Holders are tracked from the live-storage registry, not from stamp order as
-upstream does, which is what makes partial syncs safe.
+Design: docs/design.md, "Donation planner" and "alias/planner.py".
 """
 from __future__ import annotations
 

@@ -1,29 +1,16 @@
 """The persistent compile cache: compiled executables kept on disk across processes.
 
-Choice: this is JAX's own persistent compilation cache pointed at a directory lazyxla
-chooses and guards, not a second store built on `jax.experimental.serialize_executable`.
-JAX keys an entry on the lowered module, the compile options (so lazyxla's
-`compiler_options()` of a graph are in the key), the backend and the XLA flags; on a
-damaged entry it warns and compiles (a miss); it writes entries atomically. A store of our
-own would need a key that survives the process, which the in-memory cache's graph key
-(a Python hash) is not, so it would hash the lowered module too: the same work, less tested.
-What lazyxla adds:
+This is JAX's own persistent compilation cache pointed at a directory lazyxla chooses
+and guards: `$LAZYXLA_CACHE_DIR`, else `$XDG_CACHE_HOME/lazyxla`, else `~/.cache/lazyxla`
+(`LAZYXLA_CACHE_DIR=""` turns it off), with entries in a `v-<hash>` subdirectory per
+lazyxla, torch, jax and jaxlib version and `XLA_FLAGS`. The directory lazyxla creates is
+private (0700); one that other users can write to or that another user owns is refused,
+and one that cannot be written is skipped, each with a warning. `LAZYXLA_CACHE_MAX_MB`
+(default 2048) bounds the whole directory: the oldest entries go, at start and every
+`_PRUNE_EVERY` compiles. Counter `PersistentCacheHit`: executables loaded from disk
+instead of compiled.
 
-* where: `$LAZYXLA_CACHE_DIR`, else `$XDG_CACHE_HOME/lazyxla`, else `~/.cache/lazyxla`;
-  `LAZYXLA_CACHE_DIR=""` turns the cache off. Entries live in a `v-<hash>` subdirectory whose
-  hash covers the lazyxla, torch, jax and jaxlib versions and `XLA_FLAGS`, so another release
-  or other flags never read an entry (JAX's key covers some of these; ours covers all, and an
-  upgrade leaves the old entries in a directory of their own, removed by the size bound).
-* safety: entries are native code that the process loads and runs, so the directory lazyxla
-  creates is private (0700), and a directory that other users can write to, or that belongs to
-  another user, is refused with a warning (no cache). A directory that cannot be written warns
-  and the run goes on without the cache.
-* size: `LAZYXLA_CACHE_MAX_MB` (default 2048) bounds the whole cache directory; the oldest
-  entries (by write time, over every `v-*` subdirectory) are removed at start and every
-  `_PRUNE_EVERY` compiles. JAX's own LRU bound is left off: it lists the directory at every
-  write, which a long run with thousands of small graphs pays for quadratically.
-* counter `PersistentCacheHit`: executables loaded from disk instead of compiled. JAX's
-  cache is process-wide, so JAX code run beside lazyxla shares the directory and the count.
+Design: docs/design.md, "The persistent compile cache" and "compile/disk_cache.py".
 """
 from __future__ import annotations
 

@@ -1,22 +1,16 @@
-"""A lost process is a clear error, soon (docs/reliability.md, "Dead hosts").
+"""A lost process is a clear error, soon.
 
-JAX's coordination service notices a process that stopped sending heartbeats, but then
-aborts every other process from a C++ thread (SIGABRT, a check-failure stack trace), and
-only after its own heartbeat timeout. lazyxla watches the processes itself, through the
-service's key-value store:
+Instead of JAX's coordination service aborting every process, lazyxla watches the
+processes itself through the service's key-value store: a *beater* thread stores this
+process's heartbeat counter every `interval` seconds (key `lazyxla/heartbeat/<process>`)
+and reads the others'; a *judge* thread, which never blocks on the network, declares
+process `p` lost when its counter has not moved for `timeout` seconds, or the coordinator
+lost when this process's own key-value calls have failed for that long. On a loss the
+judge prints the error to stderr, raises `ProcessLostError` in the main thread and, if the
+process still runs `grace` seconds later, ends it with exit status `EXIT_STATUS`. Keep the
+timeout well above the longest stretch of GIL-holding work (tens of seconds in production).
 
-* a *beater* thread stores this process's heartbeat counter every `interval` seconds
-  (key `lazyxla/heartbeat/<process>`) and reads the others';
-* a *judge* thread, which never blocks on the network, declares process `p` lost when its
-  counter has not moved for `timeout` seconds, or the coordinator lost when this
-  process's own key-value calls have failed for that long.
-
-On a loss the judge prints the error to stderr, raises `ProcessLostError` in the main
-thread (where the training loop runs; it arrives at the next Python instruction there)
-and, if the process still runs `grace` seconds later (the main thread is stuck in a
-collective with the dead peer, or caught the error), ends it with exit status
-`EXIT_STATUS`. The threads need the GIL a few times per timeout: keep the timeout well
-above the longest stretch of GIL-holding work (tens of seconds in production).
+Design, measurements and limits: docs/reliability.md, "Dead hosts".
 """
 from __future__ import annotations
 

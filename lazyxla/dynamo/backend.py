@@ -1,32 +1,17 @@
 """The `"lazyxla"` dynamo backend: AOTAutograd graphs captured into CALL nodes.
 
-dynamo hands the backend a torch-level FX graph (and real example inputs).
-The backend
+dynamo hands the backend a torch-level FX graph (and real example inputs). The backend
+rewrites `torch.ops.lazyxla.set_buffer_donor_` calls (donor.py) and tensors made from
+data on the lazyxla device, runs AOTAutograd on it with lazy tensors seen as plain
+tensors on the lazyxla device (plain.py), and turns each ATen graph it produces
+(forward, backward, inference) into a `CompiledGraph` (replay.py). Graph breaks need
+nothing here: dynamo runs the code between graphs as ordinary Python, i.e. lazy tracing.
 
-1. rewrites `torch.ops.lazyxla.set_buffer_donor_` calls (donor.py) and
-   tensors made from data on the lazyxla device (`torch.tensor(data,
-   device=dev)` becomes `torch.tensor(data).to(dev)`: AOTAutograd then sees a
-   CPU constant and a copy to the device, which the captured graph uploads
-   once, instead of a lazy tensor it cannot functionalize), then
-2. runs AOTAutograd on it, with lazy tensors seen as plain tensors on the
-   lazyxla device (plain.py), keeping in-place updates
-   of inputs inside inference graphs (`keep_inference_input_mutations`) so an
-   optimizer step writes its parameters back without extra dispatches, and
-3. turns each ATen graph it produces (forward, backward, inference) into a
-   `CompiledGraph` (replay.py).
+Option `execute_at_call` (`options={"execute_at_call": True}`, the `"openxla"` backend of
+lazyxla.compat) runs each graph when it is called, by a partial sync right after its CALL
+node is inserted, instead of joining the pending step graph.
 
-Graph breaks need nothing here: dynamo runs the code between graphs as
-ordinary Python, i.e. lazy tracing.
-
-Option `execute_at_call` (`torch.compile(f, backend="lazyxla",
-options={"execute_at_call": True})`, the `"openxla"` backend of lazyxla.compat):
-each graph is run when it is called, as PyTorch/XLA's dynamo bridge does,
-instead of joining the pending step graph: right after the CALL node is
-inserted, a partial sync (`lx.sync_tensors`) materialises its results and the
-inputs it updated. The forward's saved activations are results too, so the
-backward never recomputes the forward. Automatic donation stays on for that
-sync: the planner donates an updated input's old buffer only when nothing
-else still needs it.
+Design: docs/design.md, "Compiled functions: dynamo graphs become CALL nodes" and "dynamo/backend.py".
 """
 from __future__ import annotations
 

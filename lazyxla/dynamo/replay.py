@@ -1,26 +1,16 @@
 """One ATen graph from AOTAutograd, captured once per input signature, replayed as
 one CALL node per call (sync/capture.py).
 
-AOTAutograd hands the backend functionalized ATen graphs: the forward (with
-the activations the backward saves as extra outputs), the backward, or one
-inference graph (an optimizer step, code under no_grad). `CompiledGraph` is
-what the backend returns for each: called with the real inputs, it
+`CompiledGraph` is what the backend returns for each functionalized ATen graph (forward,
+backward or inference). Called with the real inputs, it checks them (lazy tensors on one
+device; a 0-d CPU tensor is uploaded as lazy mode lifts it) and keys them by shape and
+dtype; on a new signature it runs the graph once over placeholders into a pure JAX
+program; then it applies the donation directives set on its inputs
+(`torch.ops.lazyxla.set_buffer_donor_`), inserts the CALL node and writes the new values
+of inputs updated in place back into them. Nothing is executed here: the call joins the
+pending graph and fuses with the rest of the step at `lx.sync()`.
 
-1. checks them (lazy tensors on one device, as lazy mode requires; a 0-d CPU
-   tensor, e.g. a step counter, is uploaded as lazy mode lifts it), and keys
-   them by shape and dtype: dynamo's dynamic shapes reach it as plain ints, so
-   a graph traced with symbolic sizes is captured once per concrete signature;
-2. on a new signature, runs the graph once over placeholders (every ATen op
-   dispatches once, `TracedOps` counts them) into a pure JAX program;
-3. applies the donation directives the function set on its inputs
-   (`torch.ops.lazyxla.set_buffer_donor_`), marks every input whose buffer is
-   flagged as a compiled-call donor (donated at whichever sync runs the call,
-   also without explicit donation enabled), inserts the CALL node and writes
-   the new values of inputs it updated in place back into them: their old
-   buffers become automatic donors of the step graph, exactly as in lazy mode.
-
-Nothing is executed here: the call joins the pending graph and fuses with the
-rest of the step at `lx.sync()`.
+Design: docs/design.md, "Compiled functions: dynamo graphs become CALL nodes" and "dynamo/replay.py".
 """
 from __future__ import annotations
 

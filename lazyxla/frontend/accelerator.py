@@ -1,24 +1,16 @@
 """lazyxla as torch's current accelerator: `torch.accelerator.*` and pinned host memory.
 
-Once lazyxla renames PrivateUse1, torch takes it for the process's accelerator (a
-registered PrivateUse1 backend comes first, CUDA included), so accelerate, Trainer and
-DataLoader(pin_memory=True) ask it for what they ask CUDA. torch answers those
-questions in C++, through hooks a Python backend cannot register: the device allocator
-(`empty_cache`, `memory_stats`, `memory_allocated`, `get_memory_info`), the device
-guard's `synchronizeDevice`, and the hooks' pinned-memory allocator. So lazyxla
-answers them above C++:
+Once lazyxla renames PrivateUse1, torch takes it for the process's accelerator, and
+answers accelerator questions through C++ hooks a Python backend cannot register. So:
+* the patch "torch_accelerator_hooks" (lazyxla/patches) routes each of torch.accelerator's
+  `torch._C._accelerator_*` calls, while lazyxla is the current accelerator, to the same
+  function of `torch.lazyxla` (device_module.py), whose figures come from the runtime's
+  ledger of live buffers;
+* lazyxla's CPU kernel for `aten::_pin_memory` makes a pin for lazyxla a pageable copy (a
+  new tensor, as torch's is); a pin for another device type goes to torch's kernel.
+  `torch.empty(..., pin_memory=True)` still fails with torch's message.
 
-* torch.accelerator's functions reach C++ through `torch._C._accelerator_*`; the patch
-  "torch_accelerator_hooks" (lazyxla/patches) routes each of them here while lazyxla
-  is the current accelerator, to the same function of `torch.lazyxla`
-  (device_module.py), whose figures come from the runtime's ledger of live buffers.
-* `Tensor.pin_memory()` ends in the `aten::_pin_memory` kernel of the CPU tensor,
-  which would ask the PrivateUse1 hooks for a pinned allocator. lazyxla's CPU kernel
-  copies the tensor instead: JAX uploads from ordinary host memory (it stages the copy
-  itself), so a pageable copy is what "pinned for lazyxla" means, and the result is a
-  new tensor as torch's is. A pin for another device type goes to torch's kernel.
-  `torch.empty(..., pin_memory=True)` still fails with torch's message: its kernel is
-  the CPU allocation path of every program, which lazyxla does not replace.
+Design: docs/design.md, "lazyxla as torch's accelerator" and "frontend/accelerator.py".
 """
 from __future__ import annotations
 

@@ -1,23 +1,16 @@
 """`torch.autocast("lazyxla", dtype=torch.bfloat16 | torch.float16)`.
 
-Autocast is a dispatcher key: with autocast enabled for a device, ops on that
-device's tensors first reach the kernel registered on its autocast key
-(AutocastPrivateUse1 for us), which casts the inputs and redispatches below the
-key. PyTorch registers no such kernels for PrivateUse1 (a C++ backend is expected
-to, with `KERNEL_PRIVATEUSEONE`), and no fallthrough either, so without this module
-every op under autocast failed. We register, from Python:
-
+With autocast enabled for a device, ops on its tensors first reach the kernel on its
+autocast dispatch key (AutocastPrivateUse1 for lazyxla), which casts the inputs and
+redispatches below the key. PyTorch registers neither kernels nor a fallthrough there for
+PrivateUse1, so this module registers, from Python:
 * a fallthrough fallback on AutocastPrivateUse1: ops outside the lists run as usual;
-* one kernel per entry of PyTorch's shared op lists (autocast_lists.py), doing what
-  the C++ `WrapFunction_` of that entry's `CastPolicy` does (ATen/autocast_mode.h):
-  lower_precision_fp, fp32, fp32_set_opt_dtype, fp32_append_dtype and promote;
-* the ban on `binary_cross_entropy` that CUDA, XPU and MPS register beside the
-  lists (unsafe in float16/bfloat16; binary_cross_entropy_with_logits is safe).
+* one kernel per entry of PyTorch's shared op lists (autocast_lists.py), doing what the
+  C++ `WrapFunction_` of that entry's `CastPolicy` does (ATen/autocast_mode.h);
+* the ban on `binary_cross_entropy` that CUDA, XPU and MPS register beside the lists.
+The casts are ordinary `_to_copy` ops recorded into the graph, before autograd.
 
-The casts are ordinary `_to_copy` ops recorded into the graph, before autograd,
-so the backward pass runs in the same precisions as on CUDA. Unlike C++'s
-`cached_cast` we keep no weight-cast cache: a weight cast twice in one step is
-two identical converts in one XLA graph, which XLA's CSE merges.
+Design: docs/design.md, "Autocast" and "frontend/autocast.py".
 """
 from __future__ import annotations
 

@@ -1,24 +1,15 @@
 """`torch.amp.GradScaler("lazyxla")`: its two ATen ops, traced into the graph.
 
-GradScaler calls `_amp_foreach_non_finite_check_and_unscale_` (in `unscale_`) and
-`_amp_update_scale_` (in `update`). Both are in-place ops on several tensors with
-no functional form that lazyxla could lower as one node, so they are lazyxla
-decompositions onto lowered elementwise ops, with the semantics of ATen's CPU
-and CUDA kernels (aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp).
-
-The host read: `GradScaler.step` decides on the host whether to call
-`optimizer.step()` (`found_inf.item()`), which needs a graph. A plain host read
-would compute found_inf alone, and the step barrier would then run the forward and
-backward pass a second time for the gradients and the loss. So found_inf is a
-*wide read* (storage.py): reading it materialises all pending work of its device,
-as PyTorch/XLA's GradScaler does with a `mark_step()` before the read. A
-GradScaler step is then two graphs (forward + backward + unscale, then optimizer
-step + scale update), each compiled once. Fused optimizers avoid the read altogether
-(frontend/fused_optim.py): one graph per step.
-
-With implied barriers on, the optimizer step inside `GradScaler.step` does not end the
-training step: the barrier waits for `GradScaler.update` (`_update_scale_`), so the scale
+`_amp_foreach_non_finite_check_and_unscale_` (in `unscale_`) and `_amp_update_scale_` (in
+`update`) are lazyxla decompositions onto lowered elementwise ops, with the semantics of
+ATen's CPU and CUDA kernels (aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp).
+`found_inf`, which `GradScaler.step` reads on the host, is a *wide read* (storage.py):
+reading it materialises all pending work of its device, so a GradScaler step is two
+graphs, each compiled once. With implied barriers on, the training step ends at
+`GradScaler.update`, not at the optimizer step inside `GradScaler.step`, so the scale
 update joins the optimizer's graph.
+
+Design: docs/design.md, "Autocast" and "frontend/grad_scaler.py".
 """
 from __future__ import annotations
 

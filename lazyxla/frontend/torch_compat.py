@@ -1,38 +1,17 @@
 """torch's private surface that lazyxla builds on, and its differences across releases.
 
-lazyxla runs on the Python backend route (docs/design.md): PrivateUse1 renamed
-from Python, a wrapper subclass with `__torch_dispatch__`, and a dynamo backend
-whose fake-tensor and AOTAutograd internals are told that a lazy tensor is a
-plain tensor. None of that is public API, so every private name lazyxla uses is
-bound here and nowhere else: a torch release that moves one breaks this module
-(at import, naming the name), and its fix is made here, once. The private names
-lazyxla changes (rather than calls) are the targets of lazyxla/patches, each
-with its own version guard and undo.
+lazyxla runs on the Python backend route (docs/design.md): PrivateUse1 renamed from
+Python, a wrapper subclass with `__torch_dispatch__`, and a dynamo backend whose
+fake-tensor and AOTAutograd internals are told that a lazy tensor is a plain tensor.
+None of that is public API, so every private name lazyxla uses is bound here and nowhere
+else: a torch release that moves one breaks this module (at import, naming the name), and
+its fix is made here, once. The private names lazyxla changes (rather than calls) are the
+targets of lazyxla/patches, each with its own version guard and undo.
 
 Verified range: torch 2.11 to 2.15 (`scripts/test_matrix.sh`, results in
-docs/compat-matrix.md). What differs inside it, and how it is handled:
+docs/compat-matrix.md); outside it `check_version` warns once (it does not refuse).
 
-* `ATen/autocast_mode.h`'s shared op lists change from release to release
-  (2.11 lists the Dimname overloads of softmax, sum, cumsum, ... and no
-  rms_norm; 2.13 the reverse). lazyxla reads the lists from the installed
-  header (autocast_lists.py), so it follows whatever the release says.
-* AOTAutograd's modules that test `is_traceable_wrapper_subclass` on real
-  inputs (patched: lazyxla/patches): the same two modules (frontend_utils, runtime_wrappers) in every
-  release of the range. 2.15 adds autograd_cache.py, which imports the test
-  inside its functions from torch.utils._python_dispatch; that path only runs
-  with AOTAutograd's cache, which torch enables for inductor only.
-* Everything else lazyxla binds below has the same name and signature in 2.11
-  through 2.15.
-* Behaviour that differs without code of ours (the tests accept both):
-  torch.compile'd code that mixes devices fails in fake-tensor propagation with
-  torch's message, worded "found two different devices A, B" in 2.11 and "at
-  least two devices, A and B" from 2.13 on; and `torch.tensor(data,
-  device=x.device)` inside a compiled function works on 2.11 (dynamo builds the
-  constant on the host and moves it) where 2.13 on hand lazyxla a fake device
-  tensor, which it refuses with a message saying what to write instead.
-
-Outside the range `check_version` warns once (it does not refuse: a newer
-torch often works, and the matrix script says in minutes whether it does).
+Design: docs/design.md, "torch and JAX releases" and "frontend/torch_compat.py".
 """
 from __future__ import annotations
 

@@ -1,28 +1,16 @@
 """One record per op: every fact lazyxla keeps about an ATen op (or internal IR op), in one place.
 
-Each module that implements a fact registers it here through `register_fact`, the
-only way in, which refuses a second value for the same fact (two modules registering
-one op would make the winner depend on import order). `facts(field)` gives read-only
-views by field, so the hot paths keep a plain dictionary lookup.
+Each module that implements a fact registers it here through `register_fact`, the only
+way in, which refuses a second value for the same fact (else the winner would depend on
+import order). `facts(field)` gives read-only views by field, so the hot paths keep a
+plain dictionary lookup. The record sits in `ir/` because every layer reads it and none
+owns it: it holds functions from lower/ and frontend/ without importing them.
+`lx.debug.explain_op` reads it (through frontend/routes.py) to say which route an op takes.
+Fields (`FIELDS`, all optional; an op without any fact has no record): lowering,
+decomposition, view_inverse, special, meta, eager_check, static_scalars, foreach_target,
+autocast.
 
-The record sits in `ir/` because every layer reads it and none owns it: it holds
-functions from lower/ and frontend/ without importing them. `lx.debug.explain_op`
-reads it (through frontend/routes.py) to say which route an op takes.
-
-Fields (all optional; an op without any fact has no record):
-* lowering:       rule(ctx, *args, **kwargs) -> JAX value(s)            (lower/registry.py)
-* decomposition:  lazyxla's own fn(*args, **kwargs) over lazy tensors,  (frontend/, lower/registry.py)
-                  consulted before PyTorch's table
-* view_inverse:   (fn(base, src, *vargs), cast): the direct scatter of a view op (lower/views.py);
-                  a view op without one scatters through a constant index map
-* special:        handler(func, info, args, kwargs) for ops that need more than a node
-                  (copies, host reads, RNG, in-place views, math bits)  (frontend/special.py, ...)
-* meta:           output-spec function for a lowered op torch ships no meta kernel for
-* eager_check:    eager's argument check that the meta kernel lacks     (frontend/tracing.py)
-* static_scalars: names of Scalar arguments that stay compile-time constants (frontend/opinfo.py)
-* foreach_target: the single-tensor op a `_foreach_*` op applies per element, where the
-                  name alone does not find it                          (frontend/foreach.py)
-* autocast:       the autocast cast policy from PyTorch's shared lists  (frontend/autocast.py)
+Design (what each field holds, and which module registers it): docs/design.md, "ir/ops.py".
 """
 from __future__ import annotations
 

@@ -1,28 +1,15 @@
 """Lifted scalars as a graph's operands: how they travel and how they are packed.
 
 Lifted scalars travel as float64, int64, bool or complex128 by their Python kind and are
-cast to the node's dtype inside. Up to SEPARATE_SCALARS_MAX of them are 0-d
-parameters of their own; beyond that they come packed in one vector per kind.
-Measured (XLA CPU):
-- W2's AdamW step, 109 scalars, each feeding a small per-parameter fusion:
-  compile 1.06-1.25 s separate, 1.65 s packed (every fusion slices the same
-  vector); a separate argument costs about 0.25 us per call.
-- W4, 2000 chained elementwise ops with 1500 scalars (Python literals reach
-  the dispatcher as fresh 0-d tensors, so none are shared): one fusion reads
-  them all; separate: compile 3.3 s and 4 ms per run, packed: 2.0 s and
-  0.3 ms (the slices fuse; 1500 operands do not).
-- But a pack defeats XLA's reuse of identical kernels: each fusion that slices its
-  own element of the vector is a different kernel, compiled by LLVM on its own.
-  An optimizer step over many parameters is one small fusion per parameter and
-  scalar: 384 `p.add_(g, alpha=...)` compile in 10-20 s packed and 0.5 s separate
-  (the same in plain JAX: 15.4 s against 0.5 s), and the 32-layer reference GPT's
-  AdamW step took 29 s to compile packed. So scalars are packed only when they
-  outnumber the graph's outputs PACK_SCALARS_PER_OUTPUT to one (W4's kind of graph:
-  one long chain), and stay separate when each output has a few of its own.
+cast to the node's dtype inside. Up to SEPARATE_SCALARS_MAX of them are 0-d parameters
+of their own. Beyond that they come packed in one vector per kind, but only when they
+also outnumber the graph's outputs PACK_SCALARS_PER_OUTPUT to one (one long chain); when
+each output has a few of its own they stay separate.
 
-This is a fact about the graph, read by compile/program.py (which builds the
-program's parameters) and runtime/execute.py (which passes the values), so it
-sits in ir/, below both.
+This is a fact about the graph, read by compile/program.py (which builds the program's
+parameters) and runtime/execute.py (which passes the values), so it sits in ir/, below both.
+
+Design: docs/design.md, "Scalars" and "ir/scalars.py".
 """
 from __future__ import annotations
 

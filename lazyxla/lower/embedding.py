@@ -1,26 +1,14 @@
 """Embedding ops beyond the plain lookup (which, with its backward, is in indexing.py):
 max_norm renormalisation (`embedding_renorm`, the functional form of the in-place op
-F.embedding calls) and the forward-only embedding bag.
+F.embedding calls) and the forward-only embedding bag (`_embedding_bag_forward_only`,
+what F.embedding_bag runs without autograd).
 
-embedding_renorm: eager walks the distinct looked-up rows and scales a row by
-max_norm / (norm + 1e-7) when its norm exceeds max_norm. Here every row's norm is
-computed and a looked-up mask (a scatter of the indices) picks the rows to scale:
-same values, static shapes, no sort or unique.
+Both give eager's values with static shapes (no sort or unique); the embedding bag's
+auxiliary outputs have the shapes of PyTorch's meta function and, where eager's CPU
+kernel defines them, its values. `_embedding_bag`, the autograd variant, stays on the
+host with its backward.
 
-_embedding_bag_forward_only (what F.embedding_bag runs without autograd): its
-output is (num_bags, dim) whatever the offsets' values, so it lowers to a segment
-sum / max keyed by eager's offset2bag (a scatter of ones at the offsets, cumsum,
-minus one): index i belongs to the last bag whose offset is <= i. Indices equal to
-padding_idx drop out of sums, maxima and the mean's count; empty bags give 0. The
-auxiliary outputs follow the shapes of PyTorch's meta function (which lazyxla
-allocates); their values follow eager's CPU kernel where it defines them
-(offset2bag, bag_size for mean/max, 0 for sum, max_indices for max). `_embedding_bag`,
-the autograd variant, stays on the host with its backward: eager's CPU backward
-reads auxiliary outputs whose shapes there (an empty offset2bag on the fast sum
-path) differ from the meta shapes a lowering must produce.
-Malformed input where include_last_offset's last offset is below the number of
-indices: eager itself disagrees between its paths; here the trailing indices join
-the last bag (its slow path).
+Design: docs/design.md, "lower/embedding.py".
 """
 from __future__ import annotations
 

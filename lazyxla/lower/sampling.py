@@ -2,22 +2,14 @@
 backward ops) and antialiased bilinear upsampling (`_upsample_bilinear2d_aa` and its
 backward).
 
-One sampler serves both grid samplers, written for any number of spatial dims
-(bicubic, which eager has in 2-d only, for 2-d) instead of 2-d through PyTorch's
-decomposition and 3-d apart. It follows eager's scalar CPU kernels (GridSampler.cpp
-/ GridSampler.h; the 2-d kernel's vectorised float32 path differs from them by
-float32 rounding only): coordinates unnormalised, then clipped or reflected per
-padding mode, every corner's weight a product of per-axis distances taken x, y, z
-in that order, corners added z-major; bicubic taps at floor - 1 .. floor + 2 padded
-one by one. Eager does that arithmetic in the tensor's own dtype, so for bfloat16
-every step is rounded to bfloat16 here too (`stepwise_rounding`), which matches
-eager bit for bit where the decomposition was off in 12% of bf16 elements. The
-backward is the VJP of the same sampler (in float32), with eager's subgradients: 0
-where a coordinate is clipped, including at the clip bounds.
+One sampler, written for any number of spatial dims, serves both grid samplers (bicubic
+in 2-d only, as eager). It follows eager's scalar CPU kernels (GridSampler.cpp /
+GridSampler.h) step by step, in bfloat16 for bfloat16 inputs (`stepwise_rounding`); the
+backward is the VJP of the same sampler (in float32), with eager's subgradients.
+Antialiased upsampling is separable: one (out, in) weight matrix per resized axis, built
+with eager's filter support, centres and normalisation (UpSampleKernel.cpp `_compute_weights_aa`).
 
-Antialiased upsampling is separable: one (out, in) weight matrix per resized axis,
-built once from the sizes with eager's filter support, centres and normalisation
-(UpSampleKernel.cpp `_compute_weights_aa`), in its float32/double mix.
+Design: docs/design.md, "lower/sampling.py".
 """
 from __future__ import annotations
 

@@ -3,20 +3,13 @@
 The output's shape is static: `data` with `axis` replaced by the number of segments
 (lengths' last dimension, offsets' minus one); lengths/offsets have the dims of `data`
 before `axis` plus that one. Each segment k spans [start_k, end_k) along `axis` (from
-offsets, or the running sum of lengths), and eager's CPU kernel (aten/src/ATen/native/
-SegmentReduce.cpp, cpu/SegmentReduceKernel.cpp) folds it from `initial` (else the
-reduction's identity; max/min start at -inf/+inf) one element at a time: max/min let a
-NaN through, mean divides the fold by the length (an empty segment's mean is NaN unless
-`initial` is given). `unsafe` only skips eager's checks.
+offsets, or the running sum of lengths) and is folded as eager's CPU kernel folds it
+(aten/src/ATen/native/SegmentReduce.cpp, cpu/SegmentReduceKernel.cpp): from `initial`
+(else the reduction's identity; max/min start at -inf/+inf), one element at a time, with
+eager's order, rounding, NaN and tie rules; mean divides the fold by the length (an empty
+segment's mean is NaN unless `initial` is given). `unsafe` only skips eager's checks.
 
-The segments are a (*outer, segments, axis) membership mask, so a segment's reach
-(lengths that do not sum to the axis size, offsets not starting at 0) needs no special
-case. The forward is a scan along `axis` that folds element j into the segments holding
-it, as eager does: the same order and rounding (a tree reduction differs in bfloat16,
-where eager accumulates in bfloat16), eager's NaN and tie rules for max/min. The
-backward's gathers are masked sums over the mask. Both cost segments x axis work per
-inner element; a segment-id scatter would be leaner but its order and NaN rules are
-XLA's, not eager's.
+Design: docs/design.md, "lower/segments.py".
 """
 from __future__ import annotations
 

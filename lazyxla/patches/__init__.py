@@ -3,27 +3,16 @@
 Each change is a `Patch`: a name, the objects it changes, why lazyxla needs it, the
 library releases it was verified with, and `apply` / `undo`. The modules that need a
 change call `apply(name, ...)` with what only they know (the lazy tensor type, the
-wrapper code); the saving, guarding and restoring happen here. `PATCHES` is the list,
-`applied()` says which are in force, and tests/test_patches.py checks that nothing
-outside this module changes JAX's config or torch's optimizer and import machinery.
-
-The guard: applying a patch checks that every object it changes exists and fails with
-the patch's name and the running release if one does not (a release that moved it must
-be handled here, once); outside the releases a patch was verified with it warns once.
-
-JAX's 64-bit mode is not a patch: switched on for the whole process it would make a
-user's own `jnp.ones(2)` float64. lazyxla's entry points that move, compile, run or
-read its own arrays run under `in_x64()` (JAX's thread-local `jax.enable_x64`).
-
-Not listed, because they use torch's extension points for lazyxla's own names and change
-nothing a program without lazyxla sees: the PrivateUse1 device rename and its kernels,
-`torch.library` ops, autocast kernels, the dynamo backend and its skip rules. Also not
-listed: glibc's malloc settings (runtime/host_heap.py, not torch or JAX) and the
-`torch_xla` import finder and device names of lazyxla.compat, which a program asks for
-(`python -m lazyxla.compat`) and `lazyxla.compat.uninstall()` removes.
+wrapper code); the saving, guarding and restoring happen here. `PATCHES` is the list and
+`applied()` says which are in force. Applying a patch fails, naming the patch and the
+running release, when an object it changes is missing, and warns once outside the
+releases it was verified with. JAX's 64-bit mode is not a patch: lazyxla's entry points
+run under `in_x64()` (JAX's thread-local `jax.enable_x64`).
 
 A leaf: it imports torch and JAX but nothing from lazyxla except `_versions`; the
 deferred `_disable_dynamo` wrappers are in dynamo_deferral.py.
+
+Design: docs/design.md, "patches/__init__.py".
 """
 from __future__ import annotations
 

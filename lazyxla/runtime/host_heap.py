@@ -1,55 +1,15 @@
 """The process heap as device memory: glibc malloc settings and trimming.
 
-On the CPU backend every XLA buffer is a block of the process heap. Each step
-of a training loop frees the previous step's gradients (`zero_grad`) and
-allocates new ones of the same sizes as outputs of the step graph. glibc's
-defaults return such blocks to the OS as soon as they are freed: a block
-above the 128 KiB mmap threshold is unmapped, and freed space at the top of a
-heap above the trim threshold is given back. Every step then page-faults its
-outputs in afresh. Measured on W1 mlp (22 MB of gradients per step): 4,600
-minor faults and +4 ms per 29 ms step, which put lazyxla at 1.2-1.3x the JAX
-limit, where nothing new is allocated because all state is donated.
+On the CPU backend every XLA buffer is a block of the process heap, and a training
+step frees and allocates blocks of the same sizes every step. `tune` sets glibc's
+M_MMAP_THRESHOLD (32 MiB), M_TRIM_THRESHOLD (256 MiB) and M_TOP_PAD (64 MiB) together
+(`mallopt`), so freed blocks stay in the heap for the next step instead of going back
+to the OS and being faulted in again; the heap may thus stay well above what is live,
+and `release_free_heap` gives that back after each compile. LAZYXLA_HEAP_TUNING=0 keeps
+glibc's defaults, and so does any platform but CPU; where glibc is not the C library
+(musl, macOS) both functions do nothing.
 
-Options weighed:
-- a buffer pool of our own that donates dead buffers to the next graph as
-  scratch inputs: exact, but changes the graph's parameters (and so its key)
-  whenever the pool does, and duplicates what the allocator is for;
-- LD_PRELOAD of jemalloc/tcmalloc: must happen before the interpreter
-  starts, so a library cannot do it for its users;
-- `mallopt` at `import lazyxla` (chosen), three settings:
-  M_MMAP_THRESHOLD 32 MiB (glibc's upper bound): blocks below it come from
-  a heap instead of a mapping of their own. M_TRIM_THRESHOLD 256 MiB: freed
-  space at the top of the main heap is kept up to that size. M_TOP_PAD
-  64 MiB: the main heap is extended by 64 MiB more than asked and trimming
-  keeps 64 MiB free; a per-thread arena's heap (XLA's worker threads allocate
-  from those) is created 64 MiB large. The pad is what keeps those arenas'
-  memory: glibc unmaps an emptied heap of such an arena (any but its first)
-  whatever the trim threshold, unless the heap below would then have less
-  than the pad free; 64 MiB is the largest a heap can be (on 64-bit), so
-  with this pad that never happens.
-  Setting any of these disables glibc's dynamic mmap threshold, so they are
-  set together (the trim threshold alone leaves a fixed 128 KiB mmap
-  threshold). The number of arenas is left at glibc's default.
-
-Measured with the settings (W1, fresh processes, 2 shared cores, glibc 2.36):
-a steady step faults 0-2 pages in, against 4,600 or more in every step with
-LAZYXLA_HEAP_TUNING=0. In the first ~50 steps the heap still grows now and
-then by one 16 MiB gradient or by 40 MiB (4,096 or ~10,300 faults in one
-step; resident memory goes up by as much and stays), at steps that differ
-from run to run: 0-5 such steps of 37 in 40-step runs, none after step 40 in
-200-step runs. That is the heap's layout settling, not memory going back to
-the OS. M_ARENA_MAX=1 does not remove it (3-5 such steps of 37), so it is
-not set; an earlier measurement had it slow XLA compiles by 40% (here on
-2 cores W1's compile took 0.59-0.65 s with it, 0.60-0.70 s without). The benchmark reports the
-faults per step (`minor_faults_per_step`); tests/test_host_heap.py checks the
-settings' effect on single blocks.
-
-The heap may thus stay well above what is live (up to 256 MiB at the main
-heap's top, and emptied thread-arena heaps are kept); `release_free_heap`
-gives it back after each compile (XLA's compiler scratch is the big one).
-LAZYXLA_HEAP_TUNING=0 keeps glibc's defaults, and so does any platform but
-CPU (on a GPU the device buffers are not heap blocks). Where glibc is not the C
-library (musl, macOS) both functions do nothing.
+Design: docs/design.md, "runtime/host_heap.py".
 """
 from __future__ import annotations
 

@@ -1,23 +1,16 @@
 """The ledger of live device buffers: how much device memory lazyxla's tensors hold.
 
-Every `DeviceData` is charged here when it is created (an upload, a graph output)
-and released when its buffer goes away: when it is donated, or when the last
-reference to the handle dies. Charges are per local device: a buffer without
-sharding is charged to its device; in SPMD mode each device holding a shard is
-charged that shard's bytes. The peak also covers what an executing graph needs on
-top of the live buffers (its non-aliased outputs and XLA's temporaries, from the
-executable's memory analysis), noted just before it runs (`note_execution`), so
-`max_memory_allocated` is the high-water mark a device actually had to hold.
+Every `DeviceData` is charged here, per local device, when it is created (an upload, a
+graph output; in SPMD mode each device holding a shard is charged that shard's bytes) and
+released when its buffer goes away (donated, or the last reference to the handle died).
+The peak also covers what an executing graph needs beyond the live buffers
+(`note_execution`), so `max_memory_allocated` is the high-water mark a device actually
+had to hold. `bytes_limit` is what the device can hold; `check_fits` refuses a graph that
+would not fit with `torch.OutOfMemoryError` and the memory report, and `is_out_of_memory`
+recognises that error and XLA's RESOURCE_EXHAUSTED. `lazyxla.debug` installs the report
+with `set_reporter`.
 
-`bytes_limit` is what the device can hold: the backend's allocator limit where it
-reports one (GPU, TPU), else the host's physical memory (XLA:CPU buffers are host
-heap). A graph whose run would not fit is refused before it starts (`check_fits`),
-so an impossible graph raises `torch.OutOfMemoryError` with the memory report
-instead of being killed by the OS (CPU) or failing inside XLA (accelerators, which
-report RESOURCE_EXHAUSTED; `is_out_of_memory` recognises both).
-
-The report itself (roles, largest buffers) needs tensor-level knowledge that lives
-above the runtime; `lazyxla.debug` installs it with `set_reporter`.
+Design: docs/design.md, "runtime/memory.py".
 """
 from __future__ import annotations
 

@@ -5,21 +5,13 @@
 planners below; `dcp.save(..., planner=SavePlanner())` and `dcp.load(...,
 planner=LoadPlanner())` do the same. State dicts are those of models and optimizers
 (nested dicts and lists), whose tensors may be lazyxla tensors, sharded (SPMD) or not.
+Saving writes every element once over all processes (DCP records the chunks with their
+offsets in its metadata); loading keeps each target tensor's sharding, reads only the
+chunks that overlap its own devices' shards (a checkpoint from another mesh, or
+unsharded, reshards) and replaces the tensor's value in place. Several processes need
+`torch.distributed` initialised (gloo) beside `lx.distributed.initialize`.
 
-* Saving: a sharded tensor contributes one write per distinct shard held by this
-  process's devices (JAX's `replica_id == 0` copy, so every element is written once
-  over all processes, by the process that holds it); DCP records the chunks with their
-  offsets in its metadata. Any other lazyxla tensor is copied to the host and saved as
-  a plain tensor (DCP writes it once, from one process).
-* Loading: each lazyxla tensor of the target state dict keeps its current sharding.
-  The process reads only the chunks that overlap the shards of its own devices (DCP
-  matches them against whatever chunks the checkpoint holds, so a checkpoint saved on
-  another mesh, or unsharded, reshards), then replaces the tensor's value in place.
-  The reads land in a host buffer of the tensor's full shape of which only the local
-  regions are filled and uploaded: host memory is one full tensor at a time.
-
-Several processes: `torch.distributed` must be initialised (gloo) beside
-`lx.distributed.initialize`, since DCP coordinates its plans through it.
+How saving and loading work: docs/spmd.md, "Checkpoints".
 """
 from __future__ import annotations
 

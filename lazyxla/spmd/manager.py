@@ -4,19 +4,13 @@
 (torch.distributed.checkpoint). PyTorch/XLA's `CheckpointManager` is this class under its
 upstream keyword names (lazyxla.compat).
 
-    manager = lx.spmd.CheckpointManager("ckpt", save_interval=100, max_to_keep=3)
-    start = manager.restore_latest({"model": model.state_dict(), "optim": opt.state_dict()}, opt)
-    for step in range(start, total):
-        train_step(...)
-        if manager.save(step + 1, {"model": model.state_dict(), "optim": opt.state_dict()}):
-            if manager.reached_preemption(step + 1):
-                break     # the notice's checkpoint is committed: leave before the machine goes
-
 Only committed checkpoints are listed (`all_steps()`), so a save killed at any instant
 leaves the previous ones as they were. A failed save (a full disk) raises
 `lx.CheckpointError` naming the step and the cause, after removing its partial files; a
 damaged checkpoint raises one naming the file when restored (sizes and CRC-32 checked
 first, `verify=False` skips the check).
+
+Usage (the training loop, `restore_latest`, preemption): docs/spmd.md, "Numbered checkpoints that survive kills".
 """
 from __future__ import annotations
 

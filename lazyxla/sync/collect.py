@@ -1,34 +1,17 @@
 """Collecting a graph from the pending values of a set of storages.
 
-One iterative post-order walk does everything a sync needs from the IR:
-topological order, parameters (device-data leaves, deduplicated by buffer so
-one buffer is never passed, or donated, twice), lifted scalars, and the graph
-key. The key is the sequence of `(signature id, operand positions)` per node:
-structure, operand shapes/dtypes and exact wiring, never data values, buffer
-identities, tensor ids or scalar values. Each lifted scalar is its own operand
-(not merged by value), so equal hyper-parameters cannot change the key, with one
-exception: in a long chain (more lifted scalars than `SEPARATE_SCALARS_MAX` and
-`PACK_SCALARS_PER_OUTPUT` per output, ir/scalars.py) a sync merges equal scalars
-into one operand, and the key then says which scalars share one.
+One iterative post-order walk does everything a sync needs from the IR: topological
+order, parameters (device-data leaves, deduplicated by buffer so one buffer is never
+passed, or donated, twice), lifted scalars, and the graph key. The key is the sequence
+of `(signature id, operand positions)` per node: structure, operand shapes/dtypes and
+exact wiring, never data values, buffer identities, tensor ids or scalar values. Each
+lifted scalar is its own operand, except in a long chain (more lifted scalars than
+`SEPARATE_SCALARS_MAX` and `PACK_SCALARS_PER_OUTPUT` per output, ir/scalars.py), where
+equal scalars are merged into one operand and the key says which share one. Under a
+storage dtype policy the key ends with the policy's token; in SPMD mode it also holds
+each parameter's sharding and the sharding requested for each output (`Graph.out_shardings`).
 
-Why the exception. Python literals reach the dispatcher as fresh 0-d tensors, so
-`y * 0.5 + 1.0` repeated 500 times is 1,000 operands, and XLA compiles a fusion
-reading 1,000 values about four times slower than one reading the two distinct
-ones (W4, 2,000 ops: 1.3 s against 0.3 s in plain JAX). PyTorch/XLA merges every
-scalar by value and recompiles whenever two hyper-parameters become equal
-(upstream #3604). Limiting the merge to long chains keeps an optimizer step (a
-few scalars per output, where such coincidences happen) free of it; in a long
-chain a coincidence costs one more compile, cached like any other.
-
-Under a storage dtype policy (runtime/storage_dtypes.py) the key ends with the
-policy's token: the graph computes in its storage dtypes.
-
-In SPMD mode (runtime/placement.py) the key also holds each parameter's
-sharding and the sharding requested for each output (`Graph.out_shardings`):
-an in-place update keeps the sharding of the buffer it replaces (so a donated
-parameter's new value lands where the old one was, and the next step compiles
-nothing), a root that is a sharding constraint gets that sharding, and every
-other output is left to GSPMD's propagation (None).
+Design: docs/design.md, "sync/collect.py".
 """
 from __future__ import annotations
 

@@ -1,23 +1,17 @@
 """Small host reads computed on the host: no device graph for a check on a scalar.
 
-Real training code reads small values all the time, and each read of pending work
-would otherwise be a graph of its own: Trainer's `isinf(loss)` after `isnan(loss)`,
-its logged `tr_loss.mean().item()`, transformers' packed-sequence check on
-`arange`-made position ids. Where a read's whole pending graph is small, every value
-in it has at most `config.SETTINGS.host_read_max_elements` elements and every op is a
-deterministic ATen or prims op, and every device input is a scalar (one element), the
-IR is replayed here with eager PyTorch on CPU tensors instead: the scalars are
-downloaded once and kept on their `DeviceData` (`host_copy`; device buffers are
-immutable), and the storages read stay pending, to be computed on the device by the
-next graph that needs them. A read that shares pending work with other live tensors
-replays only when that work is trivial: the read is made of constants, or those
-tensors' pending graphs are small enough to replay too; otherwise the wide read
-(sync/barriers.py) computes it on the device once, for all of them (the loss and the
-gradients). The rule and its options are in docs/design.md ("Small reads on the host").
+Where a read's whole pending graph is small, every value in it has at most
+`config.SETTINGS.host_read_max_elements` elements, every op is a deterministic ATen or
+prims op, and every device input is a scalar (one element), the IR is replayed with eager
+PyTorch on CPU tensors: the scalars are downloaded once and kept on their `DeviceData`
+(`host_copy`; device buffers are immutable), and the storages read stay pending for the
+device. A read that shares pending work with other live tensors replays only when that
+work is trivial; otherwise the wide read (sync/barriers.py) computes it on the device.
+Each replayed value is checked against the IR's shape and dtype; any difference, or any op
+that fails on CPU, sends the read to the device. Random ops never replay (their device
+streams differ from PyTorch's).
 
-Each replayed value is checked against the IR's shape and dtype; any difference, or
-any op that fails on CPU, abandons the replay and the read runs on the device as
-before. Random ops never replay (their device streams differ from PyTorch's).
+Design: docs/design.md, "Small reads on the host".
 """
 from __future__ import annotations
 

@@ -1,27 +1,17 @@
 """A host read's integer bookkeeping, computed on the host so the device graph keeps its shapes.
 
-Decoding loops grow small integer tensors every step: `generate()` appends each token to
-`input_ids` and to `position_ids` with `torch.cat`, folds its stopping checks into
-`unfinished_sequences` and reads `unfinished_sequences.max() == 0` every token. In one
-graph with the model step, those values give the graph a new shape, so a new compile,
-every token, although the model step itself (with a static cache) never changes. This
-module splits the graph of a host read (the program waits for it anyway) in three:
+Decoding loops (`generate()`) grow small integer tensors every token, which would give
+each token's host-read graph a new shape. This module splits the graph of a host read in
+three: `before`, bookkeeping computed from host-known values only (small integer device
+data, downloaded once per buffer, and scalars), whose results the device needs are
+uploaded as parameters; the device graph, everything else; and `after`, bookkeeping that
+needs device results and that no device node reads, whose results stay on the host
+(staged device data, uploaded only if a later graph reads them). Bookkeeping is a node with
+integer or boolean outputs of at most `config.SETTINGS.host_bookkeeping_max_elements`
+elements, computed by a deterministic ATen op (sync/host_eval.py `replayable_op`) from
+integer or boolean operands and scalars; floating-point values always stay on the device.
 
-- `before`: bookkeeping computed from host-known values only (small integer device data,
-  downloaded once per buffer, and scalars): the slice `input_ids[:, -1:]` the model step
-  reads, the next position. Those the device needs are uploaded as parameters.
-- the device graph: everything else, among it the small integer results that bookkeeping
-  needs from the device (the next tokens, from `argmax` of the logits).
-- `after`: bookkeeping that needs those results and that no device node reads: the cat
-  into `input_ids`, the stopping checks. Its results stay on the host (staged device
-  data, uploaded only if a later graph reads them).
-
-Bookkeeping is a node whose outputs are integer or boolean, small (at most
-`config.SETTINGS.host_bookkeeping_max_elements` elements), computed by a deterministic
-ATen op (sync/host_eval.py `replayable_op`) from integer or boolean operands and
-scalars. Integer arithmetic is exact on both sides, so where a value is computed never
-changes it; floating-point values always stay on the device. The rule and its options
-are in docs/design.md ("Bookkeeping on the host").
+Design: docs/design.md, "Bookkeeping on the host (generate())".
 """
 from __future__ import annotations
 
