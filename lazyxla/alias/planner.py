@@ -2,13 +2,12 @@
 
 Donor set = automatic donors ∪ explicit donors, sorted, minus buffers that must survive:
 * automatic, at syncs that allow it (step barriers, `sync_tensors(donate_inplace=True)`):
-  the buffer's owner storage no longer holds it after this graph (updated in place, or a
-  dead input: owner gone or moved on to a newer value), and an output of matching
-  shape/dtype could reuse it;
-* explicit: the buffer carries the donate flag, at step barriers always, at other syncs
-  only with explicit donation enabled for the device, or when it was marked and passed
-  to a compiled function (`call_donor`);
-* kept: read-only buffers, buffers shared with JAX (DeviceData.external), and buffers
+  the owner storage no longer holds the buffer after this graph (updated in place, or a
+  dead input: owner gone or moved on), and an output of matching shape/dtype can reuse it;
+* explicit: the buffer carries the donate flag, at step barriers always, at other syncs only
+  with explicit donation enabled for the device, or when it was marked and passed to a
+  compiled function (`call_donor`);
+* kept: read-only buffers, buffers shared with JAX (DeviceData.external), and buffers that
   another live tensor holds, directly or through pending computation this graph does not
   compute. With aliasing off nothing is donated.
 

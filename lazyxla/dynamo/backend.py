@@ -6,7 +6,6 @@ data on the lazyxla device, runs AOTAutograd on it with lazy tensors seen as pla
 tensors on the lazyxla device (plain.py), and turns each ATen graph it produces
 (forward, backward, inference) into a `CompiledGraph` (replay.py). Graph breaks need
 nothing here: dynamo runs the code between graphs as ordinary Python, i.e. lazy tracing.
-
 Option `execute_at_call` (`options={"execute_at_call": True}`, the `"openxla"` backend of
 lazyxla.compat) runs each graph when it is called, by a partial sync right after its CALL
 node is inserted, instead of joining the pending step graph.

@@ -6,10 +6,9 @@ fake-tensor and AOTAutograd internals are told that a lazy tensor is a plain ten
 None of that is public API, so every private name lazyxla uses is bound here and nowhere
 else: a torch release that moves one breaks this module (at import, naming the name), and
 its fix is made here, once. The private names lazyxla changes (rather than calls) are the
-targets of lazyxla/patches, each with its own version guard and undo.
-
-Verified range: torch 2.11 to 2.15 (`scripts/test_matrix.sh`, results in
-docs/compat-matrix.md); outside it `check_version` warns once (it does not refuse).
+targets of lazyxla/patches, each with its own version guard and undo. Verified range:
+torch 2.11 to 2.15 (`scripts/test_matrix.sh`, results in docs/compat-matrix.md); outside
+it `check_version` warns once (it does not refuse).
 
 Design: docs/design.md, "torch and JAX releases" and "frontend/torch_compat.py".
 """

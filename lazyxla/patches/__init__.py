@@ -1,16 +1,14 @@
 """Every change lazyxla makes to torch's or JAX's process-wide state, listed in one place.
 
-Each change is a `Patch`: a name, the objects it changes, why lazyxla needs it, the
-library releases it was verified with, and `apply` / `undo`. The modules that need a
-change call `apply(name, ...)` with what only they know (the lazy tensor type, the
-wrapper code); the saving, guarding and restoring happen here. `PATCHES` is the list and
-`applied()` says which are in force. Applying a patch fails, naming the patch and the
-running release, when an object it changes is missing, and warns once outside the
-releases it was verified with. JAX's 64-bit mode is not a patch: lazyxla's entry points
-run under `in_x64()` (JAX's thread-local `jax.enable_x64`).
-
-A leaf: it imports torch and JAX but nothing from lazyxla except `_versions`; the
-deferred `_disable_dynamo` wrappers are in dynamo_deferral.py.
+Each change is a `Patch`: a name, the objects it changes, why lazyxla needs it, the library
+releases it was verified with, and `apply` / `undo`. The modules that need a change call
+`apply(name, ...)` with what only they know (the lazy tensor type, the wrapper code); the
+saving, guarding and restoring happen here. `PATCHES` is the list, `applied()` says which
+are in force. Applying a patch fails, naming the patch and the running release, when an
+object it changes is missing, and warns once outside its verified releases. JAX's 64-bit
+mode is not a patch: lazyxla's entry points run under `in_x64()` (thread-local).
+A leaf: it imports torch and JAX but nothing from lazyxla except `_versions`; the deferred
+`_disable_dynamo` wrappers are in dynamo_deferral.py.
 
 Design: docs/design.md, "patches/__init__.py".
 """

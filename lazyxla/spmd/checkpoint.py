@@ -2,14 +2,13 @@
 `torch.distributed.checkpoint` (DCP).
 
 `save(state_dict, path)` / `load(state_dict, path)` run `dcp.save` / `dcp.load` with the
-planners below; `dcp.save(..., planner=SavePlanner())` and `dcp.load(...,
-planner=LoadPlanner())` do the same. State dicts are those of models and optimizers
-(nested dicts and lists), whose tensors may be lazyxla tensors, sharded (SPMD) or not.
-Saving writes every element once over all processes (DCP records the chunks with their
-offsets in its metadata); loading keeps each target tensor's sharding, reads only the
-chunks that overlap its own devices' shards (a checkpoint from another mesh, or
-unsharded, reshards) and replaces the tensor's value in place. Several processes need
-`torch.distributed` initialised (gloo) beside `lx.distributed.initialize`.
+planners below (`planner=SavePlanner()` / `LoadPlanner()` with DCP's own calls do the
+same). State dicts are those of models and optimizers, whose tensors may be lazyxla
+tensors, sharded (SPMD) or not. Saving writes every element once over all processes (DCP
+records the chunks with their offsets in its metadata); loading keeps each target tensor's
+sharding, reads only the chunks that overlap its own devices' shards (a checkpoint from
+another mesh, or unsharded, reshards) and replaces the tensor's value in place. Several
+processes need `torch.distributed` initialised (gloo) beside `lx.distributed.initialize`.
 
 How saving and loading work: docs/spmd.md, "Checkpoints".
 """

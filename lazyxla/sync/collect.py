@@ -5,11 +5,10 @@ order, parameters (device-data leaves, deduplicated by buffer so one buffer is n
 passed, or donated, twice), lifted scalars, and the graph key. The key is the sequence
 of `(signature id, operand positions)` per node: structure, operand shapes/dtypes and
 exact wiring, never data values, buffer identities, tensor ids or scalar values. Each
-lifted scalar is its own operand, except in a long chain (more lifted scalars than
-`SEPARATE_SCALARS_MAX` and `PACK_SCALARS_PER_OUTPUT` per output, ir/scalars.py), where
-equal scalars are merged into one operand and the key says which share one. Under a
-storage dtype policy the key ends with the policy's token; in SPMD mode it also holds
-each parameter's sharding and the sharding requested for each output (`Graph.out_shardings`).
+lifted scalar is its own operand, except in a long chain (ir/scalars.py), where equal
+scalars are merged and the key says which share one. Under a storage dtype policy the key
+ends with the policy's token; in SPMD mode it also holds each parameter's sharding and
+the sharding requested for each output (`Graph.out_shardings`).
 
 Design: docs/design.md, "sync/collect.py".
 """

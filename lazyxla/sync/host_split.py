@@ -1,15 +1,15 @@
 """A host read's integer bookkeeping, computed on the host so the device graph keeps its shapes.
 
 Decoding loops (`generate()`) grow small integer tensors every token, which would give
-each token's host-read graph a new shape. This module splits the graph of a host read in
+each token's host-read graph a new shape. This module splits a host read's graph in
 three: `before`, bookkeeping computed from host-known values only (small integer device
-data, downloaded once per buffer, and scalars), whose results the device needs are
-uploaded as parameters; the device graph, everything else; and `after`, bookkeeping that
-needs device results and that no device node reads, whose results stay on the host
-(staged device data, uploaded only if a later graph reads them). Bookkeeping is a node with
-integer or boolean outputs of at most `config.SETTINGS.host_bookkeeping_max_elements`
-elements, computed by a deterministic ATen op (sync/host_eval.py `replayable_op`) from
-integer or boolean operands and scalars; floating-point values always stay on the device.
+data, downloaded once per buffer, and scalars; what the device needs is uploaded as
+parameters); the device graph, everything else; and `after`, bookkeeping that needs device
+results and that no device node reads (its results stay on the host as staged device
+data). Bookkeeping is a node with integer or boolean outputs of at most
+`config.SETTINGS.host_bookkeeping_max_elements` elements, computed by a deterministic ATen
+op (sync/host_eval.py `replayable_op`) from integer or boolean operands and scalars;
+floating-point values always stay on the device.
 
 Design: docs/design.md, "Bookkeeping on the host (generate())".
 """
