@@ -3,9 +3,9 @@ example scripts call (collectives with one replica, host data, RateTracker, the
 torch_xla distribution in importlib.metadata, torch_xla.compile(full_graph=True),
 SampleGenerator, xla_backend, fsdp.wrap, test_utils), against eager CPU torch and
 upstream's one-replica semantics."""
-import ast
 import functools
 import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -390,6 +390,7 @@ def test_test_utils_prints_updates_and_writes_summaries(torch_xla, capsys):
 # -- collectives between processes (torch_xla.launch, CPU_NUM_DEVICES=2) -------------------
 
 _COLLECTIVES_SCRIPT = '''
+import json
 import torch, torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.runtime as xr
@@ -412,9 +413,11 @@ def _mp_fn(index):
     model(torch.ones(3, 2).to(dev) * (rank + 1)).sum().backward()
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     xm.optimizer_step(opt)   # gradients averaged over the processes
-    print(f"rank {rank}/{world}", repr([total.cpu().tolist(), t.cpu().tolist(), biggest[0].cpu().tolist(),
-          gathered.cpu().tolist(), b[0].cpu().tolist(), mean, model.weight.detach().cpu().tolist(),
-          model.bias.detach().cpu().tolist()]), flush=True)
+    # one file per rank: the two processes' stdout lines can interleave in the shared pipe
+    with open(f"rank{rank}of{world}.json", "w") as f:
+        json.dump([total.cpu().tolist(), t.cpu().tolist(), biggest[0].cpu().tolist(),
+                   gathered.cpu().tolist(), b[0].cpu().tolist(), mean, model.weight.detach().cpu().tolist(),
+                   model.bias.detach().cpu().tolist()], f)
 
 
 if __name__ == "__main__":
@@ -429,9 +432,7 @@ def test_collectives_between_processes_go_through_gloo(tmp_path):
     out = subprocess.run([sys.executable, "-m", "lazyxla.compat", str(script)], capture_output=True, text=True,
                          timeout=600, cwd=tmp_path, env=dict(os.environ, CPU_NUM_DEVICES="2", PYTHONPATH=REPO))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    lines = {line.split()[1]: ast.literal_eval(line.split(" ", 2)[2])
-             for line in out.stdout.splitlines() if line.startswith("rank ")}
-    assert set(lines) == {"0/2", "1/2"}
+    lines = {f"{r}/2": json.loads((tmp_path / f"rank{r}of2.json").read_text()) for r in range(2)}
     torch.manual_seed(0)
     reference = torch.nn.Linear(2, 1)   # rank 0's model, which every rank takes
     # mean of the two ranks' gradients: inputs ones*(rank+1), 3 rows: d/dw = 3*(rank+1), d/db = 3
