@@ -34,7 +34,8 @@ place, so a saved value stays what it was.
 Bookkeeping fields (not modes, never scoped) are written by the one module that owns each:
 `per_op` (eager or op records on: the one flag the per-op path tests), `eager_depth`,
 `traced_since_sync`, `math_bits_used`, `in_optimizer_step`, `scaler_step_open`,
-`captures`, `deferred_barrier`, `size_warning_given`.
+`captures`, `deferred_barrier`, `size_warning_given`, `forked_runtime` (this process is a
+child forked after JAX's backend started: lazyxla/lock.py).
 
 A leaf module: it imports nothing from lazyxla, so every layer may read the state.
 """
@@ -90,7 +91,7 @@ MODES: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
 BOOKKEEPING = {
     "per_op": False, "eager_depth": 0, "traced_since_sync": 0, "math_bits_used": False,
     "in_optimizer_step": False, "scaler_step_open": False, "captures": 0, "deferred_barrier": False,
-    "size_warning_given": False,
+    "size_warning_given": False, "forked_runtime": False,
 }
 
 

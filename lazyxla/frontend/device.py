@@ -8,6 +8,8 @@ resized); every other op on a lazy tensor reaches `LazyTensor.__torch_dispatch__
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .. import config
@@ -16,19 +18,16 @@ from ..runtime import host_heap, placement
 from .torch_compat import setup_python_backend
 
 DEVICE_TYPE = "lazyxla"
-_registered = False
 # Filled on first use, not at import: asking JAX for its devices starts its backend,
 # after which jax.distributed.initialize (lx.distributed.initialize) can no longer run.
 DEVICES: list[torch.device] = []
 
 
+@functools.cache
 def register() -> None:
-    global _registered
-    if _registered:
-        return
+    """Register the device with PyTorch (once)."""
     from . import device_module
     setup_python_backend(DEVICE_TYPE, device_module)
-    _registered = True
 
 
 def lazyxla_devices() -> list[torch.device]:

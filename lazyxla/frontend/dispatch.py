@@ -56,8 +56,8 @@ def dispatch(func, args, kwargs):
         info = classify(func)
     _counters["TracedOps"] += 1
     state = STATE
-    state.traced_since_sync += 1
-    if state.traced_since_sync > config.SETTINGS.graph_op_limit:
+    traced = state.traced_since_sync = state.traced_since_sync + 1
+    if traced > config.SETTINGS.graph_op_limit:
         cut_graphs()
     try:
         if state.per_op:
