@@ -7,8 +7,11 @@ capitals, its type says how it is parsed, and every flag goes through the one
 two in step.
 
 `SETTINGS` is read once, at import. Modules read `config.SETTINGS.<field>` when
-they need it, so `override` (tests) and `reload` reach them; the few values that
-a module takes once at import (noted on the field) need a new process.
+they need it, never a copy taken earlier, so `override` (tests) and `reload` reach
+every reader (tests/test_config.py checks the readers); the few values that set
+something up once at import (noted on the field) need a new process. Run-time modes
+whose first value is a setting (aliasing, implied barriers, storage dtypes) read the
+setting until a setter changes the mode (lazyxla/state.py).
 
 A leaf module: it imports nothing from lazyxla, so every layer may use it.
 """
@@ -31,11 +34,11 @@ class Config:
     variable means, except for `cache_dir`, where the empty string is a value of its own."""
 
     aliasing: bool = True
-    """Initial value of `lx.aliasing_enabled()`; off turns all donation off (read at import)."""
+    """Value of `lx.aliasing_enabled()` until `lx.set_aliasing`; off turns all donation off."""
     graph_op_limit: int = 20000
-    """Traced ops after which pending work is cut into a graph (read at import: hot path)."""
+    """Traced ops after which pending work is cut into a graph (read at every op)."""
     implied_barriers: bool = True
-    """Initial value of `lx.implied_barriers_enabled()`: `optimizer.step()` ends a step and a
+    """Value of `lx.implied_barriers_enabled()` until `lx.set_implied_barriers`: `optimizer.step()` ends a step and a
     host read materializes the pending work it shares with live tensors (sync/barriers.py)."""
     host_read_max_elements: int = 4096
     """A host read whose pending graph has no value larger than this (elements), no random
@@ -58,19 +61,20 @@ class Config:
     """Root of the persistent compile cache; unset: the user's cache directory
     (`cache_root`), empty: no cache (read at import)."""
     cache_max_mb: float = 2048.0
-    """Size bound of the persistent compile cache, in MiB (read at import)."""
+    """Size bound of the persistent compile cache, in MiB (read at each pruning)."""
     explain_recompiles: bool = False
-    """Warn at every compile with the reason, and have dynamo log why it recompiles."""
+    """Warn at every compile with the reason, and have dynamo log why it recompiles (dynamo's
+    log: read at import)."""
     heap_tuning: bool = True
     """Set glibc's malloc so freed device buffers (CPU backend) stay in the heap for reuse."""
     exit_timeout: float = 60.0
     """Seconds interpreter exit waits for running work and the lock before going on."""
     provenance: bool = False
-    """Record the user's file and line on each IR node (frontend/provenance.py; lx.debug.set_provenance)."""
+    """Record the user's file and line on each IR node (frontend/provenance.py): the first
+    value of lx.debug.set_provenance's mode (read at import)."""
     storage_dtypes: Optional[str] = None
-    """Initial storage dtype policy, e.g. "float32=bfloat16,int64=int32": tensors of the
-    first dtype are held on the device in the second (runtime/storage_dtypes.py,
-    `lx.set_storage_dtypes`; read at import)."""
+    """Storage dtype policy until `lx.set_storage_dtypes`, e.g. "float32=bfloat16,int64=int32":
+    tensors of the first dtype are held on the device in the second (runtime/storage_dtypes.py)."""
 
     @property
     def cache_root(self) -> Optional[str]:

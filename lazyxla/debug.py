@@ -9,6 +9,7 @@ from .compile.cache import LastCompile
 from .frontend.tensor import LazyTensor
 from .ir.node import DATA, GETITEM, SCALAR
 from .runtime import storage_dtypes
+from .state import STATE
 from .memory_report import memory_report  # noqa: F401  (lx.debug.memory_report)
 from .sync import barriers
 from .sync.api import LastGraph, pending_graphs
@@ -90,9 +91,7 @@ def set_provenance(on: bool = True) -> None:
     """Record on each new IR node the user's file and line that made it (off by default;
     LAZYXLA_PROVENANCE=1 turns it on at import). Recompile explanations, lowering errors
     and `ir_text` then name the line. It costs a stack walk per op while on, nothing off."""
-    from .frontend.dispatch import dispatch
-    from .frontend.provenance import set_enabled
-    set_enabled(on, dispatch)
+    STATE.set("provenance", bool(on))   # frontend/provenance.py follows the mode
 
 
 def ir_text(tensors=None) -> str:

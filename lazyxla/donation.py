@@ -7,7 +7,7 @@ from typing import ContextManager, Optional, Sequence, Union
 import torch
 
 from . import metrics
-from .alias import config
+from .alias import switches
 from .frontend.device import device_index
 from .frontend.storage import live_storages
 from .frontend.tensor import LazyTensor
@@ -102,28 +102,29 @@ def is_donated(t: torch.Tensor) -> bool:
     return bool(node.op is DATA and node.data.donated_in is not None)
 
 
-# The switches (alias/config.py keeps them per device index; devices are named here,
-# as the public API takes them: torch.device, "lazyxla:1", an index, or None = all).
+# The switches (alias/switches.py keeps them in the run-time state, per device index;
+# devices are named here as the public API takes them: torch.device, "lazyxla:1", an
+# index, or None = all).
 def _device_index(device: Union[torch.device, str, int, None]) -> Optional[int]:
     return device if device is None or isinstance(device, int) else device_index(device)
 
 
 def aliasing_enabled(device=None) -> bool:
-    return config.aliasing_enabled(_device_index(device))
+    return switches.aliasing_enabled(_device_index(device))
 
 
 def set_aliasing(enabled: bool, device=None) -> None:
-    config.set_aliasing(enabled, _device_index(device))
+    switches.set_aliasing(enabled, _device_index(device))
 
 
 def explicit_donation_enabled(device=None) -> bool:
-    return config.explicit_donation_enabled(_device_index(device))
+    return switches.explicit_donation_enabled(_device_index(device))
 
 
 def set_explicit_donation(enabled: bool, device=None) -> None:
-    config.set_explicit_donation(enabled, _device_index(device))
+    switches.set_explicit_donation(enabled, _device_index(device))
 
 
 def explicit_donation(enabled: bool = True, device=None) -> ContextManager[bool]:
     """Sets explicit donation for the body; restores the previous setting, also on errors."""
-    return config.explicit_donation(enabled, _device_index(device))
+    return switches.explicit_donation(enabled, _device_index(device))

@@ -19,6 +19,7 @@ import os
 import threading
 
 from .errors import ForkedRuntimeError
+from .state import STATE
 
 LOCK = threading.RLock()
 
@@ -31,19 +32,15 @@ LOCK = threading.RLock()
 # reads, compiles, executions) raises ForkedRuntimeError instead of hanging. A child of a
 # parent that never started the backend may use lazyxla normally.
 
-_forked_runtime = False
-
-
 def _after_fork_in_child() -> None:
-    global _forked_runtime
     LOCK._at_fork_reinit()
     from jax._src import xla_bridge
-    _forked_runtime = xla_bridge.backends_are_initialized()
+    STATE.forked_runtime = xla_bridge.backends_are_initialized()
 
 
 def check_not_forked() -> None:
     """Raise ForkedRuntimeError in a child forked after the device runtime started."""
-    if _forked_runtime:
+    if STATE.forked_runtime:
         raise ForkedRuntimeError(
             f"lazyxla: process {os.getpid()} was forked from one whose device runtime (JAX) had started, "
             "e.g. a DataLoader worker (num_workers > 0): JAX cannot run in a forked child (it would hang). "

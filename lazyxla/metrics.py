@@ -15,6 +15,7 @@ import time
 from typing import Iterable, Optional
 
 from . import config
+from .state import STATE
 
 _lock = threading.Lock()
 _counters: dict[str, int] = collections.defaultdict(int)
@@ -54,23 +55,15 @@ DEFAULT_SHORT_METRICS = (
 #   parameter buffers / installing its outputs as device data) and `ExecuteReadyTime`
 #   (launch until the outputs are ready, measured by a waiter thread,
 #   runtime/ready_times.py). Off, a graph pays a few flag tests; on, about 25 us.
-op_records = [False]
-
-
 def set_op_records(enabled: bool) -> None:
-    """Turn the detailed records (see above) on or off; off by default."""
-    op_records[0] = bool(enabled)
-    for listener in op_records_listeners:
-        listener(op_records[0])
+    """Turn the detailed records (see above) on or off; off by default (the run-time
+    state's `op_records` mode, lazyxla/state.py)."""
+    STATE.set("op_records", bool(enabled))
 
 
 def op_records_enabled() -> bool:
-    return op_records[0]
+    return STATE.op_records
 
-
-# Called with the new value whenever set_op_records runs: the dispatcher folds the records
-# switch and eager mode into one flag (frontend/dispatch.py), and this module is a leaf.
-op_records_listeners: list = []
 
 # Called before any read of the metrics: measurements still in flight (the time until a
 # graph's outputs are ready, runtime/ready_times.py) land first, so a read after a host

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from lazyxla.bench import config, report
+from lazyxla.bench import plan, report
 from lazyxla.bench.torch_backend import load_workloads, make_workload
 
 jax = pytest.importorskip("jax")
@@ -28,7 +28,7 @@ def _params(model):
 
 @pytest.mark.parametrize("name", ["mlp", "gpt"])
 def test_jax_logits_and_loss_match_torch(name):
-    wl = make_workload(load_workloads(), name, config.QUICK)
+    wl = make_workload(load_workloads(), name, plan.QUICK)
     params = _params(wl.model)
     logits = jax_models.LOGITS[name](params, jnp.asarray(wl.inputs.numpy()))
     expected = wl.model(wl.inputs).detach().numpy()
@@ -62,7 +62,7 @@ def test_jax_optimizer_matches_torch_optim(name):
 # -- cells, report, chart ------------------------------------------------------------------
 
 def test_cells_filter_and_variants():
-    cs = config.cells(("donate", "mlp"), ("lazyxla", "eager"))
+    cs = plan.cells(("donate", "mlp"), ("lazyxla", "eager"))
     assert [c.label for c in cs] == ["mlp/lazyxla", "mlp/eager", "donate[alias-on]/lazyxla",
                                      "donate[alias-off]/lazyxla", "donate[alias-on]/eager"]
     assert not cs[3].aliasing and cs[2].aliasing
@@ -70,8 +70,8 @@ def test_cells_filter_and_variants():
 
 def test_gpt2_124m_runs_only_when_named_and_without_a_jax_limit():
     from lazyxla.bench.__main__ import parse_args
-    assert "gpt2-124m" not in parse_args([]).workloads and "gpt2-124m" in config.WORKLOADS
-    cs = config.cells(parse_args(["--workloads", "gpt2-124m"]).workloads, config.SYSTEMS)
+    assert "gpt2-124m" not in parse_args([]).workloads and "gpt2-124m" in plan.WORKLOADS
+    cs = plan.cells(parse_args(["--workloads", "gpt2-124m"]).workloads, plan.SYSTEMS)
     assert [c.label for c in cs] == ["gpt2-124m/lazyxla", "gpt2-124m/lazyxla_compiled", "gpt2-124m/eager",
                                      "gpt2-124m/torch_xla"]
 
@@ -88,7 +88,7 @@ def test_quick_gpt2_124m_trains_like_eager(tmp_path):
 
 
 def test_cells_accum_runs_lazyxla_with_and_without_the_api():
-    cs = config.cells(("accum",), ("lazyxla", "eager", "jax"), amp="bf16")
+    cs = plan.cells(("accum",), ("lazyxla", "eager", "jax"), amp="bf16")
     assert [c.label for c in cs] == ["accum[api]/lazyxla", "accum[python-loop]/lazyxla", "accum/eager",
                                      "accum/jax"]
 
@@ -96,7 +96,7 @@ def test_cells_accum_runs_lazyxla_with_and_without_the_api():
 def test_jax_accum_step_equals_one_full_batch_step():
     """W5's JAX limit (lax.scan over micro-batches, then one AdamW update) trains exactly
     like W2's step on the whole batch: equal-sized micro-batches, mean of means."""
-    settings = config.QUICK
+    settings = plan.QUICK
     wl = make_workload(load_workloads(), "accum", settings)
     params = _params(wl.model)
     x, y = jnp.asarray(wl.inputs.numpy()), jnp.asarray(wl.targets.numpy())
@@ -112,14 +112,14 @@ def test_jax_accum_step_equals_one_full_batch_step():
 
 
 def test_cells_amp_adds_autocast_rows_for_torch_training_only():
-    cs = config.cells(("mlp", "donate"), ("lazyxla", "eager", "jax"), amp="bf16")
+    cs = plan.cells(("mlp", "donate"), ("lazyxla", "eager", "jax"), amp="bf16")
     assert [c.label for c in cs] == ["mlp/lazyxla", "mlp/eager", "mlp/jax", "mlp[amp-bf16]/lazyxla",
                                      "mlp[amp-bf16]/eager", "donate[alias-on]/lazyxla",
                                      "donate[alias-off]/lazyxla", "donate[alias-on]/eager", "donate[alias-on]/jax",
                                      "donate[alias-off]/jax"]
     assert cs[3].amp == "bf16" and cs[0].amp is None and cs[3].aliasing
     with pytest.raises(ValueError, match="unknown amp dtype 'fp8'"):
-        config.cells(amp="fp8")
+        plan.cells(amp="fp8")
 
 
 def test_report_amp_rows_compare_losses_with_eager_under_autocast():

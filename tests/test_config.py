@@ -153,3 +153,84 @@ def test_cache_root(monkeypatch, tmp_path):
     assert config.Config(cache_dir=str(tmp_path / "c")).cache_root == str(tmp_path / "c")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert config.Config().cache_root == str(tmp_path / "lazyxla")
+
+
+# -- config.override reaches every reader (settings are read at use, never copied) ----------
+
+# Settings that set something up once, at import, by design (noted on their Config field):
+IMPORT_TIME_READS = {"lazyxla/dynamo/backend.py"}   # explain_recompiles: dynamo's own log
+
+
+def _import_time_settings_reads(path: pathlib.Path) -> list[int]:
+    """Lines where a module reads `SETTINGS` while it is imported: top-level statements and
+    class bodies, not function or lambda bodies (those read at use)."""
+    found = []
+
+    def scan(node):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return
+        if isinstance(node, ast.Attribute) and node.attr == "SETTINGS":
+            found.append(node.lineno)
+        for child in ast.iter_child_nodes(node):
+            scan(child)
+
+    for stmt in ast.parse(path.read_text()).body:
+        scan(stmt)
+    return found
+
+
+def test_no_module_copies_a_setting_at_import():
+    found = [f"{path.relative_to(ROOT)}:{line}" for path in sorted(PACKAGE.rglob("*.py"))
+             if path.name != "config.py" or path.parent != PACKAGE
+             for line in _import_time_settings_reads(path)
+             if str(path.relative_to(ROOT)) not in IMPORT_TIME_READS]
+    assert not found, "read config.SETTINGS.<field> where it is used, so config.override reaches it:\n" + \
+        "\n".join(found)
+
+
+def test_the_import_time_scan_finds_a_copy(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("LIMIT = config.SETTINGS.graph_op_limit\n\n"
+                      "def f():\n    return config.SETTINGS.graph_op_limit\n")
+    assert _import_time_settings_reads(module) == [1]
+
+
+def test_override_reaches_every_reader(dev, tmp_path):
+    """The settings that modules used to copy at import (graph_op_limit, aliasing,
+    implied_barriers, storage_dtypes, cache_max_mb) and two read at use all along
+    (compile_cache_size, host_read_max_elements) take effect under config.override."""
+    from lazyxla.compile import cache, disk_cache
+    from lazyxla.state import FROM_SETTINGS, STATE
+    # the modes whose value is the setting until a setter runs
+    with STATE.scoped(aliasing={}, implied_barriers=None, storage_dtypes=FROM_SETTINGS):
+        with config.override(aliasing=False, implied_barriers=False, storage_dtypes="float64=float32"):
+            assert not lx.aliasing_enabled() and not lx.aliasing_enabled(dev)
+            assert not lx.implied_barriers_enabled()
+            assert lx.storage_dtypes().storage(torch.float64) == torch.float32
+        with config.override(aliasing=True, implied_barriers=True, storage_dtypes=None):
+            assert lx.aliasing_enabled() and lx.implied_barriers_enabled() and lx.storage_dtypes() is None
+    # the graph size cap: the dispatcher cuts, and a read recounts against half of it
+    lx.sync()
+    with config.override(graph_op_limit=5), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x = torch.zeros(3, device=dev)
+        for _ in range(12):
+            x = x + 1
+        assert (lx.metrics.counter_value("GraphSizeCut") or 0) >= 2
+        assert x.tolist() == [12.0] * 3 and STATE.traced_since_sync <= 5
+    # the persistent cache's size bound, read at each pruning
+    sub = tmp_path / "v-0"
+    sub.mkdir()
+    for i in range(3):
+        (sub / f"k{i}-cache").write_bytes(b"x" * 1000)
+    with config.override(cache_max_mb=2000 / 2**20):
+        assert disk_cache.prune(str(tmp_path)) == 1000
+    # the in-memory compile cache's size, and the host replay bound of reads
+    with config.override(compile_cache_size=1):
+        for n in (2, 3):
+            (torch.ones(n, device=dev) * 3).cpu()
+        assert len(cache._cache) <= 1
+    lx.metrics.clear_all()
+    with config.override(host_read_max_elements=4096):
+        assert (torch.ones(2, device=dev) + 1).tolist() == [2.0, 2.0]
+    assert (lx.metrics.counter_value("HostEvaluatedRead") or 0) == 1

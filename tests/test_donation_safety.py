@@ -4,13 +4,14 @@ Each test names the rule of API.md it protects; values are compared with eager C
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 
 import pytest
 import torch
 
 import lazyxla as lx
-import lazyxla.frontend.dispatch as dispatch_mod
+from lazyxla import config
 from helpers import assert_close, rand
 
 
@@ -186,7 +187,7 @@ def test_graph_size_cut_skips_pending_tensor_reading_a_donated_buffer(dev, monke
     k = rand(4, seed=12)
     keep = k.to(dev)
     x, y = _poisoned_pending(dev, 13)
-    monkeypatch.setattr(dispatch_mod, "GRAPH_OP_LIMIT", 3)
+    monkeypatch.setattr(config, "SETTINGS", dataclasses.replace(config.SETTINGS, graph_op_limit=3))
     for _ in range(8):  # several graph-size cuts while `y` is alive
         keep.add_(1)
     monkeypatch.undo()

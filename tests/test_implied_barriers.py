@@ -1,13 +1,15 @@
 """Step barriers lazyxla places itself (sync/barriers.py): `optimizer.step()` ends a step, a
 host read materializes what shares its pending work, the graph-size cap warns."""
 import copy
+import dataclasses
 import warnings
 
 import pytest
 import torch
 
 import lazyxla as lx
-from lazyxla.frontend import dispatch
+from lazyxla import config
+from lazyxla.state import STATE
 
 
 def _counter(name: str) -> int:
@@ -135,21 +137,20 @@ def test_inside_captured_function_no_barrier(dev, implied_on):
     """An optimizer step inside lx.experimental.gradient_accumulation's body would be a
     barrier inside a captured program: it places none (the capture is one graph)."""
     from lazyxla.sync.api import optimizer_stepped
-    from lazyxla.sync import capture
-    capture._active[0] += 1
+    STATE.captures += 1
     try:
         lazy = torch.nn.Linear(3, 2).to(dev)
         opt = torch.optim.SGD(lazy.parameters(), lr=0.1)
         optimizer_stepped(opt)
     finally:
-        capture._active[0] -= 1
+        STATE.captures -= 1
     assert _counter("ImpliedBarrier") == 0
 
 
 def test_graph_size_cap_warns_once_then_cuts(dev, monkeypatch):
     from lazyxla.sync import barriers
-    monkeypatch.setattr(dispatch, "GRAPH_OP_LIMIT", 50)
-    monkeypatch.setattr(barriers, "_size_warning_given", [False])
+    monkeypatch.setattr(config, "SETTINGS", dataclasses.replace(config.SETTINGS, graph_op_limit=50))
+    monkeypatch.setattr(STATE, "size_warning_given", False)
     x = torch.zeros(4, device=dev)
     with pytest.warns(UserWarning, match="ops were traced without a step barrier"):
         for _ in range(60):

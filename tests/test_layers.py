@@ -3,7 +3,7 @@ from a layer above its own.
 
 Every module's imports are read with `ast`, function-level imports included (a lazy
 import still ties the lower layer to the upper one; it only hides the cycle). Leaves
-(metrics, errors, lock, _jax, _versions, config, patches) may be imported from anywhere.
+(metrics, errors, lock, _jax, _versions, config, patches, state) may be imported from anywhere.
 A module may import its own layer and any layer below it.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lazyxla"
 
-LEAVES = {"metrics", "errors", "lock", "_jax", "_versions", "config", "patches"}
+LEAVES = {"metrics", "errors", "lock", "_jax", "_versions", "config", "patches", "state"}
 # bottom to top; each entry names lazyxla's first-level modules and packages
 LAYERS = [
     {"ir"},

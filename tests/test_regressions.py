@@ -1,10 +1,12 @@
 """Minimal regressions for bugs found by the differential tester (tests/test_differential.py)."""
 from __future__ import annotations
 
+import dataclasses
 import pytest
 import torch
 
 import lazyxla as lx
+from lazyxla import config
 
 
 def _donated_pair(dev):
@@ -152,9 +154,8 @@ def test_graph_size_cut_never_donates_explicit_marks(dev, monkeypatch):
     # Bug: with explicit donation enabled, an automatic graph-size cut (a sync the user
     # did not ask for, run at the entry of an op) donated a marked buffer, and the very
     # op that triggered the cut, `-v0`, raised DonatedBufferError.
-    from lazyxla.frontend import dispatch as dispatch_mod
     lx.sync()
-    monkeypatch.setattr(dispatch_mod, "GRAPH_OP_LIMIT", 2)
+    monkeypatch.setattr(config, "SETTINGS", dataclasses.replace(config.SETTINGS, graph_op_limit=2))
     v0 = torch.tensor(3.0).to(dev)
     assert lx.set_buffer_donation(v0)
     lx.set_explicit_donation(True)

@@ -184,8 +184,9 @@ def test_bad_policies_are_refused_with_the_allowed_narrowings():
 def test_the_setting_gives_the_initial_policy():
     assert storage_dtypes.parse(" float32=bfloat16, int64=int32 ") == {torch.float32: torch.bfloat16,
                                                                        torch.int64: torch.int32}
-    with config.override(storage_dtypes="float64=float32"):
-        initial = storage_dtypes._initial()
+    from lazyxla.state import FROM_SETTINGS, STATE
+    with STATE.scoped(storage_dtypes=FROM_SETTINGS), config.override(storage_dtypes="float64=float32"):
+        initial = lx.storage_dtypes()   # read through the settings at use
     assert initial.storage(torch.float64) == torch.float32 and initial.storage(torch.float32) == torch.float32
 
 

@@ -1,10 +1,12 @@
 """Sync semantics, the graph key and the compile cache."""
+import dataclasses
 import threading
 
 import pytest
 import torch
 
 import lazyxla as lx
+from lazyxla import config
 from lazyxla import metrics
 
 
@@ -86,8 +88,7 @@ def test_wait_device_ops_and_async_sync(dev):
 
 
 def test_graph_size_cap_cuts_long_traces(dev, monkeypatch):
-    import lazyxla.frontend.dispatch as dispatch
-    monkeypatch.setattr(dispatch, "GRAPH_OP_LIMIT", 50)
+    monkeypatch.setattr(config, "SETTINGS", dataclasses.replace(config.SETTINGS, graph_op_limit=50))
     x = torch.zeros(3).to(dev)
     for _ in range(180):
         x = x + 1
@@ -97,7 +98,6 @@ def test_graph_size_cap_cuts_long_traces(dev, monkeypatch):
 
 def test_compile_cache_is_bounded(dev):
     import lazyxla.compile.cache as cache
-    from lazyxla import config
     x = torch.ones(2).to(dev)
     with config.override(compile_cache_size=3):
         for k in range(6):

@@ -9,7 +9,7 @@ import platform
 import subprocess
 import sys
 
-from .config import AMP_DTYPES, AMP_SYSTEMS, DEFAULT_WORKLOADS, FULL, LONG_WORKLOADS, QUICK, SYSTEMS, WORKLOADS, cells
+from .plan import AMP_DTYPES, AMP_SYSTEMS, DEFAULT_WORKLOADS, FULL, LONG_WORKLOADS, QUICK, SYSTEMS, WORKLOADS, cells
 
 
 def _csv(value: str, allowed: tuple) -> tuple:

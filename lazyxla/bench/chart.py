@@ -1,7 +1,7 @@
 """The PNG chart: step time and peak memory per workload and system."""
 from __future__ import annotations
 
-from .config import SYSTEMS
+from .plan import SYSTEMS
 
 COLORS = {"lazyxla": "#d62728", "lazyxla_compiled": "#9467bd", "eager": "#7f7f7f", "jax": "#1f77b4", "torch_xla": "#ff7f0e"}
 

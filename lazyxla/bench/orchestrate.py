@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tqdm import tqdm
 
-from .config import SPMD_DEVICES, TRAINING, Cell, Settings
+from .plan import SPMD_DEVICES, TRAINING, Cell, Settings
 from .export import export_trace_input, export_workload
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")

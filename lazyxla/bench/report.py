@@ -2,7 +2,7 @@
 the JAX limit, the losses side by side, and the failures."""
 from __future__ import annotations
 
-from .config import AMP_PREFIX, SYSTEMS, TRAINING
+from .plan import AMP_PREFIX, SYSTEMS, TRAINING
 
 LOSS_RTOL = 1e-3
 # --amp rows compare with eager under the same autocast: one bf16 rounding is 2**-8

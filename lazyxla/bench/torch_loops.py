@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 
 from . import measure as M
-from .config import AMP_DTYPES, HF_WORKLOADS
+from .plan import AMP_DTYPES, HF_WORKLOADS
 from .torch_backend import make_workload
 
 STEADY_KEYS = ("compiles", "cached_compiles", "graphs", "traced_ops", "fallbacks")

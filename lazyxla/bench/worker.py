@@ -11,7 +11,7 @@ import traceback
 import warnings
 
 from . import measure as M
-from .config import Cell, Settings
+from .plan import Cell, Settings
 
 
 def _torch_backend(system: str):

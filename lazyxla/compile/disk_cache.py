@@ -34,7 +34,6 @@ _ENTRY_SUFFIX = "-cache"   # JAX's file name for an entry (lru_cache._CACHE_SUFF
 
 class _State:
     directory: Optional[str] = None   # the v-<hash> directory in use, None when off
-    max_bytes: int = 0
     requests = 0
     lock = threading.Lock()
 
@@ -95,7 +94,7 @@ def prune(root: Optional[str] = None, max_bytes: Optional[int] = None) -> int:
     root = root or (os.path.dirname(_State.directory) if _State.directory else None)
     if root is None:
         return 0
-    bound = _State.max_bytes if max_bytes is None else max_bytes
+    bound = int(config.SETTINGS.cache_max_mb * 2**20) if max_bytes is None else max_bytes   # LAZYXLA_CACHE_MAX_MB
     entries = []
     for sub in os.scandir(root):
         if not (sub.is_dir(follow_symlinks=False) and sub.name.startswith("v-")):
@@ -142,7 +141,6 @@ def enable() -> Optional[str]:
     _State.directory = directory
     if directory is None:
         return None
-    _State.max_bytes = int(config.SETTINGS.cache_max_mb * 2**20)   # LAZYXLA_CACHE_MAX_MB
     patches.apply("jax_persistent_cache", directory)
     try:
         prune()

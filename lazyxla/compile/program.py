@@ -14,6 +14,7 @@ from enum import IntEnum
 from typing import Callable, Optional
 
 import jax.numpy as jnp
+from jax import lax
 
 from .._jax import jax_dtype
 from ..errors import LoweringError
@@ -21,6 +22,7 @@ from ..ir.call import Subprogram
 from ..ir.node import DATA, GETITEM, SCALAR, Node
 from ..ir.scalars import scalar_slots
 from ..lower._packs import PackReader
+from ..lower._precision import LEVELS
 from ..lower._util import cast, opmath
 from ..lower.registry import LOWERINGS
 from ..ir.graph import Graph, positions
@@ -39,10 +41,13 @@ class Ctx:
     """What a rule may know about its node's output. `jdtype` is its device dtype: the
     JAX type of `dtype`, or under a storage dtype policy (`storage`, the graph's
     `policy.storage`) the JAX type of the narrower storage dtype, which the rule's
-    result is cast to (runtime/storage_dtypes.py)."""
-    __slots__ = ("shape", "dtype", "jdtype", "op", "origin")
+    result is cast to (runtime/storage_dtypes.py). `precision` is the `lax.Precision` of
+    matrix products, the graph's `lx.set_matmul_precision` level (lower/_precision.py)."""
+    __slots__ = ("shape", "dtype", "jdtype", "op", "origin", "precision")
 
-    def __init__(self, node: Node, storage: Optional[Callable] = None) -> None:
+    def __init__(self, node: Node, storage: Optional[Callable] = None,
+                 precision: lax.Precision = lax.Precision.HIGHEST) -> None:
+        self.precision = precision
         self.shape = node.shape
         self.dtype = node.dtype
         self.op = node.op
@@ -117,6 +122,7 @@ def build(graph: Graph) -> tuple[Callable, int]:
     merged = graph.merged_scalars is not None
     packed = {k: v for k, v in scalar_slot.items() if merged or v[1] is not None}
     storage = graph.policy.storage if graph.policy is not None else None
+    precision = LEVELS[graph.matmul_precision]   # the level the graph was collected at
     instrs = []
     scalar_reads: dict = {}   # (operand, element, dtype) -> its first read's position in env
     for position, node in enumerate(graph.order):
@@ -136,7 +142,7 @@ def build(graph: Graph) -> tuple[Callable, int]:
         elif op is GETITEM:
             instrs.append((Kind.GETITEM, index[id(node.inputs[0])], node.args[1], None, None))
         else:
-            rule, ctx = _rule_for(node), Ctx(node, storage)
+            rule, ctx = _rule_for(node), Ctx(node, storage, precision)
             compute = opmath(ctx.jdtype) if packed and getattr(rule, "casts_to_compute", False) \
                 and not isinstance(ctx.jdtype, tuple) else None
             if compute is not None and jnp.issubdtype(compute, jnp.complexfloating):

@@ -34,7 +34,7 @@ class ProcessLostError(RuntimeError):
     def __init__(self, message: Optional[str] = None) -> None:
         # raised in the main thread by class (PyThreadState_SetAsyncExc): the message is
         # the watchdog's
-        super().__init__(message or (_WATCHDOG.error if _WATCHDOG is not None else None) or self.__doc__)
+        super().__init__(message or (_THIS.watchdog.error if _THIS.watchdog is not None else None) or self.__doc__)
 
 
 class Watchdog:
@@ -124,7 +124,13 @@ class Watchdog:
         os._exit(EXIT_STATUS)
 
 
-_WATCHDOG: Optional[Watchdog] = None
+class _ThisProcess:
+    """This process's watchdog (once started) and the excepthook that was there before ours."""
+    watchdog: Optional[Watchdog] = None
+    previous_hook = sys.excepthook
+
+
+_THIS = _ThisProcess()
 
 
 def _stderr():
@@ -139,10 +145,10 @@ def _excepthook(kind, value, tb) -> None:
     """An uncaught error that a lost peer explains (a collective failed: gloo reads a reset
     connection at once, before any heartbeat is missed): print it, wait for the judge's
     verdict and exit with it, instead of JAX's abort at its shutdown barrier."""
-    watchdog = _WATCHDOG
+    watchdog = _THIS.watchdog
     lost = isinstance(value, ProcessLostError)
     if watchdog is None or not (lost or any(s in str(value) for s in _PEER_GONE)):
-        return _previous_hook(kind, value, tb)
+        return _THIS.previous_hook(kind, value, tb)
     watchdog.in_excepthook = True
     traceback.print_exception(kind, value, tb, file=_stderr())
     _stderr().flush()
@@ -157,18 +163,15 @@ def _excepthook(kind, value, tb) -> None:
     os._exit(EXIT_STATUS)   # the judge prints its verdict and exits first when it has one
 
 
-_previous_hook = sys.excepthook
-
 
 def start(client: Any, process: int, count: int, coordinator: str, timeout: float) -> Watchdog:
     """Start this process's watchdog (once, from `lx.distributed.initialize`)."""
-    global _WATCHDOG, _previous_hook
     import atexit
-    _WATCHDOG = Watchdog(client, process, count, coordinator, timeout).start()
-    atexit.register(_WATCHDOG.stop)
-    _previous_hook, sys.excepthook = sys.excepthook, _excepthook
-    return _WATCHDOG
+    watchdog = _THIS.watchdog = Watchdog(client, process, count, coordinator, timeout).start()
+    atexit.register(watchdog.stop)
+    _THIS.previous_hook, sys.excepthook = sys.excepthook, _excepthook
+    return watchdog
 
 
 def current() -> Optional[Watchdog]:
-    return _WATCHDOG
+    return _THIS.watchdog

@@ -7,8 +7,8 @@ starts one coordinator-connected process per `--processes` (CPU: each gets
 batch split over all devices of all processes, and prints each process's
 losses. On several machines, start one process on each with `--coordinator HOST:PORT
 --processes N --process-id I` (docs/spmd.md, "Many machines"). `--check` compares them
-with one eager CPU run (rtol 1e-4), and checks that a
-global batch reads back whole from a sharded tensor and from `lx.data.DeviceLoader`
+with one eager CPU run (rtol 1e-4), and checks that a global
+batch reads back whole from a sharded tensor and from `lx.data.DeviceLoader`
 with a `minibatch=True` spec (each process loading only its part). Everything
 binds to 127.0.0.1; every wait is bounded by `--timeout`.
 """

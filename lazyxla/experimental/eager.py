@@ -27,32 +27,21 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-from ..frontend import dispatch
-
-
-def _check(enabled, what: str) -> bool:
-    if not isinstance(enabled, bool):
-        raise TypeError(f"lazyxla: {what} expects True or False, got {type(enabled).__name__} {enabled!r}")
-    return enabled
+from ..state import STATE
 
 
 def eager_mode(enabled: bool) -> None:
     """Turn eager mode on or off for this process (see the module docstring). Work traced
     while it was off stays pending until a sync or until an eager op uses it."""
-    dispatch.set_eager(_check(enabled, "eager_mode"))
+    STATE.set("eager", enabled)   # checked there: True or False
 
 
 def is_eager_mode() -> bool:
-    return dispatch.eager[0]
+    return STATE.eager
 
 
 @contextlib.contextmanager
 def eager_mode_context(enabled: bool) -> Iterator[None]:
     """Eager mode on or off inside the `with` block; the previous setting afterwards."""
-    _check(enabled, "eager_mode_context")
-    previous = dispatch.eager[0]
-    dispatch.set_eager(enabled)
-    try:
+    with STATE.scoped(eager=enabled):
         yield
-    finally:
-        dispatch.set_eager(previous)

@@ -8,6 +8,8 @@ resized); every other op on a lazy tensor reaches `LazyTensor.__torch_dispatch__
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .. import config
@@ -16,19 +18,16 @@ from ..runtime import host_heap, placement
 from .torch_compat import setup_python_backend
 
 DEVICE_TYPE = "lazyxla"
-_registered = False
 # Filled on first use, not at import: asking JAX for its devices starts its backend,
 # after which jax.distributed.initialize (lx.distributed.initialize) can no longer run.
 DEVICES: list[torch.device] = []
 
 
+@functools.cache
 def register() -> None:
-    global _registered
-    if _registered:
-        return
+    """Register the device with PyTorch (once)."""
     from . import device_module
     setup_python_backend(DEVICE_TYPE, device_module)
-    _registered = True
 
 
 def lazyxla_devices() -> list[torch.device]:
@@ -67,13 +66,13 @@ def register_kernels() -> None:
     """Python kernels on the PrivateUse1 key (called once, after dispatch exists)."""
     from ..ir.node import Node
     from ..lock import LOCK
-    from ..metrics import _counters as counters, op_records
+    from ..metrics import _counters as counters
+    from ..state import STATE
     from . import tensor as _tensor
     from .special import copy_from_host
     from .storage import Storage
     from .tensor import LazyTensor
     from .tracing import check_allocation, contiguous_strides
-    from .dispatch import eager, eager_depth
     from .sync_hooks import eager_run
 
     lib = torch.library.Library("aten", "IMPL")
@@ -99,12 +98,12 @@ def register_kernels() -> None:
         check_allocation(size, dtype)
         node = _zeros_node(size, dtype)
         spec = (size, stride if stride is not None else contiguous_strides(size), 0, dtype)
-        if op_records[0]:   # lx.metrics.set_op_records: a fresh lazyxla tensor
+        if STATE.op_records:   # lx.metrics.set_op_records: a fresh lazyxla tensor
             counters["CreateXlaTensor"] += 1
         with LOCK:
             st = Storage(node, index)
             out = LazyTensor.wrap(st, None, node, spec)
-            if eager[0] and not eager_depth[0]:   # eager mode: a factory's value exists at once
+            if STATE.eager and not STATE.eager_depth:   # eager mode: a factory's value exists at once
                 eager_run([st])
             return out
 

@@ -19,6 +19,7 @@ from .. import config, metrics
 from ..ir.node import DATA, Node, intern_sig
 from ..ir.ops import facts
 from ..lower.registry import LOWERINGS
+from ..state import STATE
 from .device import DEVICE_TYPE
 from . import host_operands
 from .foreach import foreach_handler
@@ -36,33 +37,17 @@ _INFOS: dict = {}
 # or whose PyTorch decomposition reaches ops without a lowering (native_dropout -> rand_like)
 DECOMPOSITIONS = facts("decomposition")
 _counters = metrics._counters
-_op_records = metrics.op_records
 
-# Eager mode (experimental/eager.py): each op dispatched from outside lazyxla runs as its
-# own graph before it returns. `eager_depth` counts the ops in progress, so the ops a
-# handler or decomposition issues join their caller's graph.
-eager = [False]
-eager_depth = [0]
-# The one flag the per-op path tests: op records (lx.metrics.set_op_records) or eager mode.
-_per_op = [False]
-
-
-def _refresh_per_op(_=None) -> None:
-    _per_op[0] = _op_records[0] or eager[0]
-
-
-def set_eager(enabled: bool) -> None:
-    eager[0] = enabled
-    _refresh_per_op()
-
-
-metrics.op_records_listeners.append(_refresh_per_op)
-
-# Graph size cap: after this many traced ops without a sync, pending work is cut
-# into a graph and run (like a step barrier, minus MarkStep), so a long loop
-# without lx.sync() neither grows an unbounded graph nor compiles forever.
-GRAPH_OP_LIMIT = config.SETTINGS.graph_op_limit   # LAZYXLA_GRAPH_OP_LIMIT
-traced_since_sync = [0]
+# Eager mode (experimental/eager.py) and op records are run-time modes (lazyxla/state.py);
+# in eager mode each op dispatched from outside lazyxla runs as its own graph before it
+# returns. `STATE.eager_depth` counts the ops in progress, so the ops a handler or
+# decomposition issues join their caller's graph. The per-op path tests one flag,
+# `STATE.per_op` (op records or eager mode).
+#
+# Graph size cap: after `config.SETTINGS.graph_op_limit` (LAZYXLA_GRAPH_OP_LIMIT) traced ops
+# without a sync (`STATE.traced_since_sync`), pending work is cut into a graph and run (like
+# a step barrier, minus MarkStep), so a long loop without lx.sync() neither grows an
+# unbounded graph nor compiles forever.
 
 
 def dispatch(func, args, kwargs):
@@ -70,31 +55,32 @@ def dispatch(func, args, kwargs):
     if info is None:
         info = classify(func)
     _counters["TracedOps"] += 1
-    budget = traced_since_sync
-    budget[0] += 1
-    if budget[0] > GRAPH_OP_LIMIT:
+    state = STATE
+    traced = state.traced_since_sync = state.traced_since_sync + 1
+    if traced > config.SETTINGS.graph_op_limit:
         cut_graphs()
     try:
-        if _per_op[0]:
+        if state.per_op:
             return _per_op_dispatch(func, info, args, kwargs)
         return info.handler(func, info, args, kwargs)
     except HostOperand:   # a CPU operand with lx.set_host_operands(True): upload it, run again
         args, kwargs = host_operands.uploaded(info, args, kwargs)
-        if _per_op[0]:
+        if state.per_op:
             return _per_op_dispatch(func, info, args, kwargs)
         return info.handler(func, info, args, kwargs)
 
 
 def _per_op_dispatch(func, info, args, kwargs):
     """`dispatch` with op records and/or eager mode on."""
-    run = _recorded if _op_records[0] else info.handler
-    if not eager[0] or eager_depth[0]:
+    state = STATE
+    run = _recorded if state.op_records else info.handler
+    if not state.eager or state.eager_depth:
         return run(func, info, args, kwargs)
-    eager_depth[0] += 1
+    state.eager_depth += 1
     try:
         out = run(func, info, args, kwargs)
     finally:
-        eager_depth[0] -= 1
+        state.eager_depth -= 1
     pending = written_pending(args, kwargs, out)
     if pending:
         eager_run(pending)
@@ -376,6 +362,5 @@ from . import decompositions, fused_optim, histograms, host_reads, indexing  # n
 from .tensor import bind_dispatch  # noqa: E402
 
 bind_dispatch(dispatch)
-if config.SETTINGS.provenance:   # LAZYXLA_PROVENANCE
-    from .provenance import set_enabled
-    set_enabled(True, dispatch)
+from .provenance import follow_mode  # noqa: E402
+follow_mode(dispatch)   # STATE's provenance mode (LAZYXLA_PROVENANCE at first) picks the dispatcher

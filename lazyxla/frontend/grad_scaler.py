@@ -16,22 +16,22 @@ from __future__ import annotations
 import torch
 
 from ..ir.ops import registrar
+from ..state import STATE
 from .storage import mark_wide_read
 from .sync_hooks import scaler_updated
 
 # Between GradScaler's inf check (unscale_) and its scale update a GradScaler step is
 # open: the optimizer step inside it is not the end of the training step, the update is
-# (sync/barriers.py defers its implied barrier to `_update_scale_`).
-_scaler_step_open = [False]
+# (sync/barriers.py defers its implied barrier to `_update_scale_`): `STATE.scaler_step_open`.
 
 
 def scaler_step_open() -> bool:
-    return _scaler_step_open[0]
+    return STATE.scaler_step_open
 
 
 def close_scaler_step() -> None:
     """A step barrier ends any GradScaler step (one that never reached `update`)."""
-    _scaler_step_open[0] = False
+    STATE.scaler_step_open = False
 
 aten = torch.ops.aten
 register_decomposition = registrar("decomposition")
@@ -61,7 +61,7 @@ def _non_finite_check_and_unscale_(grads, found_inf, inv_scale) -> None:
         else:
             aten.copy_(g, aten.mul.Tensor(aten._to_copy(g, dtype=inv_scale.dtype), inv_scale))
     mark_wide_read(found_inf._st)
-    _scaler_step_open[0] = True
+    STATE.scaler_step_open = True
 
 
 @register_decomposition(aten._amp_update_scale_.default)
@@ -85,6 +85,6 @@ def _update_scale_(scale, growth_tracker, found_inf, growth_factor: float, backo
     no_inf_scale = aten.where.self(aten.logical_and(grow, aten.isfinite(grown)), grown, scale)
     aten.copy_(scale, aten.where.self(found, backed_off, no_inf_scale))
     aten.copy_(growth_tracker, aten.where.ScalarSelf(aten.logical_or(found, grow), 0, successful))
-    _scaler_step_open[0] = False
+    STATE.scaler_step_open = False
     scaler_updated()
     return scale

@@ -17,11 +17,11 @@ from typing import Any
 
 import torch
 
+from ..state import STATE
 from .device import DEVICE_TYPE
 from .opinfo import is_inplace
 from .tensor import LazyTensor
 
-_enabled = [False]
 
 
 class HostOperand(Exception):
@@ -29,12 +29,13 @@ class HostOperand(Exception):
 
 
 def set_host_operands(enabled: bool) -> None:
-    """Take CPU tensors of any shape as operands of lazy ops, uploading them (module docstring)."""
-    _enabled[0] = bool(enabled)
+    """Take CPU tensors of any shape as operands of lazy ops, uploading them (module
+    docstring); the run-time state's `host_operands` mode."""
+    STATE.set("host_operands", bool(enabled))
 
 
 def host_operands_enabled() -> bool:
-    return _enabled[0]
+    return STATE.host_operands
 
 
 def _first_device(values: Any) -> int:

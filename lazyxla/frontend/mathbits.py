@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 
 from ..ir.ops import register_fact
+from ..state import STATE
 from .dispatch import _view
-from .tensor import math_bits_used
 
 _is_conj = torch.Tensor.is_conj
 _is_neg = torch.Tensor.is_neg
@@ -29,14 +29,14 @@ _is_neg = torch.Tensor.is_neg
 
 # `_view` gives the view its source's bits (tensor.copy_bits); these two flip one.
 def conj_view(func, info, args, kwargs):
-    math_bits_used[0] = True
+    STATE.math_bits_used = True
     out = _view(func, info, args, kwargs)
     torch._C._set_conj(out, not _is_conj(args[0]))
     return out
 
 
 def neg_view(func, info, args, kwargs):
-    math_bits_used[0] = True
+    STATE.math_bits_used = True
     out = _view(func, info, args, kwargs)
     torch._C._set_neg(out, not _is_neg(args[0]))
     return out

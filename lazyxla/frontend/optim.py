@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from .. import patches
+from ..state import STATE
 from .sync_hooks import optimizer_stepped
 from .tensor import LazyTensor
 
@@ -32,28 +33,26 @@ def enable_foreach_default() -> None:
     patches.apply("foreach_lazy_tensor", LazyTensor)
 
 
-_in_step = [False]
-
 
 def in_optimizer_step() -> bool:
-    return _in_step[0]
+    return STATE.in_optimizer_step
 
 
 def end_optimizer_step(*_hook_args) -> None:
-    _in_step[0] = False
+    STATE.in_optimizer_step = False
 
 
 def _optimizer_step_done(optimizer, *_hook_args) -> None:
     """Global post hook: close the step window, then let the sync layer end the step
     (an implied step barrier, sync/barriers.py). Under torch.compile this is traced as a
     constant no-op: compiled code places no barrier."""
-    _in_step[0] = False
+    STATE.in_optimizer_step = False
     if not torch.compiler.is_compiling():
         optimizer_stepped(optimizer)
 
 
 def _begin_optimizer_step(*_hook_args) -> None:
-    _in_step[0] = True
+    STATE.in_optimizer_step = True
 
 
 def track_optimizer_steps() -> None:

@@ -1,8 +1,10 @@
 """Where each IR node came from: the user's file and line, recorded when asked for.
 
 Off by default, at no cost per op: the switch replaces the op dispatcher itself
-(`tensor.bind_dispatch`), so the plain dispatcher has no flag to test. On
-(`lx.debug.set_provenance(True)` or LAZYXLA_PROVENANCE=1), each op runs as before
+(`tensor.bind_dispatch`), so the plain dispatcher has no flag to test. The switch is the
+run-time state's `provenance` mode (lazyxla/state.py), which this module watches. On
+(`lx.debug.set_provenance(True)`, `STATE.scoped(provenance=True)`, or LAZYXLA_PROVENANCE=1
+at import), each op runs as before
 and then the nodes it made are stamped with `file:line` of the first frame outside
 lazyxla and torch: the walk starts at the op's output and argument tensors and
 stops at nodes that already carry a stamp, so it touches only the new nodes.
@@ -22,13 +24,14 @@ from typing import Optional
 
 import torch
 
+from .. import config
 from ..ir.node import DATA, SCALAR, Node
+from ..state import STATE
 from .storage import live_devices, live_storages
 from .tensor import LazyTensor, bind_dispatch
 
 _INTERNAL = (str(Path(__file__).resolve().parents[1]), str(Path(torch.__file__).resolve().parent))
 _internal_files: dict = {}
-_state = {"on": False, "plain": None}
 
 
 def _is_internal(filename: str) -> bool:
@@ -73,19 +76,22 @@ def _tensors(values, out: list) -> list:
     return out
 
 
-def _dispatch_with_origin(func, args, kwargs):
-    result = _state["plain"](func, args, kwargs)
-    tensors = _tensors((result,) if not isinstance(result, (list, tuple)) else result, [])
-    _tensors(args, tensors)
-    if kwargs:
-        _tensors(kwargs.values(), tensors)
-    roots = []
-    for t in tensors:
-        roots.append(t._st.value)
-        if t._view is not None:
-            roots.append(t.lazy_value())
-    _stamp(roots, user_frame())
-    return result
+def _with_origin(plain_dispatch):
+    """`plain_dispatch` that stamps the nodes each op made with the user's line."""
+    def dispatch_with_origin(func, args, kwargs):
+        result = plain_dispatch(func, args, kwargs)
+        tensors = _tensors((result,) if not isinstance(result, (list, tuple)) else result, [])
+        _tensors(args, tensors)
+        if kwargs:
+            _tensors(kwargs.values(), tensors)
+        roots = []
+        for t in tensors:
+            roots.append(t._st.value)
+            if t._view is not None:
+                roots.append(t.lazy_value())
+        _stamp(roots, user_frame())
+        return result
+    return dispatch_with_origin
 
 
 def _mark_pending_unknown() -> None:
@@ -95,15 +101,24 @@ def _mark_pending_unknown() -> None:
         _stamp([st.value for st in live_storages(device) if st.value is not None], None)
 
 
-def set_enabled(on: bool, plain_dispatch) -> None:
-    """Switch provenance on or off; `plain_dispatch` is the dispatcher without it."""
-    on = bool(on)
-    _state["plain"] = plain_dispatch
-    if on and not _state["on"]:
-        _mark_pending_unknown()
-    _state["on"] = on
-    bind_dispatch(_dispatch_with_origin if on else plain_dispatch)
+def follow_mode(plain_dispatch) -> None:
+    """Bind the dispatcher the `provenance` mode asks for, now and whenever the mode is set;
+    `plain_dispatch` is the dispatcher without provenance. The mode starts as
+    LAZYXLA_PROVENANCE says (read here, once: the dispatcher is bound at import)."""
+    stamping = _with_origin(plain_dispatch)
+    bound = plain_dispatch
+
+    def bind(on: bool) -> None:
+        nonlocal bound
+        if on and bound is plain_dispatch:
+            _mark_pending_unknown()
+        bound = stamping if on else plain_dispatch
+        bind_dispatch(bound)
+
+    STATE.watch("provenance", bind)
+    if config.SETTINGS.provenance:   # LAZYXLA_PROVENANCE
+        STATE.set("provenance", True)
 
 
 def enabled() -> bool:
-    return _state["on"]
+    return STATE.provenance

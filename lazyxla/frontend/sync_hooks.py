@@ -13,30 +13,39 @@ from typing import Callable, Optional
 
 import torch
 
-_host_values: Optional[Callable[..., list]] = None
-_cut_graphs: Optional[Callable[[], None]] = None
-_eager_run: Optional[Callable[[list], None]] = None
-_optimizer_stepped: Optional[Callable[[object], None]] = None
-_scaler_updated: Optional[Callable[[], None]] = None
+class _Services:
+    """The sync layer's functions, once installed (None before)."""
+    host_values: Optional[Callable[..., list]] = None
+    cut_graphs: Optional[Callable[[], None]] = None
+    eager_run: Optional[Callable[[list], None]] = None
+    optimizer_stepped: Optional[Callable[[object], None]] = None
+    scaler_updated: Optional[Callable[[], None]] = None
+
+
+_SYNC = _Services()
 
 
 def install(host_values_fn: Callable[..., list], cut_graphs_fn: Callable[[], None],
             eager_run_fn: Callable[[list], None], optimizer_stepped_fn: Callable[[object], None],
             scaler_updated_fn: Callable[[], None]) -> None:
-    global _host_values, _cut_graphs, _eager_run, _optimizer_stepped, _scaler_updated
-    _host_values, _cut_graphs, _eager_run = host_values_fn, cut_graphs_fn, eager_run_fn
-    _optimizer_stepped, _scaler_updated = optimizer_stepped_fn, scaler_updated_fn
+    _SYNC.host_values, _SYNC.cut_graphs, _SYNC.eager_run = host_values_fn, cut_graphs_fn, eager_run_fn
+    _SYNC.optimizer_stepped, _SYNC.scaler_updated = optimizer_stepped_fn, scaler_updated_fn
 
 
 def _missing() -> RuntimeError:
     return RuntimeError("lazyxla: the sync layer is not initialised; import lazyxla first")
 
 
+def _service(name: str) -> Callable:
+    fn = getattr(_SYNC, name)
+    if fn is None:
+        raise _missing()
+    return fn
+
+
 def host_values(tensors: list, allow_explicit: bool = True) -> list[torch.Tensor]:
     """CPU copies of lazy `tensors` (sync/api.py `host_values`)."""
-    if _host_values is None:
-        raise _missing()
-    return _host_values(tensors, allow_explicit)
+    return _service("host_values")(tensors, allow_explicit)
 
 
 def host_value(t) -> torch.Tensor:
@@ -45,29 +54,21 @@ def host_value(t) -> torch.Tensor:
 
 def cut_graphs() -> None:
     """Materialise all pending work because the graph-size cap was reached."""
-    if _cut_graphs is None:
-        raise _missing()
-    _cut_graphs()
+    _service("cut_graphs")()
 
 
 def optimizer_stepped(optimizer) -> None:
     """An optimizer step just ended: the sync layer may place an implied step barrier
     (sync/barriers.py)."""
-    if _optimizer_stepped is None:
-        raise _missing()
-    _optimizer_stepped(optimizer)
+    _service("optimizer_stepped")(optimizer)
 
 
 def scaler_updated() -> None:
     """GradScaler's scale update was traced: a deferred implied barrier may run now."""
-    if _scaler_updated is None:
-        raise _missing()
-    _scaler_updated()
+    _service("scaler_updated")()
 
 
 def eager_run(storages: list) -> None:
     """Run the pending work of `storages` now, as eager mode does after each op
     (sync/api.py `eager_run`)."""
-    if _eager_run is None:
-        raise _missing()
-    _eager_run(storages)
+    _service("eager_run")(storages)

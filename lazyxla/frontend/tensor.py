@@ -16,6 +16,7 @@ from .. import metrics
 from ..ir.node import DATA, Node
 from ..runtime.device_data import donated_error
 from ..lock import LOCK
+from ..state import STATE
 from .device import DEVICES
 from .storage import Storage
 from .sync_hooks import host_value
@@ -175,15 +176,15 @@ _is_conj = torch.Tensor.is_conj
 _is_neg = torch.Tensor.is_neg
 
 
-# Whether any lazy tensor ever got a math bit (set by frontend/mathbits.py): until then
-# views skip the two checks below (~0.7 us per view op, measured, noisy).
-math_bits_used = [False]
+# Whether any lazy tensor ever got a math bit (`STATE.math_bits_used`, set by
+# frontend/mathbits.py): until then views skip the two checks below (~0.7 us per view op,
+# measured, noisy).
 
 
 def copy_bits(src: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """`out`, a view or alias of `src`, gets `src`'s conjugate and negative bits, as in
     eager (frontend/mathbits.py says what the bits mean for a lazy tensor)."""
-    if math_bits_used[0]:
+    if STATE.math_bits_used:
         if _is_conj(src):
             torch._C._set_conj(out, True)
         if _is_neg(src):
@@ -240,7 +241,7 @@ def _destroy_records(enabled: bool) -> None:
         del LazyTensor.__del__
 
 
-metrics.op_records_listeners.append(_destroy_records)
+STATE.watch("op_records", _destroy_records)
 
 
 def bind_dispatch(fn) -> None:

@@ -21,6 +21,7 @@ from ..ir.bounded import BoundedTable
 from ..ir.node import DATA, Node, getitem_node, intern_sig, scalar_node
 from ..ir.ops import facts, register_fact
 from ..runtime.device_data import donated_error
+from ..state import STATE
 from . import host_operands
 from .device import DEVICE_TYPE
 from .tensor import LazyTensor
@@ -95,7 +96,7 @@ def _host_scalar_tensor(t: torch.Tensor, parts: list, inputs: list) -> Node:
                 f"lazyxla: internal error: a {type(t).__name__} on the lazyxla device reached "
                 "lazy tracing (torch.compile's fake tensors are handled by fake mode); please "
                 "report it with the traceback.")
-        if host_operands._enabled[0] and t.is_cpu:
+        if STATE.host_operands and t.is_cpu:
             raise host_operands.HostOperand()   # dispatch uploads it and runs the op again
         raise DeviceMismatchError(
             f"lazyxla: expected all tensors to be on the lazyxla device, but got a {t.device} tensor "

@@ -13,7 +13,7 @@ while torch.compile traces).
 """
 from __future__ import annotations
 
-from typing import Optional
+import functools
 
 import torch
 
@@ -24,7 +24,6 @@ from .call import call_jax
 
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-_lib: Optional[torch.library.Library] = None
 
 
 def through_jax(query, key, value, attn_mask, dropout_p: float, enable_gqa: bool) -> bool:
@@ -50,9 +49,10 @@ def _kernel(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *
     return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
 
 
-def register() -> None:
-    """Install the kernel for lazyxla's autograd key (once)."""
-    global _lib
-    if _lib is None:
-        _lib = torch.library.Library("aten", "IMPL")
-        _lib.impl("scaled_dot_product_attention", _kernel, "AutogradPrivateUse1")
+@functools.cache
+def register() -> torch.library.Library:
+    """Install the kernel for lazyxla's autograd key (once: the cache keeps the library,
+    and with it the registration, alive)."""
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("scaled_dot_product_attention", _kernel, "AutogradPrivateUse1")
+    return lib

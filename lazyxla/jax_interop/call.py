@@ -21,12 +21,12 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from .._jax import jax_dtype, torch_dtype
-from ..frontend.dispatch import eager, eager_depth
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import contiguous_strides
 from ..ir.bounded import BoundedTable
 from ..ir.call import Subprogram
 from ..lock import LOCK
+from ..state import STATE
 from ..lower.jax_fn import flat_function, out_structure, vjp_function
 from ..sync.api import eager_run
 from ..sync.capture import insert_call
@@ -90,7 +90,7 @@ class JaxCall:
 def _settled(outs: list[LazyTensor]) -> list[LazyTensor]:
     """In eager mode (lx.experimental.eager_mode) a call runs when made, as an op does;
     inside a dispatched op (a `jax_op`) the dispatcher runs it."""
-    if eager[0] and not eager_depth[0]:
+    if STATE.eager and not STATE.eager_depth:
         eager_run([t._st for t in outs])
     return outs
 

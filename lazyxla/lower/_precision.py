@@ -1,6 +1,6 @@
-"""The precision the matrix-product rules (lower/linalg.py) pass to XLA while a graph
-is lowered: full float32 unless the graph was collected under another
-`lx.set_matmul_precision` level (compile/precision.py sets it around the lowering).
+"""The precision the matrix-product rules (lower/linalg.py) pass to XLA: the lowering
+context's `precision` (compile/program.py `Ctx`), full float32 unless the graph was
+collected under another `lx.set_matmul_precision` level (`Graph.matmul_precision`).
 
 Full float32 ("highest") is lazyxla's default because results are checked value by
 value against eager PyTorch, which multiplies float32 in float32; "default" and
@@ -10,24 +10,9 @@ sampling) keep full precision whatever the level.
 """
 from __future__ import annotations
 
-import contextlib
-from typing import Iterator
-
 from jax import lax
 
-LEVELS = {"default": lax.Precision.DEFAULT, "high": lax.Precision.HIGH, "highest": lax.Precision.HIGHEST}
-_current = [lax.Precision.HIGHEST]
+from ..state import PRECISIONS
 
+LEVELS = dict(zip(PRECISIONS, (lax.Precision.DEFAULT, lax.Precision.HIGH, lax.Precision.HIGHEST)))
 
-def dot_precision() -> lax.Precision:
-    return _current[0]
-
-
-@contextlib.contextmanager
-def dot_precision_at(level: str) -> Iterator[None]:
-    previous = _current[0]
-    _current[0] = LEVELS[level]
-    try:
-        yield
-    finally:
-        _current[0] = previous

@@ -16,17 +16,18 @@ aten = torch.ops.aten
 
 
 class _ForwardCtx:
-    __slots__ = ("jdtype",)
+    __slots__ = ("jdtype", "precision")
 
-    def __init__(self, jdtype) -> None:
+    def __init__(self, jdtype, precision) -> None:
         self.jdtype = jdtype
+        self.precision = precision
 
 
 @register(aten.convolution_backward.default)
 def _convolution_backward(ctx, grad, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding,
                           groups, output_mask):
     dt = opmath(x.dtype)
-    fctx = _ForwardCtx(x.dtype)
+    fctx = _ForwardCtx(x.dtype, ctx.precision)
 
     def forward(x_, w_):
         return _convolution(fctx, x_, w_, None, stride, padding, dilation, transposed, output_padding, groups)

@@ -7,14 +7,13 @@ import torch
 from jax import lax
 
 from ._util import binary, cast, opmath, stepwise_rounding, where
-from ._precision import dot_precision
 from .registry import register
 
 aten = torch.ops.aten
 
 
 def _mm(ctx, a, b):
-    return jnp.matmul(a, b, precision=dot_precision(), preferred_element_type=opmath(ctx.jdtype))
+    return jnp.matmul(a, b, precision=ctx.precision, preferred_element_type=opmath(ctx.jdtype))
 
 
 @register(aten.mm.default, aten.bmm.default, aten.matmul.default, aten.mv.default, aten.dot.default)
@@ -63,15 +62,15 @@ def _convolution(ctx, x, w, bias, stride, padding, dilation, transposed, output_
         out = lax.conv_general_dilated(
             x, w, window_strides=tuple(stride), padding=[(p, p) for p in padding],
             rhs_dilation=tuple(dilation), dimension_numbers=dn, feature_group_count=groups,
-            precision=dot_precision(), preferred_element_type=dt)
+            precision=ctx.precision, preferred_element_type=dt)
     else:
-        out = _conv_transpose(x, w, stride, padding, dilation, output_padding, groups, dt)
+        out = _conv_transpose(x, w, stride, padding, dilation, output_padding, groups, dt, ctx.precision)
     if bias is not None:
         out = out + bias.astype(dt).reshape((1, -1) + (1,) * nd)
     return out
 
 
-def _conv_transpose(x, w, stride, padding, dilation, output_padding, groups, dt):
+def _conv_transpose(x, w, stride, padding, dilation, output_padding, groups, dt, precision):
     nd = x.ndim - 2
     # weight (Cin, Cout/groups, k...) -> (Cout, Cin/groups, k...) flipped
     cin = w.shape[0]
@@ -86,7 +85,7 @@ def _conv_transpose(x, w, stride, padding, dilation, output_padding, groups, dt)
     return lax.conv_general_dilated(
         x, w, window_strides=(1,) * nd, padding=pads, lhs_dilation=tuple(stride),
         rhs_dilation=tuple(dilation), dimension_numbers=dn, feature_group_count=groups,
-        precision=dot_precision(), preferred_element_type=dt)
+        precision=precision, preferred_element_type=dt)
 
 
 @register(aten._trilinear.default)
@@ -117,7 +116,7 @@ def _trilinear(ctx, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1)
     mid = "".join(c for c in letters if (c in subs[0] or c in subs[1]) and c not in first)
     out = "".join(letters[d] for d in range(total) if d not in summed)
     acc = opmath(ctx.jdtype)
-    buf = jnp.einsum(f"{subs[0]},{subs[1]}->{mid}", operands[0], operands[1], precision=dot_precision(),
+    buf = jnp.einsum(f"{subs[0]},{subs[1]}->{mid}", operands[0], operands[1], precision=ctx.precision,
                      preferred_element_type=acc)
     return jnp.einsum(f"{mid},{subs[2]}->{out}", stepwise_rounding(ctx.jdtype)(buf), operands[2],
-                      precision=dot_precision(), preferred_element_type=acc)
+                      precision=ctx.precision, preferred_element_type=acc)

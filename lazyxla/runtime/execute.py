@@ -15,6 +15,7 @@ import jax
 
 from .. import metrics
 from .._jax import jax_devices
+from ..state import STATE
 from ..ir.scalars import scalar_args
 from ..lock import LOCK, check_not_forked
 from ..patches import x64
@@ -47,7 +48,7 @@ def execute(graph: Graph, exe: Runnable, eager: bool = False) -> tuple:
     graph (a tiny step: 110 -> 135 us), so they are not always on."""
     check_not_forked()
     params = graph.params
-    detailed = metrics.op_records[0] and not eager
+    detailed = STATE.op_records and not eager
     if detailed:
         start = time.perf_counter_ns()
     staged = [d for d in params if d.host is not None and d.sharding is None]

@@ -36,7 +36,6 @@ class _Ledger:
 _ledgers: dict[int, _Ledger] = {}
 _live: dict[int, weakref.ref] = {}          # id(DeviceData) -> weak reference
 _limit_override: dict[int, int] = {}
-_reporter: list = [None]
 # Reentrant: a garbage collection inside charge() may release a dying handle (__del__).
 _lock = threading.RLock()
 
@@ -167,12 +166,20 @@ def limit_for_testing(device: int, nbytes: int) -> Iterator[None]:
         del _limit_override[device]
 
 
+class _Reporter:
+    """The memory report `lazyxla.debug` installs (None until then)."""
+    fn: Optional[Callable[[int], str]] = None
+
+
+_REPORTER = _Reporter()
+
+
 def set_reporter(fn: Callable[[int], str]) -> None:
-    _reporter[0] = fn
+    _REPORTER.fn = fn
 
 
 def report_text(device: int) -> str:
-    fn = _reporter[0]
+    fn = _REPORTER.fn
     if fn is None:
         return f"lazyxla: device {device}: {allocated(device):,} bytes in live buffers"
     try:

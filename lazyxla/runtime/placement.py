@@ -7,52 +7,51 @@ every process: each buffer carries a `jax.sharding.Sharding` over those
 devices, replicated unless the user marked it, and compiled graphs take and
 produce arrays with those shardings (GSPMD partitions the program).
 
-This module only holds the state; the mesh and spec vocabulary lives in
-`lazyxla/spmd/`, above the runtime.
+The state is the run-time state's `spmd_replicated` mode (lazyxla/state.py): None, or
+the placement of unmarked tensors. The mesh and spec vocabulary lives in `lazyxla/spmd/`,
+above the runtime.
 """
 from __future__ import annotations
 
-from typing import Optional
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
 from .._jax import jax_devices
-
-_replicated: Optional[NamedSharding] = None
+from ..state import STATE
 
 
 def enable_spmd() -> None:
     """Make device 0 span all devices of all processes (the caller checked it is safe)."""
-    global _replicated
     devices = np.array(jax.devices())
-    _replicated = NamedSharding(Mesh(devices, ("_all",)), PartitionSpec())
+    STATE.set("spmd_replicated", NamedSharding(Mesh(devices, ("_all",)), PartitionSpec()))
 
 
 def spmd_enabled() -> bool:
-    return _replicated is not None
+    return STATE.spmd_replicated is not None
 
 
 def replicated() -> NamedSharding:
     """The placement of an unmarked tensor in SPMD mode (a full copy on every device)."""
-    if _replicated is None:
+    replicated = STATE.spmd_replicated
+    if replicated is None:
         raise RuntimeError("lazyxla: SPMD is not enabled; call lx.spmd.use_spmd() first")
-    return _replicated
+    return replicated
 
 
 def set_replicated_mesh(mesh: Mesh) -> None:
     """Unmarked tensors are replicated over `mesh` from now on (lx.spmd.set_global_mesh):
     one program may only mix meshes that order the same devices the same way, so
     a global mesh with its own device order must also be the replicated one's."""
-    global _replicated
-    _replicated = NamedSharding(mesh, PartitionSpec())
+    STATE.set("spmd_replicated", NamedSharding(mesh, PartitionSpec()))
 
 
 def default_sharding(device: int) -> Sharding:
     """Placement of a buffer on lazyxla `device` that nobody marked."""
-    if _replicated is not None:
-        return _replicated
+    replicated = STATE.spmd_replicated
+    if replicated is not None:
+        return replicated
     return SingleDeviceSharding(jax_devices()[device])
 
 

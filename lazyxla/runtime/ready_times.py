@@ -33,32 +33,40 @@ from . import shutdown
 
 METRIC = "ExecuteReadyTime"
 
-_cv = threading.Condition()
-_queue: collections.deque = collections.deque()
-_unmeasured = [0]              # launches handed over and not recorded yet
-_thread: list = []
+class _Waiter:
+    """The launches handed over and the thread that waits for them."""
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition()
+        self.queue: collections.deque = collections.deque()
+        self.unmeasured = 0            # launches handed over and not recorded yet
+        self.thread = None
+
+
+_WAITER = _Waiter()
 
 
 def watch(start_ns: int, outs) -> None:
     """Record `METRIC` for a graph launched at `start_ns` once `outs` are ready."""
-    with _cv:
-        _queue.append((start_ns, outs))
-        _unmeasured[0] += 1
-        if not _thread:
-            t = threading.Thread(target=_wait_loop, name="lazyxla-ready-times", daemon=True)
-            _thread.append(t)
-            t.start()
-        _cv.notify_all()
+    w = _WAITER
+    with w.cv:
+        w.queue.append((start_ns, outs))
+        w.unmeasured += 1
+        if w.thread is None:
+            w.thread = threading.Thread(target=_wait_loop, name="lazyxla-ready-times", daemon=True)
+            w.thread.start()
+        w.cv.notify_all()
 
 
 def settle(timeout: float = 60.0) -> None:
     """Wait until every graph handed to `watch` has been measured (bounded)."""
-    if not _unmeasured[0] or (_thread and threading.current_thread() is _thread[0]):
+    w = _WAITER
+    if not w.unmeasured or threading.current_thread() is w.thread:
         return
     deadline = time.monotonic() + timeout
-    with _cv:
-        while _unmeasured[0] and time.monotonic() < deadline:
-            _cv.wait(0.05)
+    with w.cv:
+        while w.unmeasured and time.monotonic() < deadline:
+            w.cv.wait(0.05)
 
 
 def _wait_ready(outs) -> None:
@@ -72,11 +80,12 @@ def _wait_ready(outs) -> None:
 
 def _wait_loop() -> None:
     me = threading.get_ident()
+    w = _WAITER
     while True:
-        with _cv:
-            while not _queue:
-                _cv.wait()
-            start_ns, outs = _queue.popleft()
+        with w.cv:
+            while not w.queue:
+                w.cv.wait()
+            start_ns, outs = w.queue.popleft()
         shutdown.waiting.add(me)   # the exit handler lets this wait return first
         try:
             _wait_ready(outs)
@@ -85,9 +94,9 @@ def _wait_loop() -> None:
         elapsed = time.perf_counter_ns() - start_ns
         del outs
         metrics.metric_add(METRIC, elapsed)
-        with _cv:
-            _unmeasured[0] -= 1
-            _cv.notify_all()
+        with w.cv:
+            w.unmeasured -= 1
+            w.cv.notify_all()
 
 
 metrics.before_read.append(settle)

@@ -42,6 +42,7 @@ from typing import Callable, Mapping, Optional, Union
 import torch
 
 from .. import config
+from ..state import FROM_SETTINGS, STATE
 
 NARROWINGS = {
     torch.float64: (torch.float32, torch.bfloat16, torch.float16),
@@ -122,36 +123,41 @@ def parse(text: str) -> dict:
     return mapping
 
 
-def _initial() -> Optional[StoragePolicy]:
-    text = config.SETTINGS.storage_dtypes
-    return StoragePolicy(parse(text), text) if text else None
-
-
-_current: Optional[StoragePolicy] = _initial()
+_from_settings: dict = {}   # LAZYXLA_STORAGE_DTYPES text -> its policy (answers fixed at first use)
 
 
 def current() -> Optional[StoragePolicy]:
     """`lx.storage_dtypes()`: the policy transfers and syncs apply now (its `storage(dtype)`
-    answers); None stores every dtype as itself."""
-    return _current
+    answers); None stores every dtype as itself. It is the run-time state's
+    `storage_dtypes` mode (lazyxla/state.py); until set, the setting LAZYXLA_STORAGE_DTYPES
+    decides, read at use (`config.override` reaches it)."""
+    policy = STATE.storage_dtypes
+    if policy is not FROM_SETTINGS:
+        return policy
+    text = config.SETTINGS.storage_dtypes
+    if not text:
+        return None
+    policy = _from_settings.get(text)
+    if policy is None:
+        policy = _from_settings[text] = StoragePolicy(parse(text), text)
+    return policy
 
 
 def set_storage_dtypes(rule: Optional[Union[Rule, StoragePolicy]]) -> Optional[StoragePolicy]:
     """`lx.set_storage_dtypes`: make `rule` (a mapping such as {torch.float32: torch.bfloat16},
     a function of the logical dtype, or a StoragePolicy) the policy for later transfers
-    and syncs; None or {} for no narrowing. Returns the previous policy (or None). Buffers keep the storage they were made with; a graph computes in
-    the policy current at its sync."""
-    global _current
-    previous = _current
+    and syncs; None or {} for no narrowing. Returns the previous policy (or None). Buffers
+    keep the storage they were made with; a graph computes in the policy current at its sync."""
+    previous = current()
     if rule is not None and not isinstance(rule, StoragePolicy):
         rule = StoragePolicy(rule)
         if rule._rule is None and not rule._answers:
             rule = None   # an empty mapping: no narrowing, and graph keys as without a policy
-    _current = rule
+    STATE.set("storage_dtypes", rule)
     return previous
 
 
 def storage_for(logical: torch.dtype) -> torch.dtype:
     """Storage dtype of a tensor of `logical` dtype transferred now."""
-    policy = _current
+    policy = current()
     return logical if policy is None else policy.storage(logical)

@@ -15,6 +15,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh as JaxMesh
 
+from ..state import STATE
+
 _UNNAMED = "_"
 
 
@@ -83,14 +85,12 @@ def get_1d_mesh(axis_name: Optional[str] = None) -> Mesh:
     return Mesh(range(n), (n,), (axis_name,) if axis_name is not None else None)
 
 
-_global: list = [None]
-
 
 def set_global_mesh(mesh: Mesh) -> None:
     from ..runtime import placement
     if not isinstance(mesh, Mesh):
         raise TypeError(f"lazyxla: set_global_mesh expects an lx.spmd.Mesh, got {type(mesh).__name__}")
-    _global[0] = mesh
+    STATE.set("global_mesh", mesh)   # the run-time state (lazyxla/state.py)
     if placement.spmd_enabled():
         # Unmarked tensors made from now on are replicated over this mesh, so they can
         # meet tensors marked with it even if it orders the devices its own way.
@@ -98,7 +98,7 @@ def set_global_mesh(mesh: Mesh) -> None:
 
 
 def get_global_mesh() -> Optional[Mesh]:
-    return _global[0]
+    return STATE.global_mesh
 
 
 def axis_label(name: str):

@@ -16,9 +16,15 @@ import signal
 import threading
 from typing import Any
 
-_received = threading.Event()
-_previous: Any = None
-_active = False
+class _Listener:
+    """Whether this process listens for preemption notices, and SIGTERM's handler before
+    ours (one process)."""
+    received = threading.Event()
+    previous: Any = None
+    active = False
+
+
+_LISTENER = _Listener()
 
 
 def _multi_process() -> bool:
@@ -27,43 +33,41 @@ def _multi_process() -> bool:
 
 
 def _on_sigterm(signum, frame) -> None:
-    _received.set()
+    _LISTENER.received.set()
 
 
 def activate() -> None:
     """Start listening for SIGTERM (one process: from the main thread, as Python's signal
     module requires; elsewhere nothing happens). Several processes: JAX listens already."""
-    global _previous, _active
-    if _active:
+    if _LISTENER.active:
         return
     if not _multi_process():
         if threading.current_thread() is not threading.main_thread():
             return
-        _previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    _active = True
+        _LISTENER.previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    _LISTENER.active = True
 
 
 def deactivate() -> None:
     """Stop listening (one process: SIGTERM's previous handler is back) and forget a notice."""
-    global _previous, _active
-    if not _active:
+    if not _LISTENER.active:
         return
-    if _previous is not None:
-        signal.signal(signal.SIGTERM, _previous)
-    _active, _previous = False, None
-    _received.clear()
+    if _LISTENER.previous is not None:
+        signal.signal(signal.SIGTERM, _LISTENER.previous)
+    _LISTENER.active, _LISTENER.previous = False, None
+    _LISTENER.received.clear()
 
 
 def is_active() -> bool:
-    return _active
+    return _LISTENER.active
 
 
 def reached(step: int) -> bool:
     """True when the checkpoint of `step` is the one to take before the process is stopped
     (module docstring); False while not activated."""
-    if not _active:
+    if not _LISTENER.active:
         return False
     if _multi_process():
         from jax.experimental import multihost_utils
         return bool(multihost_utils.reached_preemption_sync_point(step))
-    return _received.is_set()
+    return _LISTENER.received.is_set()

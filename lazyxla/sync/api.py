@@ -27,11 +27,11 @@ from typing import Iterable, Iterator, Optional
 import torch
 
 from .. import metrics
-from ..alias import config
+from .. import config
+from ..alias import switches
 from ..alias.planner import plan
 from ..compile.cache import Executable, get_or_compile, key_hex
 from ..errors import DonatedBufferError
-from ..frontend.dispatch import GRAPH_OP_LIMIT, traced_since_sync
 from ..frontend.grad_scaler import close_scaler_step, scaler_step_open
 from ..frontend.storage import is_wide_read, live_devices, live_storages
 from ..frontend.optim import end_optimizer_step
@@ -43,6 +43,7 @@ from ..ir.node import DATA
 from ..runtime import memory
 from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
+from ..state import STATE
 from . import barriers, host_eval, host_split
 from .capture import Placeholder, capturing, placeholder_refusal
 from .collect import collect
@@ -66,7 +67,7 @@ class LastGraph:
 def _runtime_lock() -> Iterator[None]:
     """The runtime lock; with lx.metrics' detailed records on (`set_op_records`) its wait
     is recorded as `DeviceLockWait` (upstream's name for a sync's wait for its device)."""
-    if not metrics.op_records[0]:
+    if not STATE.op_records:
         with LOCK:
             yield
         return
@@ -103,10 +104,10 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
         graph, targets = collect(device, items, merge_scalars=True, leaves=leaves)
     if any(type(d) is Placeholder for d in graph.params):
         raise placeholder_refusal()
-    aliasing = config.aliasing_enabled(device)
+    aliasing = switches.aliasing_enabled(device)
     donors, decisions = plan(graph, targets, live_storages(device), automatic=automatic, explicit=explicit,
                              aliasing=aliasing, kind=kind, auto_owners=auto_owners, written=written)
-    if metrics.op_records[0] and not eager:   # detailed records (lx.metrics.set_op_records)
+    if STATE.op_records and not eager:   # detailed records (lx.metrics.set_op_records)
         metrics.metric_add("TensorsGraphSize", len(graph.order))
     try:
         exe = get_or_compile(graph, donors, eager)
@@ -144,7 +145,7 @@ def sync(wait: bool = False) -> None:
     with _runtime_lock():
         end_optimizer_step()   # a step that raised never ran the post hook
         close_scaler_step()    # nor one whose GradScaler.update never came
-        _deferred_barrier[0] = False
+        STATE.deferred_barrier = False
         _barrier("step barrier", explicit=True)
         metrics.counter_add("MarkStep")
     if wait:
@@ -153,7 +154,7 @@ def sync(wait: bool = False) -> None:
 
 def _barrier(kind: str, explicit: bool) -> int:
     """Run all pending work, one graph per device (lock held); the number of IR nodes run."""
-    traced_since_sync[0] = 0
+    STATE.traced_since_sync = 0
     nodes = 0
     for device in live_devices():
         if _run(device, _pending(live_storages(device)), automatic=True, explicit=explicit,
@@ -169,18 +170,16 @@ def optimizer_stepped(optimizer) -> None:
     if not barriers.implied_barriers_enabled() or capturing() or not barriers.has_lazy_params(optimizer):
         return
     if scaler_step_open():   # inside GradScaler.step: the step ends at GradScaler.update
-        _deferred_barrier[0] = True
+        STATE.deferred_barrier = True
         return
     _implied_barrier("optimizer.step")
 
 
-_deferred_barrier = [False]
-
 
 def scaler_updated() -> None:
     """GradScaler.update traced its scale update: run the barrier its step deferred."""
-    if _deferred_barrier[0]:
-        _deferred_barrier[0] = False
+    if STATE.deferred_barrier:
+        STATE.deferred_barrier = False
         _implied_barrier("optimizer.step (after GradScaler.update)")
 
 
@@ -197,7 +196,7 @@ def cut_graphs() -> None:
     donation enabled: the cut happens at an op the user did not choose, often one that
     reads the marked tensor, which then raised DonatedBufferError at a random op
     (differential tester)."""
-    barriers.warn_graph_size(GRAPH_OP_LIMIT)
+    barriers.warn_graph_size(config.SETTINGS.graph_op_limit)
     with _runtime_lock():
         metrics.counter_add("GraphSizeCut")
         nodes = _barrier("graph size cut", explicit=False)
@@ -222,12 +221,12 @@ def eager_run(storages: list) -> None:
     """Eager mode (experimental/eager.py): run the pending work of `storages`, the ones
     an op just wrote, now, as one graph per device; donors as a partial sync's. Called
     from the op's dispatch, which holds the runtime lock."""
-    traced_since_sync[0] = 0
+    STATE.traced_since_sync = 0
     groups: dict = {}
     for st in storages:
         groups.setdefault(st.device, []).append(st)
     for device, group in groups.items():
-        _run(device, _pending(group), automatic=True, explicit=config.explicit_donation_enabled(device),
+        _run(device, _pending(group), automatic=True, explicit=switches.explicit_donation_enabled(device),
              kind="eager op", eager=True)
 
 
@@ -248,7 +247,7 @@ def sync_tensors(tensors, *, wait: bool = True, donate_inplace: bool = True) -> 
     with _runtime_lock():
         for device, storages in _by_device(tensors).items():
             _run(device, _pending(storages), automatic=donate_inplace,
-                 explicit=config.explicit_donation_enabled(device), kind="partial sync")
+                 explicit=switches.explicit_donation_enabled(device), kind="partial sync")
     if wait:
         wait_device_ops()
 
@@ -290,7 +289,7 @@ def host_values(tensors: list, allow_explicit: bool = True) -> list:
                 continue
             if extra:
                 metrics.counter_add("WideRead")
-            explicit = allow_explicit and config.explicit_donation_enabled(device)
+            explicit = allow_explicit and switches.explicit_donation_enabled(device)
             outs = _run_read(device, items, extra, explicit)
             for t in tensors:
                 if t._st.device == device and id(t) in slots and t._view is not None:
@@ -316,12 +315,12 @@ def _recount_pending_ops() -> None:
     The cap counts ops traced since the last barrier, and a loop of reads without barriers
     (generate()) would reach it although each read's graph left nearly nothing pending.
     Once the count passes half the cap, the pending IR is counted instead: one walk per
-    GRAPH_OP_LIMIT / 2 ops, and a loop that really grows its pending work still meets the
+    LAZYXLA_GRAPH_OP_LIMIT / 2 ops, and a loop that really grows its pending work still meets the
     cap."""
-    if traced_since_sync[0] <= GRAPH_OP_LIMIT // 2:
+    if STATE.traced_since_sync <= config.SETTINGS.graph_op_limit // 2:
         return
     pending = [st.value for device in live_devices() for st in live_storages(device) if st.value.op is not DATA]
-    traced_since_sync[0] = barriers.pending_nodes(pending)
+    STATE.traced_since_sync = barriers.pending_nodes(pending)
 
 
 def _read_device_data(tensors: list) -> dict:
@@ -407,9 +406,9 @@ def pending_graphs(tensors=None, *, automatic: bool = True, explicit: Optional[b
                 continue
             graph, targets = collect(device, items, merge_scalars=True)
             use_explicit = explicit if explicit is not None else (
-                tensors is None or config.explicit_donation_enabled(device))
+                tensors is None or switches.explicit_donation_enabled(device))
             donors, _ = plan(graph, targets, live_storages(device), automatic=automatic, explicit=use_explicit,
-                             aliasing=config.aliasing_enabled(device), kind="inspection")
+                             aliasing=switches.aliasing_enabled(device), kind="inspection")
             result.append((graph, donors))
         return result
 

@@ -26,8 +26,8 @@ from .. import config, metrics
 from ..frontend.provenance import user_frame
 from ..frontend.storage import live_storages
 from ..ir.node import DATA, SCALAR, Node
+from ..state import STATE
 
-_enabled = [config.SETTINGS.implied_barriers]
 RECORDS_KEPT = 64
 
 
@@ -40,16 +40,17 @@ class BarrierRecord(NamedTuple):
 
 
 _records: collections.deque = collections.deque(maxlen=RECORDS_KEPT)
-_size_warning_given = [False]
 
 
 def set_implied_barriers(enabled: bool) -> None:
-    """Switch implied step barriers at `optimizer.step()` and wide host reads on or off."""
-    _enabled[0] = bool(enabled)
+    """Switch implied step barriers at `optimizer.step()` and wide host reads on or off
+    (the run-time state's `implied_barriers` mode; until set, LAZYXLA_IMPLIED_BARRIERS)."""
+    STATE.set("implied_barriers", bool(enabled))
 
 
 def implied_barriers_enabled() -> bool:
-    return _enabled[0]
+    enabled = STATE.implied_barriers
+    return config.SETTINGS.implied_barriers if enabled is None else enabled
 
 
 def record(reason: str, nodes: int) -> None:
@@ -68,9 +69,9 @@ def clear_records() -> None:
 
 def warn_graph_size(limit: int) -> None:
     """The cap was reached: say so once per process, with the fix."""
-    if _size_warning_given[0]:
+    if STATE.size_warning_given:
         return
-    _size_warning_given[0] = True
+    STATE.size_warning_given = True
     warnings.warn(
         f"lazyxla: {limit} ops were traced without a step barrier, so lazyxla ran the pending "
         "work as a graph here (an implied barrier, counted in ImpliedBarrier). A loop that "

@@ -38,7 +38,6 @@ import torch
 from ..compile.program import build
 from ..ir.scalars import scalar_args
 from ..frontend.device import DEVICES
-from ..frontend.dispatch import traced_since_sync
 from ..frontend.special import draw_seed
 from ..frontend.storage import Storage, live_devices, live_storages
 from ..frontend.tensor import LazyTensor
@@ -46,6 +45,7 @@ from ..frontend.tracing import contiguous_strides
 from ..ir.call import Subprogram, call_outputs
 from ..ir.node import DATA, SCALAR, Node, data_node, scalar_node
 from ..runtime.device_data import DeviceData
+from ..state import STATE
 from .collect import collect
 
 
@@ -70,13 +70,12 @@ class Placeholder(DeviceData):
         self.directive = None
 
 
-_active = [0]
 _serial = itertools.count()
 
 
 def capturing() -> bool:
     """True while a function is being captured (host reads are refused then)."""
-    return _active[0] > 0
+    return STATE.captures > 0
 
 
 def placeholder_refusal() -> CaptureError:
@@ -180,13 +179,13 @@ def capture(fn: Callable[..., Sequence[LazyTensor]], inputs: Sequence[LazyTensor
     own = {id(ph._st) for ph in placeholders}
     before = {id(st): (st, st.value) for d in live_devices() for st in live_storages(d)
               if id(st) not in own}
-    budget = traced_since_sync[0]
-    _active[0] += 1
+    budget = STATE.traced_since_sync
+    STATE.captures += 1
     try:
         results = list(fn(*placeholders))
     finally:
-        _active[0] -= 1
-        traced_since_sync[0] = budget   # the capture is one program: the size cap does not cut it
+        STATE.captures -= 1
+        STATE.traced_since_sync = budget   # the capture is one program: the size cap does not cut it
         written = _undo_outer_writes(before)
     try:
         return _build_capture(name, device, placeholders, holders, results, before, written)

@@ -7,6 +7,7 @@ import time
 
 from .. import metrics
 from .._jax import torch_dtype
+from ..state import STATE
 from ..ir.graph import Graph
 from ..ir.node import data_node
 from ..runtime import placement
@@ -17,7 +18,7 @@ def install(graph: Graph, targets: list, outs: tuple) -> None:
     """Write output `slot` of `outs` into each `(storage, slot)` of `targets`; storages
     given one slot share one handle. Timed as `WrapXlaData` with lx.metrics' detailed
     records on (`set_op_records`)."""
-    detailed = metrics.op_records[0]
+    detailed = STATE.op_records
     if detailed:
         start = time.perf_counter_ns()
     installed: list = [None] * len(outs)

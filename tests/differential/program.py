@@ -38,7 +38,7 @@ import torch
 from hypothesis import note, strategies as st
 
 import lazyxla as lx
-from lazyxla.frontend import dispatch as dispatch_module
+from lazyxla import config
 from lazyxla.frontend.tensor import LazyTensor
 from lazyxla.sync.api import host_values
 
@@ -718,17 +718,15 @@ def run_program(data, max_steps: int) -> Program:
     n = data.draw(st.integers(1, max_steps), label="steps")
     # Sometimes a tiny graph size cap: automatic cuts (syncs) in the middle of tracing.
     limit = data.draw(st.sampled_from((None, None, None, 2, 5)), label="graph op limit")
-    saved_limit = dispatch_module.GRAPH_OP_LIMIT
     lx.sync()  # leftovers of earlier examples; resets the op counter (deterministic cuts)
     if limit is not None:
         note(f"LAZYXLA_GRAPH_OP_LIMIT={limit}")
-        dispatch_module.GRAPH_OP_LIMIT = limit
     try:
-        for _ in range(n):
-            prog.step()
-        prog.finish()
+        with config.override(**({} if limit is None else {"graph_op_limit": limit})):
+            for _ in range(n):
+                prog.step()
+            prog.finish()
     finally:
-        dispatch_module.GRAPH_OP_LIMIT = saved_limit
         lx.set_explicit_donation(False)
         lx.set_aliasing(True)
     return prog
