@@ -1,28 +1,16 @@
 """Activation checkpointing that saves memory on lazyxla (torch.utils.checkpoint, lx.utils.checkpoint).
 
-PyTorch's checkpoint drops a region's activations in the forward and re-runs the region in
-the backward. On lazyxla the forward and the backward land in one XLA graph, where the
-re-run is the same computation on the same inputs as the forward: XLA's common
-subexpression elimination merges the two, and the activations live from the forward to the
-backward again, so checkpointing saved nothing (issue #22: 60.0 MB of temporaries with and
-without it).
+`torch.utils.checkpoint.checkpoint` is replaced at import (the patch "torch_checkpoint" of
+lazyxla/patches). With lazyxla tensors among the arguments, PyTorch's own checkpoint runs
+(either mode, RNG state, `context_fn`, determinism checks unchanged) on the region wrapped
+so that its re-run in the backward first passes its inputs, together with the gradients
+flowing into the region, through an optimization barrier; XLA can then neither merge the
+re-run with the forward nor hoist it into the forward. Other calls go to PyTorch's
+function untouched. Code that bound the function before lazyxla was imported (`from
+torch.utils.checkpoint import checkpoint`) keeps PyTorch's and saves no memory;
+`lx.utils.checkpoint` always works.
 
-The fix keeps the re-run apart: its inputs pass through an optimization barrier together
-with the gradients flowing into the region. The barrier's outputs are new values (nothing
-to merge with the forward), and they exist only once the backward has reached the region
-(nothing to hoist into the forward). Graphs holding a barrier are compiled without XLA's
-pass that expands barriers before CSE (compile/cache.py `compiler_options`), since on CPU
-that pass removes them first.
-
-How: `torch.utils.checkpoint.checkpoint` is replaced at import (the patch "torch_checkpoint"
-of lazyxla/patches).
-With lazyxla tensors among the arguments, PyTorch's own checkpoint runs (either mode, RNG
-state, `context_fn`, determinism checks unchanged) on the region wrapped so that its second
-call (the re-run) first passes its inputs through the barrier, and the region's outputs
-pass through an identity whose backward keeps the incoming gradients for that barrier.
-Other calls go to PyTorch's function untouched. Code that bound the function before lazyxla
-was imported (`from torch.utils.checkpoint import checkpoint`) keeps PyTorch's and saves no
-memory; `lx.utils.checkpoint` always works.
+Design: docs/design.md, "recompute.py".
 """
 from __future__ import annotations
 

@@ -1,43 +1,20 @@
 """lazyxla's run-time state: one object, `STATE`, holding every run-time mode and the
-little bookkeeping the tracer and the sync layer share (docs/design.md, "One run-time
-state").
+little bookkeeping the tracer and the sync layer share.
 
 Modes are what the user switches while a program runs. Each has a public setter in the
-module that owns its meaning (they all write here) and can be set for a block:
-
-    with STATE.scoped(matmul_precision="high", eager=True):
-        ...
-
-`scoped` sets the given modes, and on exit (also on errors) restores the previous values.
-A mode is changed only through `set` or `scoped` (both validate the value and tell the
-modules that follow it, `watch`); hot paths read the fields directly.
-
-| mode                | value                                          | public setter                   |
-|---------------------|------------------------------------------------|---------------------------------|
-| `eager`             | bool                                           | lx.experimental.eager_mode      |
-| `op_records`        | bool                                           | lx.metrics.set_op_records       |
-| `provenance`        | bool                                           | lx.debug.set_provenance         |
-| `matmul_precision`  | "highest" / "high" / "default"                 | lx.set_matmul_precision         |
-| `storage_dtypes`    | a StoragePolicy, None, or FROM_SETTINGS        | lx.set_storage_dtypes           |
-| `aliasing`          | {device index or None: bool}; {}: the setting  | lx.set_aliasing                 |
-| `explicit_donation` | {device index or None: bool}                   | lx.set_explicit_donation        |
-| `implied_barriers`  | bool, or None: the setting                     | lx.set_implied_barriers         |
-| `host_operands`     | bool                                           | lx.set_host_operands            |
-| `spmd_replicated`   | None, or the sharding of unmarked tensors      | lx.spmd.use_spmd                |
-| `global_mesh`       | None, or an lx.spmd.Mesh                       | lx.spmd.set_global_mesh         |
-
-Modes whose initial value is a `LAZYXLA_*` setting (aliasing, implied barriers, storage
-dtypes) hold "the setting" until they are set, and their readers read `config.SETTINGS`
-then, so `config.override` reaches them. Per-device tables are replaced, never changed in
-place, so a saved value stays what it was.
-
-Bookkeeping fields (not modes, never scoped) are written by the one module that owns each:
-`per_op` (eager or op records on: the one flag the per-op path tests), `eager_depth`,
-`traced_since_sync`, `math_bits_used`, `in_optimizer_step`, `scaler_step_open`,
-`captures`, `deferred_barrier`, `size_warning_given`, `forked_runtime` (this process is a
-child forked after JAX's backend started: lazyxla/lock.py).
+module that owns its meaning (they all write here). A mode is changed only through
+`STATE.set(mode, value)` or, for a block, `with STATE.scoped(mode=value, ...):`, which
+restores the previous values on exit (also on errors); both validate the value and tell
+the modules that follow it (`watch`). Hot paths read the fields directly. A mode whose
+initial value is a `LAZYXLA_*` setting holds "the setting" until it is set, and its
+readers read `config.SETTINGS` then. Per-device tables are replaced, never changed in
+place, so a saved value stays what it was. Bookkeeping fields are never scoped, and each
+is written by the one module that owns it.
 
 A leaf module: it imports nothing from lazyxla, so every layer may read the state.
+
+Design (the modes, their values and setters; the bookkeeping fields): docs/design.md,
+"One run-time state (lazyxla/state.py)".
 """
 from __future__ import annotations
 

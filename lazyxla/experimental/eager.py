@@ -2,25 +2,16 @@
 `torch_xla.experimental.eager_mode`.
 
 With eager mode on, each op called from user code (an ATen op reaching lazyxla's
-dispatcher, and the device's `empty` factory) is traced as usual and then run at once:
-its one-op graph is compiled the first time its graph key is seen (op, shapes, dtypes,
-donors; scalar values are operands, so `x + 1` and `x + 2` share one executable) and
-run, and its results hold device data when the call returns. `lx.sync()` then finds
-nothing to do for those tensors. Ops that a handler or a decomposition issues join the
-graph of the op that issued them. Donation works as at a partial sync
-(`lx.sync_tensors`): a buffer no other live tensor needs may be reused by an in-place
-op, marked buffers only with explicit donation enabled; using a donated tensor raises
-`lx.DonatedBufferError` at the op, as in lazy mode.
+dispatcher, and the device's `empty` factory) is traced and run at once as a one-op
+graph, compiled the first time its graph key is seen; its results hold device data when
+the call returns, so `lx.sync()` finds nothing to do for them. Ops that a handler or a
+decomposition issues join the graph of the op that issued them. Donation works as at a
+partial sync (`lx.sync_tensors`); using a donated tensor raises `lx.DonatedBufferError`
+at the op. Eager ops' graphs are timed as `EagerOpCompileTime` / `EagerOpExecuteTime`,
+never as `CompileTime` / `ExecuteTime`. Functions compiled with
+`torch.compile(backend="lazyxla")` are not covered: their results stay pending.
 
-Metrics: the graphs of eager ops are timed as `EagerOpCompileTime` and
-`EagerOpExecuteTime` (PyTorch/XLA's names), never as `CompileTime` / `ExecuteTime`;
-`CachedCompile` / `UncachedCompile` count them as any graph.
-
-The cost: one graph launch per op. Lazy mode pays one extra flag test per op for this
-switch, shared with lx.metrics' op records (frontend/dispatch.py).
-
-Not covered: functions compiled with `torch.compile(backend="lazyxla")` replay their
-captured graph without dispatching its ops; their results stay pending until a sync.
+Design: docs/design.md, "experimental/eager.py".
 """
 from __future__ import annotations
 

@@ -1,23 +1,14 @@
-"""torch.optim's multi-tensor ("foreach") path for lazy parameters.
+"""torch.optim's multi-tensor ("foreach") path for lazy parameters, and eager optimizer state.
 
-torch.optim picks its foreach implementation by default only for parameters
-whose exact type is in `torch.optim.optimizer._foreach_supported_types`
-(plain tensors and Parameters) on devices that support foreach kernels (the
-PrivateUse1 backend, i.e. lazyxla, is one). Our parameters are `LazyTensor`s,
-so we add that type: optimizers then default to foreach on the lazyxla device
-(one dispatch per op per parameter group instead of per parameter).
-`foreach=False` still selects the per-parameter loop.
+`LazyTensor` is added to `torch.optim.optimizer._foreach_supported_types`, so optimizers
+default to foreach on the lazyxla device (one dispatch per op per parameter group instead
+of per parameter); `foreach=False` still selects the per-parameter loop. While an
+optimizer step runs, the `*_like`/`new_*` fill factories are materialised at once
+(special.py `_fill_factory`), so optimizer state created in the first `step()` is device
+data as in every later step; outside a step they stay lazy. torch's global optimizer step
+hooks open and close that window, and every step barrier closes it too.
 
-Optimizer state (Adam's `exp_avg = zeros_like(p)`, Adagrad's `full_like`) is
-created inside the first `step()`. Recorded lazily, step 0's graph then starts
-from constant fills where every later step reads the state as parameters: two
-graphs to compile during warm-up instead of one (PyTorch/XLA behaves so too).
-So while an optimizer step runs, the `*_like`/`new_*` fill factories are
-materialised at once (special.py `_fill_factory`): W2's AdamW warm-up compiles
-1 graph instead of 2. Outside a step they stay lazy, where a constant fused
-into the graph is cheaper than an upload every step. The window is tracked with
-torch's global optimizer step hooks; a step that raises skips the post hook,
-so every step barrier closes the window as well.
+Design: docs/design.md, "Warm-up: optimizer state" and "frontend/optim.py".
 """
 from __future__ import annotations
 

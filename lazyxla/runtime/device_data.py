@@ -1,38 +1,18 @@
 """The device-data handle: one device buffer and everything donation needs to know.
 
-A `DeviceData` wraps one `jax.Array`. Several lazy tensors (a base and its
-views, or two tensors that were synced to the same value) and several IR nodes
-may refer to the same handle; the handle, not the tensor, carries
+A `DeviceData` wraps one `jax.Array`; several lazy tensors (a base and its views, or
+tensors synced to the same value) and IR nodes may share it. The handle, not the tensor,
+carries: `donate` (the explicit donation flag, `lx.set_buffer_donation`); `read_only`
+(never donated: `lx.save` data, pinned constants); `external` (None, or who outside
+lazyxla also holds the buffer, `"lx.to_jax"` / `"lx.from_jax"`: never donated);
+`owner` (a weak reference to the alias group that created the buffer); `donated_in`
+(the graph key that consumed it: then `array` is None and every use raises
+`DonatedBufferError`); `call_donor` (`donate` applies at any sync); `sharding` (SPMD
+only); `host` (an upload not placed yet, placed by `array` on demand); `stored_dtype`
+(the buffer's dtype); `host_copy` (a downloaded CPU copy, valid for the handle's life);
+`charged` (its charge in the memory ledger, None once released).
 
-* `donate`: the explicit donation flag (`lx.set_buffer_donation`). It belongs
-  to the buffer, so it survives syncs that do not recompute the tensor, and a
-  recomputed tensor gets a fresh, unflagged handle.
-* `read_only`: never donated (data saved with `lx.save`, pinned constants).
-* `external`: None, or who outside lazyxla also holds the buffer (`"lx.to_jax"`,
-  `"lx.from_jax"`): such a buffer is never donated, automatically or explicitly,
-  since JAX may still read it (jax_interop/buffers.py).
-* `owner`: a weak reference to the frontend's alias group (a base tensor and
-  its views) that created the buffer. Automatic aliasing donates a buffer when
-  its owner is recomputed by the graph, i.e. it was updated in place.
-* `donated_in`: the graph key that consumed the buffer; after donation
-  `array` is None and every use raises `DonatedBufferError`.
-* `call_donor`: the buffer was marked when a compiled function (torch.compile)
-  was called on it: its `donate` flag then applies at any sync, also without
-  explicit donation enabled (API.md "Compiled functions").
-* `sharding`: SPMD mode only (runtime/placement.py): the `jax.sharding.Sharding`
-  of the buffer over all devices; None outside SPMD (one local device).
-* `host`: an upload not placed yet, kept as a host array until a graph (or a read)
-  first needs it; `array` places it on demand. In SPMD mode every host tensor
-  copied to the device is staged so, so that marking it right after `.to(dev)`
-  places only each device's slice instead of a full copy on every device first;
-  outside it, values the host computed for a read (sync/host_split.py) are, and
-  may never reach the device at all.
-* `stored_dtype`: the dtype of the buffer itself: `dtype` (what torch reports), or a narrower
-  one under a storage dtype policy (runtime/storage_dtypes.py).
-* `host_copy`: a CPU copy of the value, kept once a small read downloaded it
-  (sync/host_eval.py); valid for the handle's life, since the buffer never changes.
-* `charged`: what the buffer is charged in the memory ledger (runtime/memory.py),
-  released when it is donated or the handle dies; None once released.
+Design: docs/design.md, "runtime/device_data.py".
 """
 from __future__ import annotations
 

@@ -1,39 +1,18 @@
 """Storage dtype policy: a tensor's logical dtype (what torch reports) may be held on the
-device in a narrower dtype.
+device in a narrower dtype, as PyTorch/XLA's `XLA_USE_BF16`, `XLA_DOWNCAST_BF16` and
+`XLA_USE_32BIT_LONG` do (docs/compat.md); the policy maps logical dtype -> storage dtype.
 
-PyTorch/XLA's `XLA_USE_BF16`, `XLA_DOWNCAST_BF16` and `XLA_USE_32BIT_LONG` keep float32
-and float64 tensors as bf16 (or float64 as float32), and int64/uint64 as s32/u32, on the
-device while torch still reports float32/float64/int64. Programs written for them rely on
-it for memory and speed; lazyxla offers the same as a policy: logical dtype -> storage dtype.
-
-Design options considered:
-
-1. Rewrite the tensors' torch dtype (make them bfloat16 tensors). Rejected: the program
-   sees another dtype than it asked for (type promotion, `.dtype` checks, state dicts all
-   change), which is exactly what these switches avoid.
-2. Narrow only the buffers made by host->device transfers, and let each graph compute in
-   whatever types JAX promotion gives. Rejected: a float32 result of bf16 inputs would be
-   float32 or bf16 depending on the op's rule (rules cast results to the node's dtype),
-   so storage would widen again after the first op, and results would not match eager in
-   either type.
-3. (Chosen) A policy that is part of the device data model, applied in two places only:
-   * at host->device transfer (`runtime/transfer.upload`): the host tensor is converted
-     on the host with torch (eager's rounding) and the buffer is the narrow one;
-     `DeviceData.dtype` stays the logical dtype, `DeviceData.stored_dtype` is the buffer's;
-   * when a graph is lowered (`compile/program.build`): every node's device dtype is the
-     policy's storage dtype of its logical dtype (the graph's `policy`, taken once per
-     sync by `sync/collect`, and part of the graph key), so computations run in the
-     narrow type as PyTorch/XLA's do, and graph outputs are installed narrow.
-   Host reads convert back to the logical dtype (`runtime/transfer.download`). The
-   per-op tracing path does not look at the policy at all: it costs one lookup per
-   transfer and one per sync.
-
-Answers are fixed at first use: a policy is asked for each logical dtype at most once and
-keeps the answer, so graphs compiled under it stay valid (the graph key holds the
-policy's token, not its answers). That also gives PyTorch/XLA's behaviour for its
-variables, which it reads once per process, the first time a tensor of a type they govern
-is made (compat/torch_xla installs such a policy). Only narrowings are allowed
+It applies in two places only: at host->device transfer (`runtime/transfer.upload`
+converts on the host with torch; `DeviceData.dtype` stays the logical dtype,
+`DeviceData.stored_dtype` is the buffer's), and when a graph is lowered
+(`compile/program.build`: every node computes in the storage dtype of its logical dtype;
+the graph's `policy` is taken once per sync by `sync/collect` and is part of the graph
+key). Host reads convert back (`runtime/transfer.download`); per-op tracing never looks
+at the policy. A policy is asked for each logical dtype at most once and keeps the
+answer (the graph key holds its token, not its answers). Only narrowings are allowed
 (`NARROWINGS`): a storage type must hold the logical type's values, rounded.
+
+Design: docs/design.md, "runtime/storage_dtypes.py".
 """
 from __future__ import annotations
 

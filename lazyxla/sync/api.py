@@ -13,10 +13,9 @@ donors the kind of sync allows (API.md "Sync"):
 | lx.sync_tensors(donate_inplace=False)| no              | if explicit enabled    |
 | host reads (.cpu(), .item(), print) | no               | if explicit enabled    |
 
-Automatic donation is safe at partial syncs too because the planner checks
-the live holders of every buffer (see alias/planner.py). A host read's graph
-also computes the live pending tensors that share work with it
-(sync/barriers.py), so that work is not computed again at the next sync.
+A host read's graph also computes the live pending tensors that share work with it.
+
+Design: docs/design.md, "Donation planner" and "sync/api.py".
 """
 from __future__ import annotations
 

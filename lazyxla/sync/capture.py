@@ -1,30 +1,18 @@
 """Capture a function over lazy tensors once; replay it as one CALL node per call.
 
-`capture(fn, inputs)` runs `fn` a single time on placeholder lazy tensors shaped
-like `inputs` (ordinary tracing: every ATen op dispatches once), collects the
-IR it produced into a graph and turns that graph into a pure JAX function
-(`compile/program.build`), wrapped in a `Subprogram`. `Capture.__call__(inputs)`
-then inserts one `call_node` into the pending lazy graph: no ATen op is
-dispatched, and the call fuses into the step graph at the next sync, where
-automatic and explicit donation work on it as on any traced op.
+`capture(fn, inputs)` runs `fn` once on placeholder lazy tensors shaped like `inputs`
+(ordinary tracing) and turns the IR it produced into a pure JAX function
+(`compile/program.build`) in a `Subprogram`. `Capture.__call__(inputs)` then inserts one
+`call_node` into the pending graph, dispatching no ATen op; it fuses into the step graph
+at the next sync, with donation as for any traced op. Inside `fn`: writes into inputs are
+reported (`Capture.mutated`) and returned as extra outputs; tensors created inside are
+baked in as read-only device data; device data of earlier tensors is an operand re-read
+at every call; earlier tensors' pending computation raises `CaptureError`; writes into
+earlier tensors are refused and undone; lifted Python scalars are baked as constants,
+random seeds stay operands drawn per call; host reads of values computed from the inputs
+are refused.
 
-What a captured function may touch, and what becomes of it:
-* its inputs: placeholders (device data without a buffer). Writing into one
-  is reported (`Capture.mutated`) and returned as an extra output, so the
-  caller decides: write the new value back, or refuse.
-* tensors created inside it (constants, `torch.tensor(...)`): baked into the
-  program as read-only device data.
-* device data of tensors that existed before the capture (a closure over a
-  weight): an operand re-read from that tensor's storage at every call, so
-  later updates of the weight are seen.
-* pending computation of tensors that existed before the capture: refused
-  (`CaptureError`): its value would be frozen into the program. Pass the
-  tensor as an input or `lx.sync()` first.
-* writes into tensors that existed before the capture: refused and undone.
-* lifted Python scalars: baked as constants (they are constants of the
-  captured code); random seeds stay runtime operands, drawn afresh per call.
-* host reads (`.item()`, printing) of values computed from the inputs: refused
-  (there is no data while capturing).
+Design: docs/design.md, "sync/capture.py".
 """
 from __future__ import annotations
 
