@@ -13,7 +13,7 @@ created inside the first `step()`. Recorded lazily, step 0's graph then starts
 from constant fills where every later step reads the state as parameters: two
 graphs to compile during warm-up instead of one (PyTorch/XLA behaves so too).
 So while an optimizer step runs, the `*_like`/`new_*` fill factories are
-materialised at once (special.py `_fill_factory`): W2's AdamW warm-up compiles
+materialised at once (handlers.py `_fill_factory`): W2's AdamW warm-up compiles
 1 graph instead of 2. Outside a step they stay lazy, where a constant fused
 into the graph is cheaper than an upload every step. The window is tracked with
 torch's global optimizer step hooks; a step that raises skips the post hook,

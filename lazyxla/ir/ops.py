@@ -18,7 +18,7 @@ Fields (all optional; an op without any fact has no record):
 * view_inverse:   (fn(base, src, *vargs), cast): the direct scatter of a view op (lower/views.py);
                   a view op without one scatters through a constant index map
 * special:        handler(func, info, args, kwargs) for ops that need more than a node
-                  (copies, host reads, RNG, in-place views, math bits)  (frontend/special.py, ...)
+                  (copies, host reads, RNG, in-place views, math bits)  (frontend/handlers.py, ...)
 * meta:           output-spec function for a lowered op torch ships no meta kernel for
 * eager_check:    eager's argument check that the meta kernel lacks     (frontend/tracing.py)
 * static_scalars: names of Scalar arguments that stay compile-time constants (frontend/opinfo.py)
