@@ -71,17 +71,13 @@ def _wait_ready(outs) -> None:
 
 
 def _wait_loop() -> None:
-    me = threading.get_ident()
     while True:
         with _cv:
             while not _queue:
                 _cv.wait()
             start_ns, outs = _queue.popleft()
-        shutdown.waiting.add(me)   # the exit handler lets this wait return first
-        try:
+        with shutdown.waiting_thread():   # the exit handler lets this wait return first
             _wait_ready(outs)
-        finally:
-            shutdown.waiting.discard(me)
         elapsed = time.perf_counter_ns() - start_ns
         del outs
         metrics.metric_add(METRIC, elapsed)
