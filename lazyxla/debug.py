@@ -5,9 +5,13 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
-from .compile.cache import LastCompile
+from .compile.cache import LastCompile, hlo_text as graph_hlo
+from .frontend.dispatch import dispatch
+from .frontend.provenance import set_enabled
+from .frontend.routes import Route, route
 from .frontend.tensor import LazyTensor
 from .ir.node import DATA, GETITEM, SCALAR
+from .ir.printer import graph_text
 from .runtime import storage_dtypes
 from .memory_report import memory_report  # noqa: F401  (lx.debug.memory_report)
 from .sync import barriers
@@ -80,7 +84,6 @@ def explain_op(op) -> "Route":
     fallback, special, foreach), the function that implements it with its file and line,
     and every fact of its record. `op`: "aten::addmm", "aten::add.Tensor" or an ATen op.
     Returns the route (`.kind`, `.function`, `.file`, `.record`)."""
-    from .frontend.routes import route
     found = route(op)
     print(found.text())
     return found
@@ -90,15 +93,12 @@ def set_provenance(on: bool = True) -> None:
     """Record on each new IR node the user's file and line that made it (off by default;
     LAZYXLA_PROVENANCE=1 turns it on at import). Recompile explanations, lowering errors
     and `ir_text` then name the line. It costs a stack walk per op while on, nothing off."""
-    from .frontend.dispatch import dispatch
-    from .frontend.provenance import set_enabled
     set_enabled(on, dispatch)
 
 
 def ir_text(tensors=None) -> str:
     """Readable IR of what a sync would compile: of `tensors` (a partial sync), or of
     every live pending tensor (a step barrier) when None. Compiles nothing."""
-    from .ir.printer import graph_text
     texts = [graph_text(graph, donors) for graph, donors in pending_graphs(tensors)]
     return "\n".join(texts) if texts else "(nothing pending)"
 
@@ -107,7 +107,6 @@ def hlo_text(tensors=None) -> str:
     """XLA HLO text of what a sync would compile (of `tensors`, or of every live pending
     tensor when None), as lazyxla hands it to XLA: lowered, not compiled, nothing run.
     Loops (scan, while_loop) show as HLO `while` instructions."""
-    from .compile.cache import hlo_text as graph_hlo
     texts = [graph_hlo(graph, donors) for graph, donors in pending_graphs(tensors)]
     return "\n".join(texts) if texts else "(nothing pending)"
 

@@ -37,7 +37,7 @@ _forked_runtime = False
 def _after_fork_in_child() -> None:
     global _forked_runtime
     LOCK._at_fork_reinit()
-    from jax._src import xla_bridge
+    from jax._src import xla_bridge   # lazy: a leaf imports no JAX at import (JAX's private module)
     _forked_runtime = xla_bridge.backends_are_initialized()
 
 

@@ -24,7 +24,8 @@ listed: glibc's malloc settings (runtime/host_heap.py, not torch or JAX) and the
 `torch_xla` import finder and device names of lazyxla.compat, which a program asks for
 (`python -m lazyxla.compat`) and `lazyxla.compat.uninstall()` removes.
 
-A leaf: it imports torch and JAX but nothing from lazyxla except `_versions`.
+A leaf: it imports torch and JAX (never torch._dynamo, imported only when a program
+compiles) but nothing from lazyxla except `_versions`.
 """
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ import sys
 from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import jax
+import torch
+from torch._decomp import decomposition_table, meta_table
+from torch.optim import optimizer as torch_optimizer
 
 from ._versions import JAX_VERIFIED, TORCH_VERIFIED, Minor, warn_if_unverified
 
@@ -128,7 +132,6 @@ class Patch:
 
 
 def torch_version() -> str:
-    import torch
     return torch.__version__
 
 
@@ -214,9 +217,8 @@ def _undo_foreach(added: Optional[type]) -> None:
 
 
 def _apply_step_hooks(pre: Callable, post: Callable) -> tuple:
-    import torch.optim.optimizer as optimizer
-    return (optimizer.register_optimizer_step_pre_hook(pre),
-            optimizer.register_optimizer_step_post_hook(post))
+    return (torch_optimizer.register_optimizer_step_pre_hook(pre),
+            torch_optimizer.register_optimizer_step_post_hook(post))
 
 
 def _undo_hooks(handles: tuple) -> None:
@@ -229,7 +231,6 @@ def _apply_accelerator_hooks(wrappers: dict[str, Callable[[Any], Any]], names: t
 
 
 def _apply_cpu_pin_memory(kernel: Callable) -> Any:
-    import torch
     library = torch.library.Library("aten", "IMPL")
     library.impl("_pin_memory", kernel, "CPU")
     return library
@@ -250,12 +251,10 @@ def _undo_meta_path(finder: object) -> None:
 
 
 def _apply_recompile_logs() -> None:
-    import torch
     torch._logging.set_logs(recompiles=True)
 
 
 def _undo_recompile_logs(_state) -> None:
-    import torch
     torch._logging.set_logs()
 
 
@@ -295,8 +294,6 @@ def _disable_dynamo_inners() -> list:
     """torch's `_disable_dynamo` wrappers reachable from the meta and decomposition tables
     and the modules of _DEFERRED_ROOTS (their functions and classes' methods), through the
     wrappers' `__wrapped__` links and the cells named `fn` in which they keep what they wrap."""
-    import torch
-    from torch._decomp import decomposition_table, meta_table
     inner_code = torch._compile._disable_dynamo(lambda: None).__code__
     stack, seen, found = [*meta_table.values(), *decomposition_table.values()], set(), []
     for name, module in list(sys.modules.items()):
@@ -334,7 +331,7 @@ def _run_directly(fn: Callable, recursive: bool) -> Callable:
     def call(*args, **kwargs):
         if _DYNAMO not in sys.modules:
             return fn(*args, **kwargs)
-        import torch._dynamo
+        import torch._dynamo   # deferred: loaded already here (tested above); importing it costs 0.45 s
         disabled = torch._dynamo.disable(fn, recursive, wrapping=False)
         setattr(fn, _DISABLE_ATTR, disabled)
         return disabled(*args, **kwargs)

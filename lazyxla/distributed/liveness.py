@@ -20,6 +20,7 @@ above the longest stretch of GIL-holding work (tens of seconds in production).
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import sys
@@ -169,7 +170,6 @@ _previous_hook = sys.excepthook
 def start(client: Any, process: int, count: int, coordinator: str, timeout: float) -> Watchdog:
     """Start this process's watchdog (once, from `lx.distributed.initialize`)."""
     global _WATCHDOG, _previous_hook
-    import atexit
     _WATCHDOG = Watchdog(client, process, count, coordinator, timeout).start()
     atexit.register(_WATCHDOG.stop)
     _previous_hook, sys.excepthook = sys.excepthook, _excepthook

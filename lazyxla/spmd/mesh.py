@@ -15,6 +15,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh as JaxMesh
 
+from ..runtime import placement
+
 _UNNAMED = "_"
 
 
@@ -87,7 +89,6 @@ _global: list = [None]
 
 
 def set_global_mesh(mesh: Mesh) -> None:
-    from ..runtime import placement
     if not isinstance(mesh, Mesh):
         raise TypeError(f"lazyxla: set_global_mesh expects an lx.spmd.Mesh, got {type(mesh).__name__}")
     _global[0] = mesh

@@ -16,13 +16,15 @@ import signal
 import threading
 from typing import Any
 
+from jax.experimental import multihost_utils
+
 _received = threading.Event()
 _previous: Any = None
 _active = False
 
 
 def _multi_process() -> bool:
-    from jax._src import distributed
+    from jax._src import distributed   # lazy: JAX's private module; a layout change breaks this call only
     return distributed.global_state.client is not None and (distributed.global_state.num_processes or 1) > 1
 
 
@@ -64,6 +66,5 @@ def reached(step: int) -> bool:
     if not _active:
         return False
     if _multi_process():
-        from jax.experimental import multihost_utils
         return bool(multihost_utils.reached_preemption_sync_point(step))
     return _received.is_set()
