@@ -25,7 +25,7 @@ listed: glibc's malloc settings (runtime/host_heap.py, not torch or JAX) and the
 (`python -m lazyxla.compat`) and `lazyxla.compat.uninstall()` removes.
 
 A leaf: it imports torch and JAX (never torch._dynamo, imported only when a program
-compiles) but nothing from lazyxla except `_versions`.
+compiles) but nothing from lazyxla except the leaves `_versions` and `_dynamo_wrappers`.
 """
 from __future__ import annotations
 
@@ -38,9 +38,9 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import jax
 import torch
-from torch._decomp import decomposition_table, meta_table
 from torch.optim import optimizer as torch_optimizer
 
+from ._dynamo_wrappers import cells as _cells, disable_dynamo_inners as _disable_dynamo_inners
 from ._versions import JAX_VERIFIED, TORCH_VERIFIED, Minor, warn_if_unverified
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -287,41 +287,6 @@ def _undo_listener(listener: Callable) -> None:
 
 _DYNAMO = "torch._dynamo"
 _DISABLE_ATTR = "__dynamo_disable"   # where torch._compile._disable_dynamo caches its wrapper
-_DEFERRED_ROOTS = ("torch._refs", "torch._prims", "torch.optim")
-
-
-def _disable_dynamo_inners() -> list:
-    """torch's `_disable_dynamo` wrappers reachable from the meta and decomposition tables
-    and the modules of _DEFERRED_ROOTS (their functions and classes' methods), through the
-    wrappers' `__wrapped__` links and the cells named `fn` in which they keep what they wrap."""
-    inner_code = torch._compile._disable_dynamo(lambda: None).__code__
-    stack, seen, found = [*meta_table.values(), *decomposition_table.values()], set(), []
-    for name, module in list(sys.modules.items()):
-        if module is not None and name.startswith(_DEFERRED_ROOTS):
-            for value in list(vars(module).values()):
-                stack += list(vars(value).values()) if isinstance(value, type) else [value]
-    while stack:
-        fn = stack.pop()
-        code = getattr(fn, "__code__", None)
-        if code is None or id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        if code is inner_code:
-            found.append(fn)
-        stack.append(getattr(fn, "__wrapped__", None))
-        stack.append(_cells(fn).get("fn"))
-    return found
-
-
-def _cells(fn) -> dict:
-    """A closure's variables by name (an unassigned cell is left out)."""
-    out = {}
-    for name, cell in zip(fn.__code__.co_freevars, getattr(fn, "__closure__", None) or ()):
-        try:
-            out[name] = cell.cell_contents
-        except ValueError:
-            pass
-    return out
 
 
 def _run_directly(fn: Callable, recursive: bool) -> Callable:

@@ -4,7 +4,8 @@ function says why it is there.
 
 Every module's imports are read with `ast`, function-level imports included (a lazy
 import still ties the lower layer to the upper one; it only hides the cycle). Leaves
-(metrics, errors, lock, _jax, _versions, config, patches) may be imported from anywhere.
+(metrics, errors, lock, _jax, _versions, config, patches, _dynamo_wrappers) may be imported
+from anywhere.
 A module may import its own layer and any layer below it. lazyxla/compat/ (PyTorch/XLA's
 names, loaded on demand) is outside the circle and function-level import rules.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lazyxla"
 
-LEAVES = {"metrics", "errors", "lock", "_jax", "_versions", "config", "patches"}
+LEAVES = {"metrics", "errors", "lock", "_jax", "_versions", "config", "patches", "_dynamo_wrappers"}
 # bottom to top; each entry names lazyxla's first-level modules and packages
 LAYERS = [
     {"ir"},
