@@ -8,8 +8,7 @@ from .frontend import torch_compat as _torch_compat
 _jax.check_version()            # warn outside the verified JAX and torch ranges
 _torch_compat.check_version()
 
-# Importing a module registers nothing with torch or JAX; the calls after the imports do,
-# in their order.
+# Everything is imported first; the calls after the imports then set lazyxla up, in their order.
 from . import data, debug, distributed, experimental, metrics, spmd, utils  # noqa: E402,F401
 from . import dynamo as _dynamo  # noqa: E402
 from ._versions import LAZYXLA_VERSION as __version__  # noqa: E402

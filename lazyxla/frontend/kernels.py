@@ -37,7 +37,7 @@ def register_backend() -> None:
 
 
 def register_kernels() -> None:
-    """Python kernels on the PrivateUse1 key (called once, by setup.py)."""
+    """Python kernels on the PrivateUse1 key (called once, by registration.install)."""
     lib = torch.library.Library("aten", "IMPL")
     aten = torch.ops.aten
 
