@@ -13,16 +13,16 @@ import time
 
 from tqdm import tqdm
 
+import lazyxla as lx
+from lazyxla import workloads
+from lazyxla.compile import disk_cache
+
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m lazyxla", description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="gpt", choices=("gpt", "mlp", "convnet"))
     parser.add_argument("--steps", type=int, default=30)
     args = parser.parse_args(argv)
-
-    import lazyxla as lx
-    from lazyxla import workloads
-    from lazyxla.compile import disk_cache
 
     wl = workloads.make(args.workload)
     dev = lx.device()

@@ -5,9 +5,11 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
-from .compile.cache import LastCompile
+from .compile.cache import LastCompile, hlo_text as graph_hlo
+from .frontend.routes import Route, route
 from .frontend.tensor import LazyTensor
 from .ir.node import DATA, GETITEM, SCALAR
+from .ir.printer import graph_text
 from .runtime import storage_dtypes
 from .state import STATE
 from .memory_report import memory_report  # noqa: F401  (lx.debug.memory_report)
@@ -81,7 +83,6 @@ def explain_op(op) -> "Route":
     fallback, special, foreach), the function that implements it with its file and line,
     and every fact of its record. `op`: "aten::addmm", "aten::add.Tensor" or an ATen op.
     Returns the route (`.kind`, `.function`, `.file`, `.record`)."""
-    from .frontend.routes import route
     found = route(op)
     print(found.text())
     return found
@@ -97,7 +98,6 @@ def set_provenance(on: bool = True) -> None:
 def ir_text(tensors=None) -> str:
     """Readable IR of what a sync would compile: of `tensors` (a partial sync), or of
     every live pending tensor (a step barrier) when None. Compiles nothing."""
-    from .ir.printer import graph_text
     texts = [graph_text(graph, donors) for graph, donors in pending_graphs(tensors)]
     return "\n".join(texts) if texts else "(nothing pending)"
 
@@ -106,7 +106,6 @@ def hlo_text(tensors=None) -> str:
     """XLA HLO text of what a sync would compile (of `tensors`, or of every live pending
     tensor when None), as lazyxla hands it to XLA: lowered, not compiled, nothing run.
     Loops (scan, while_loop) show as HLO `while` instructions."""
-    from .compile.cache import hlo_text as graph_hlo
     texts = [graph_hlo(graph, donors) for graph, donors in pending_graphs(tensors)]
     return "\n".join(texts) if texts else "(nothing pending)"
 

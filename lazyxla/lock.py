@@ -34,7 +34,7 @@ LOCK = threading.RLock()
 
 def _after_fork_in_child() -> None:
     LOCK._at_fork_reinit()
-    from jax._src import xla_bridge
+    from jax._src import xla_bridge   # lazy: a leaf imports no JAX at import (JAX's private module)
     STATE.forked_runtime = xla_bridge.backends_are_initialized()
 
 

@@ -22,8 +22,8 @@ import torch.utils.checkpoint as _torch_checkpoint
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import patches
+from .frontend.barrier import optimization_barrier_
 from .frontend.tensor import LazyTensor
-from .utils import optimization_barrier_
 
 _ORIGINAL: Callable = _torch_checkpoint.checkpoint
 

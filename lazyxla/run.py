@@ -19,7 +19,8 @@ LAUNCHER = Launcher("lazyxla.run", __doc__)
 
 def _setup(flags: set) -> None:
     os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "lazyxla")
-    import lazyxla  # noqa: F401  (registers the device and torch.accelerator's answers)
+    # deferred: after the environment is set; registers the device and torch.accelerator's answers
+    import lazyxla  # noqa: F401
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

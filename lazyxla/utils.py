@@ -2,14 +2,14 @@
 lx.utils.map_tensors / lx.utils.to_cpu."""
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 
 from .data.batches import map_leaves
+from .frontend.barrier import optimization_barrier_  # noqa: F401  (lx.optimization_barrier_)
 from .frontend.tensor import LazyTensor, lazy_tensors_in
-from .ir.node import OPT_BARRIER, Node, getitem_node, intern_sig
-from .lock import LOCK
+from .recompute import checkpoint as _lazyxla_checkpoint
 from .sync.api import host_values
 
 
@@ -41,32 +41,8 @@ def save(obj, path, **kwargs) -> None:
     torch.save(to_cpu(obj), path, **kwargs)
 
 
-def optimization_barrier_(tensors: Sequence[torch.Tensor]) -> None:
-    """In place: XLA may not fuse computation across this point for `tensors`.
-
-    Each tensor is updated in place with the barrier's output, so automatic
-    aliasing still donates their old buffers at the next step barrier."""
-    tensors = list(tensors)
-    for t in tensors:
-        if not isinstance(t, LazyTensor):
-            raise TypeError("lazyxla: optimization_barrier_ expects lazyxla tensors")
-    if not tensors:
-        return
-    with LOCK:  # reads and rewrites storages, like a traced op (lazyxla/lock.py)
-        values = tuple(t.checked_value() for t in tensors)
-        shapes = tuple(v.shape for v in values)
-        dtypes = tuple(v.dtype for v in values)
-        node = Node(OPT_BARRIER, values, None, values, shapes, dtypes,
-                    intern_sig((OPT_BARRIER, shapes, dtypes)), None, len(values))
-        for i, t in enumerate(tensors):
-            t.write(getitem_node(node, i))
-
-
-
-
 def checkpoint(function, *args, use_reentrant: bool = True, **kwargs):
     """PyTorch/XLA's `torch_xla.utils.checkpoint`: `torch.utils.checkpoint.checkpoint`
     (reentrant by default, as there) with the backward's re-run kept apart from the forward,
     so the region's activations are not kept (lazyxla/recompute.py)."""
-    from .recompute import checkpoint as lazyxla_checkpoint  # recompute imports this module
-    return lazyxla_checkpoint(function, *args, use_reentrant=use_reentrant, **kwargs)
+    return _lazyxla_checkpoint(function, *args, use_reentrant=use_reentrant, **kwargs)

@@ -339,7 +339,7 @@ def test_a14_host_fallback_donates_nothing(dev):
     Our closest path is the host fallback (ops without a lowering): it materialises its
     operands with a sync that donates nothing. Called directly, so that it stays
     exercised whatever gets lowered."""
-    from lazyxla.frontend.dispatch import op_info
+    from lazyxla.frontend.primitives import op_info
     from lazyxla.frontend.fallback import run_on_host
     c, o = rand(6, seed=19), rand(6, seed=190)
     t, other = materialised(dev, c, o)

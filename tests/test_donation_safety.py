@@ -45,7 +45,7 @@ def test_inplace_update_after_host_fallback_writeback_is_aliased(dev):
     """Bug: the host fallback writes mutated arguments back as new buffers without an
     owner; the tensor then was never aliased again (e.g. a KV cache after a fallback
     index_copy_)."""
-    from lazyxla.frontend.dispatch import op_info
+    from lazyxla.frontend.primitives import op_info
     from lazyxla.frontend.fallback import run_on_host
     c = rand(16, 4, seed=2)
     cache = c.to(dev)

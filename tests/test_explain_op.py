@@ -20,7 +20,7 @@ aten = torch.ops.aten
     ("aten::flatten.using_ints", "decomposed", "torch._ops.OpOverload.decompose", "torch/_ops.py:"),
     ("aten::slice.Tensor", "view", "lazyxla.lower.views._slice", "lazyxla/lower/views.py:"),
     ("aten::nonzero", "host fallback", "lazyxla.frontend.fallback.run_on_host", "lazyxla/frontend/fallback.py:"),
-    ("aten::copy_", "special", "lazyxla.frontend.special._copy", "lazyxla/frontend/special.py:"),
+    ("aten::copy_", "special", "lazyxla.frontend.handlers._copy", "lazyxla/frontend/handlers.py:"),
     ("aten::_foreach_mul_.Scalar", "foreach", "lazyxla.frontend.foreach.foreach_handler",
      "lazyxla/frontend/foreach.py:"),
 ])

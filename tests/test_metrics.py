@@ -77,7 +77,7 @@ def test_d38_short_report(dev):
 
 
 def test_short_report_appends_host_fallback_counters(dev):
-    from lazyxla.frontend.dispatch import op_info
+    from lazyxla.frontend.primitives import op_info
     from lazyxla.frontend.fallback import run_on_host
     x = rand(4, seed=39).to(dev)
     op = torch.ops.aten.add.Tensor

@@ -85,6 +85,7 @@ def main(argv=None) -> int:
         return 2
     jobs = args.jobs or (2 if args.quick else 1)
 
+    # deferred: argument errors and --help answer before the runner's modules load
     from .orchestrate import run_all
     from .report import checks, render
     from .chart import save_chart

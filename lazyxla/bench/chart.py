@@ -25,9 +25,10 @@ def save_chart(records, path: str, title: str = "lazyxla benchmark") -> str | No
     groups = _groups(records)
     if not groups:
         return None
+    # optional: matplotlib, needed for the chart only
     import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt   # optional: as matplotlib above, after choosing its backend
 
     systems = [s for s in SYSTEMS if any(s in g for _, g in groups)]
     width = 0.8 / max(len(systems), 1)

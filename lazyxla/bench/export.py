@@ -9,6 +9,7 @@ import numpy as np
 
 def export_workload(name: str, settings, out_dir: str) -> str:
     """Write `name`'s state_dict, inputs and targets to `out_dir/<name>.npz`; return the path."""
+    # lazy: the JAX child imports this module and has no torch (module docstring)
     from .torch_backend import load_workloads, make_workload
     wl = make_workload(load_workloads(), name, settings)
     arrays = {k: v.detach().cpu().numpy() for k, v in wl.model.state_dict().items()}
@@ -34,6 +35,7 @@ def load_workload(path: str):
 
 def export_trace_input(shape, out_dir: str) -> str:
     """W4's input (torch.randn, seed 0) for the JAX limit, so all systems chain the same values."""
+    # lazy: the JAX child imports this module and has no torch (module docstring)
     import torch
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
     os.makedirs(out_dir, exist_ok=True)

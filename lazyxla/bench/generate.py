@@ -30,6 +30,7 @@ SYSTEMS = ("eager", "lazyxla", "compiled", "jax", "torch_xla")
 def build_model(name: str) -> torch.nn.Module:
     """`llama`: a tiny random-init Llama (2 layers, d 32, grouped-query attention); `gpt2`:
     Hugging Face's GPT-2 124M configuration, random init. No download."""
+    # deferred: transformers loads in a second or more; only the models need it
     import transformers
     torch.manual_seed(0)
     if name == "gpt2":
@@ -59,9 +60,11 @@ def timed_generate(model, ids: torch.Tensor, tokens: int, cache: str) -> tuple:
 def _compiles(system: str):
     """A function returning the compiles so far, for `system`."""
     if system in ("lazyxla", "compiled"):
+        # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
         from lazyxla import metrics
         return lambda: metrics.counter_value("UncachedCompile") or 0
     if system == "torch_xla":
+        # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
         import torch_xla.debug.metrics as met
         return lambda: (met.metric_data("CompileTime") or (0,))[0]
     return lambda: 0
@@ -72,14 +75,16 @@ def run_cell(model_name: str, system: str, tokens: int, cache: str, batch: int, 
     model = build_model(model_name)
     ids = prompt(model, batch, length)
     if system == "jax":
-        from jax_decode import Decoder   # noqa: the child puts this folder on sys.path
+        from jax_decode import Decoder   # lazy: the JAX cell's child puts this folder on sys.path (main)
         decoder = Decoder(model)
         call = lambda n: decoder.generate(ids, n)   # noqa: E731
     else:
         if system in ("lazyxla", "compiled"):
+            # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
             import lazyxla as lx
             device = lx.device()
         elif system == "torch_xla":
+            # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
             import torch_xla
             device = torch_xla.device()
         else:

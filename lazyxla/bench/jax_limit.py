@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import jaxlib
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from . import measure as M
 from .export import load_workload
@@ -26,8 +29,6 @@ def _spmd_shardings(kind: str, params, state, x, y) -> tuple:
     """--spmd: the shardings lazyxla's SPMD mode gives the same step on a 1-D mesh over
     all devices: the batch split on dim 0; "fsdp" also splits every parameter (and its
     optimizer state) whose first dimension the mesh divides (lx.spmd.shard_parameters)."""
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    import numpy as np
     mesh = Mesh(np.array(jax.devices()), ("data",))
     n = mesh.devices.size
 
@@ -134,7 +135,6 @@ def _chain_fn(n):
 def trace(cell, settings) -> dict:
     """W4 for JAX: tracing = `make_jaxpr` of a fresh 2000-op function (JAX's
     counterpart of recording the ops); sync = the cached jitted call plus the wait."""
-    import numpy as np
     n = settings.trace_ops
     path = cell.extra.get("trace_input")
     x_np = np.load(path) if path else np.random.default_rng(0).standard_normal(settings.trace_shape, np.float32)
@@ -169,5 +169,4 @@ RUNNERS = {"mlp": train, "gpt": train, "accum": train, "donate": donate, "trace"
 
 
 def versions() -> dict:
-    import jaxlib
     return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "platform": jax.default_backend()}

@@ -27,6 +27,7 @@ def rss_mb() -> float:
     if kb is not None:
         return kb / 1024
     try:
+        # optional: psutil, only where /proc is missing
         import psutil
         return psutil.Process().memory_info().rss / MB
     except ImportError:  # pragma: no cover - non-Linux without psutil

@@ -19,6 +19,12 @@ import sys
 import time
 from typing import Optional
 
+import jax
+import torch
+
+import lazyxla as lx
+from lazyxla.workloads import make
+
 COUNTS = ("ledger_bytes", "live_buffers", "jax_live_arrays", "executables")
 
 
@@ -28,15 +34,12 @@ def rss_bytes() -> int:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except OSError:
+        # optional: only where /proc is missing (resource is POSIX-only)
         import resource
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def sample(step: int, loss: float) -> dict:
-    import jax
-    import torch
-
-    import lazyxla as lx
     stats = torch.lazyxla.memory_stats()
     built = sum(lx.metrics.counter_value(n) or 0 for n in ("UncachedCompile", "PersistentCacheHit"))
     return {"step": step, "loss": loss, "rss": rss_bytes(), "ledger_bytes": stats["allocated_bytes.all.current"],
@@ -84,10 +87,6 @@ def run(steps: int = 2000, workload: str = "gpt", every: int = 50, warmup: int =
         on_sample=None) -> Report:
     """Train `workload` for `steps` steps on `lx.device()`, sampling after `warmup` and every
     `every` steps (and after the last); `on_sample(dict)` sees each sample as it is taken."""
-    import torch
-
-    import lazyxla as lx
-    from lazyxla.workloads import make
     dev = lx.device()
     w = make(workload)
     model = w.model.to(dev)

@@ -12,6 +12,7 @@ class LazyxlaBackend(TorchBackend):
 
     def __init__(self, cell) -> None:
         super().__init__(cell)
+        # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
         import lazyxla as lx
         self.lx = lx
         self.mesh = None
@@ -24,6 +25,7 @@ class LazyxlaBackend(TorchBackend):
         self.gradient_accumulation = lx.experimental.gradient_accumulation
 
     def workloads(self):
+        # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
         from lazyxla import workloads
         return workloads
 
@@ -73,6 +75,7 @@ class LazyxlaBackend(TorchBackend):
         return info
 
     def versions(self) -> dict:
+        # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
         import jax
         return {"torch": self.torch.__version__, "jax": jax.__version__, "lazyxla": self.lx.__version__,
                 "platform": self.lx.platform()}

@@ -17,6 +17,7 @@ class TorchXlaBackend(TorchBackend):
         os.environ.setdefault("PJRT_DEVICE", "CPU")
         os.environ["XLA_ENABLE_PARAM_ALIASING"] = "1" if cell.aliasing else "0"
         super().__init__(cell)
+        # deferred: after the environment above, which PyTorch/XLA reads at import
         import torch_xla
         import torch_xla.core.xla_model as xm
         import torch_xla.debug.metrics as met

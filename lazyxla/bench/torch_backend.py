@@ -16,6 +16,7 @@ class TorchBackend:
 
     def __init__(self, cell) -> None:
         self.cell = cell
+        # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
         import torch
         self.torch = torch
         self.device = torch.device("cpu")
@@ -71,6 +72,7 @@ def make_workload(wmod, name: str, settings):
     if name == "accum":
         return _gpt(wmod, settings.gpt_config, settings.accum_micro * settings.accum_batch)
     if name == "gpt2-124m":
+        # deferred: Hugging Face's transformers loads in a second or more
         from .hf_models import CausalLMWorkload
         return CausalLMWorkload(name, settings.hf_arch)
     if name != "gpt" or not settings.gpt_config:
@@ -79,6 +81,7 @@ def make_workload(wmod, name: str, settings):
 
 
 def _gpt(wmod, config: dict | None, batch: int):
+    # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
     import torch
     cfg = wmod.GPTConfig(**config) if config else wmod.GPTConfig()
     gen = torch.Generator().manual_seed(1)

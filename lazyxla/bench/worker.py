@@ -16,12 +16,16 @@ from .plan import Cell, Settings
 
 def _torch_backend(system: str):
     if system == "lazyxla":
+        # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
         from .sys_lazyxla import Backend
     elif system == "lazyxla_compiled":
+        # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
         from .sys_lazyxla import CompiledBackend as Backend
     elif system == "eager":
+        # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
         from .sys_eager import Backend
     elif system == "torch_xla":
+        # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
         from .sys_torch_xla import Backend
     else:
         raise ValueError(f"unknown system {system!r}")
@@ -31,10 +35,12 @@ def _torch_backend(system: str):
 def run_cell(cell: Cell, settings: Settings) -> dict:
     """The measurements of one cell; raises what the system raises."""
     if cell.system == "jax":
+        # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
         from . import jax_limit
         rec = jax_limit.RUNNERS[cell.workload](cell, settings)
         rec["versions"] = jax_limit.versions()
         return rec
+    # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
     from . import torch_loops
     backend = _torch_backend(cell.system)(cell)
     rec = torch_loops.RUNNERS[cell.workload](backend, cell, settings)

@@ -233,7 +233,7 @@ def hlo_text(graph: Graph, donors: tuple) -> str:
     with _gc_paused():
         computation = _Jitted.of(graph, donors).lower().compiler_ir("hlo")
     try:   # XLA's full form, operands with their shapes (`sine(f32[4,4]{1,0} %x.1)`)
-        from jaxlib._hlo import HloPrintOptions
+        from jaxlib._hlo import HloPrintOptions   # optional: a private jaxlib module
     except ImportError:   # another jaxlib layout: JAX's short form
         return computation.as_hlo_text()
     options = HloPrintOptions()

@@ -18,6 +18,7 @@ from typing import Optional
 import jax
 
 from .. import config, patches
+from . import liveness
 from .liveness import EXIT_STATUS, ProcessLostError
 
 __all__ = ["initialize", "process_index", "process_count", "ProcessLostError", "EXIT_STATUS"]
@@ -42,6 +43,7 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
     * `initialization_timeout`: how long to wait for all processes to connect.
     * `shutdown_timeout_seconds`: how long a finished process waits for the others at exit.
     """
+    # lazy: JAX's private modules; a change of their layout breaks this call only, not `import lazyxla`
     from jax._src import distributed as jax_distributed
     from jax._src import xla_bridge
     if xla_bridge.backends_are_initialized():
@@ -61,7 +63,6 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
                                shutdown_timeout_seconds=shutdown_timeout_seconds, **kwargs)
     state = jax_distributed.global_state
     if state.num_processes > 1:
-        from . import liveness
         liveness.start(state.client, state.process_id, state.num_processes, state.coordinator_address,
                        heartbeat_timeout_seconds)
 

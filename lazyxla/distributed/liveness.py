@@ -14,6 +14,7 @@ Design, measurements and limits: docs/reliability.md, "Dead hosts".
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import sys
@@ -166,7 +167,6 @@ def _excepthook(kind, value, tb) -> None:
 
 def start(client: Any, process: int, count: int, coordinator: str, timeout: float) -> Watchdog:
     """Start this process's watchdog (once, from `lx.distributed.initialize`)."""
-    import atexit
     watchdog = _THIS.watchdog = Watchdog(client, process, count, coordinator, timeout).start()
     atexit.register(watchdog.stop)
     _THIS.previous_hook, sys.excepthook = sys.excepthook, _excepthook

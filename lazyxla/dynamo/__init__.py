@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import os
+import pkgutil
 import sys
 
 from .. import patches
+from . import donor, optimizer, plain
 
 _DYNAMO = "torch._dynamo"
 
 
 def register() -> None:
     """Called once by `import lazyxla`."""
-    from . import donor, plain
     donor.register()
     plain.treat_as_plain("fake_tensor_subclass_test")
     if _DYNAMO in sys.modules:
@@ -41,9 +43,8 @@ def _install() -> None:
     # Runs inside the import of torch._dynamo, which loaded its backend registry and
     # optimizer support already; AOTAutograd (backend.py) is imported at first use:
     # importing it here would re-enter a torch package that is still initialising.
-    from torch._dynamo import trace_rules
+    from torch._dynamo import trace_rules   # deferred: torch._dynamo is being imported (module docstring)
     from torch._dynamo.backends.registry import _BACKENDS, register_backend
-    from . import optimizer
     patches.undo("deferred_dynamo_disable")   # dynamo can hook frames now: torch's own wrappers
     if "lazyxla" not in _BACKENDS:
         register_backend(name="lazyxla")(_lazyxla_backend)
@@ -80,8 +81,6 @@ _RUNTIME_PACKAGES = {"lazyxla.compat"}
 def _runtime_modules() -> list[str]:
     """Every module of lazyxla's runtime, as leaf modules: a package name would skip its
     whole directory (dynamo matches file-name prefixes), user code included."""
-    import os
-    import pkgutil
     names = []
     stack = [(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lazyxla")]
     while stack:
@@ -102,7 +101,7 @@ def _runtime_modules() -> list[str]:
 
 def _lazyxla_backend(gm, example_inputs, options=None):
     """torch.compile(..., backend="lazyxla", options=None) (backend.py)."""
-    from .backend import lazyxla_backend
+    from .backend import lazyxla_backend   # deferred: it imports AOTAutograd (_install says why)
     return lazyxla_backend(gm, example_inputs, options)
 
 

@@ -20,7 +20,7 @@ import torch
 
 from .. import metrics
 from ..donation import set_buffer_donation
-from ..frontend.dispatch import assign
+from ..frontend.primitives import assign
 from ..frontend.storage import Storage
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import DeviceMismatchError

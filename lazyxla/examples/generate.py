@@ -17,6 +17,8 @@ import argparse
 
 import torch
 
+import lazyxla as lx
+
 from ..bench.generate import build_model, prompt, timed_generate
 
 
@@ -34,7 +36,6 @@ def main(argv=None) -> None:
     parser.add_argument("--compiled", action="store_true",
                         help="also run generate() with torch.compile(model.forward, backend='lazyxla')")
     args = parser.parse_args(argv)
-    import lazyxla as lx
     model = build_model(args.model)
     ids = prompt(model, args.batch, args.prompt)
     print(f"{args.model}, batch {args.batch}, prompt {args.prompt}, {args.tokens} new tokens, "

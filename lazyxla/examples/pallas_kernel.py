@@ -11,7 +11,10 @@ from __future__ import annotations
 
 
 import jax
+import torch
 from jax.experimental import pallas as pl
+
+import lazyxla as lx
 
 
 def _silu_kernel(x_ref, o_ref):
@@ -50,10 +53,6 @@ pallas_silu.defvjp(_fwd, _bwd)
 
 
 def main() -> None:
-    import torch
-
-    import lazyxla as lx
-
     torch.manual_seed(0)
     x = torch.randn(16, 32)
     xl = x.to(lx.device()).requires_grad_()

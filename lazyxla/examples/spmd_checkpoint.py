@@ -21,13 +21,19 @@ import os
 import sys
 import tempfile
 
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.metadata import MetadataIndex
+
+import lazyxla as lx
+
 from ._local_processes import free_port, main as run_main, run_workers
 
 _TAG = "RESULT "
 
 
 def _model_and_data():
-    import torch
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8))
     x, y = torch.randn(16, 32), torch.randn(16, 8)
@@ -35,12 +41,10 @@ def _model_and_data():
 
 
 def _optimizer(model):
-    import torch
     return torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.1)
 
 
 def _train(model, opt, x, y, steps: int, barrier=lambda: None) -> list:
-    import torch
     losses = []
     for _ in range(steps):
         loss = torch.nn.functional.mse_loss(model(x), y)
@@ -53,9 +57,6 @@ def _train(model, opt, x, y, steps: int, barrier=lambda: None) -> list:
 
 
 def worker(args) -> None:
-    import torch
-    import torch.distributed as dist
-    import lazyxla as lx
     if args.processes > 1:
         lx.distributed.initialize(args.coordinator, args.processes, args.process_id,
                                   initialization_timeout=args.timeout)
@@ -101,8 +102,6 @@ def _run(args, phase: str, processes: int, devices: int, path: str) -> list:
 def _check_writers(path: str, model) -> str:
     """'' if every parameter shard in the checkpoint was written by the process of run 1
     that holds it (rows [0, n/2) on process 0's two devices, the rest on process 1's)."""
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.metadata import MetadataIndex
     md = FileSystemReader(path).read_metadata()
     for name, p in model.named_parameters():
         fqn = f"model.{name}"
@@ -125,7 +124,6 @@ def launch(args) -> int:
     loaded = _run(args, "load", 1, 2, path)
     if not args.check:
         return 0
-    import torch
     model, x, y = _model_and_data()
     eager = _train(model, _optimizer(model), x, y, 2 * args.steps)
     print(f"eager: {eager}")

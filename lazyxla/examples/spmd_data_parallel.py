@@ -19,6 +19,11 @@ import copy
 import json
 import sys
 
+import torch
+
+import lazyxla as lx
+from lazyxla.workloads import make
+
 from ._local_processes import free_port, main as run_main, run_workers
 
 _TAG = "LOSSES "
@@ -38,13 +43,10 @@ def _train(w, model, steps: int, place=lambda t: t, barrier=lambda: None) -> lis
 
 
 def _workload(batch: int):
-    from lazyxla.workloads import make
     return make("mlp", batch=batch)
 
 
 def worker(args) -> None:
-    import torch
-    import lazyxla as lx
     lx.distributed.initialize(args.coordinator, args.processes, args.process_id,
                               initialization_timeout=args.timeout, heartbeat_timeout_seconds=args.heartbeat_timeout)
     lx.spmd.use_spmd()
@@ -80,7 +82,6 @@ def launch(args) -> int:
                                           "--timeout", str(args.timeout)],
                           args.processes, args.devices_per_process, args.timeout, _TAG)
     if args.check:
-        import torch
         w = _workload(args.batch)
         eager = _train(w, copy.deepcopy(w.model), args.steps)
         print(f"eager: {eager}")

@@ -171,7 +171,7 @@ def _register_chunked_linear_cross_entropy() -> None:
     rather than on the host. Its chunk loop unrolls into the graph; each chunk is one
     matmul and a softmax, the same arithmetic in the same order as eager."""
     try:
-        from torch.nn.modules import linear_cross_entropy as lce
+        from torch.nn.modules import linear_cross_entropy as lce   # optional: torch 2.13 and later
     except ImportError:  # torch before 2.13
         return
     for name in ("_linear_cross_entropy_batch_chunked", "_linear_cross_entropy_batch_chunked_no_reduction"):

@@ -25,6 +25,9 @@ import contextlib
 import torch
 
 from ..runtime import memory
+from ..runtime.execute import wait_all
+from ..runtime.host_heap import release_free_heap
+from .device import device_index, lazyxla_devices
 
 # Both lower-precision float types lower to XLA on every platform (bfloat16 natively
 # on TPU/GPU; CPU XLA computes them via float32 and rounds).
@@ -46,7 +49,6 @@ def _is_in_bad_fork() -> bool:
 
 
 def device_count() -> int:
-    from .device import lazyxla_devices
     return len(lazyxla_devices())
 
 
@@ -67,7 +69,7 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 def manual_seed(seed: int) -> None:
     """Nothing to seed: lazyxla's random ops draw their seeds from PyTorch's default
-    CPU generator (frontend/special.py `draw_seed`), which torch.manual_seed sets."""
+    CPU generator (frontend/handlers.py `draw_seed`), which torch.manual_seed sets."""
 
 
 def manual_seed_all(seed: int) -> None:
@@ -87,7 +89,6 @@ def set_rng_state(new_state: torch.Tensor, device=None) -> None:
 
 def memory_device(device=None) -> int:
     """Local index of `device`: None (device 0), an int, "lazyxla:1" or a torch.device."""
-    from .device import device_index, lazyxla_devices
     if isinstance(device, int) and not isinstance(device, bool):
         if not 0 <= device < len(lazyxla_devices()):
             raise ValueError(f"lazyxla: device {device} does not exist; there are {len(lazyxla_devices())}")
@@ -149,8 +150,6 @@ def mem_get_info(device=None) -> tuple[int, int]:
 def empty_cache() -> None:
     """Let finished executions release their buffers and hand freed host heap back to the
     OS. JAX's device allocators keep their pools: nothing in JAX empties them."""
-    from ..runtime.execute import wait_all
-    from ..runtime.host_heap import release_free_heap
     wait_all()
     release_free_heap()
 
@@ -162,7 +161,6 @@ class Stream:
     device_type = "lazyxla"
 
     def synchronize(self) -> None:
-        from ..runtime.execute import wait_all
         wait_all()
 
     def wait_stream(self, stream: "Stream") -> None:

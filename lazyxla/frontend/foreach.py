@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..ir.ops import facts, register_fact
+from .primitives import run_op
 
 aten = torch.ops.aten
 _RESOLVED: dict = {}
@@ -63,7 +64,6 @@ def _split_positional(target) -> tuple[int, tuple]:
 
 
 def foreach_handler(func, info, args, kwargs):
-    from .dispatch import run_op
     target, write_back = _resolve(func)
     n_pos, kw_names = _split_positional(target)
     if len(args) > n_pos:

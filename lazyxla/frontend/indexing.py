@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from ..ir.ops import registrar
-from .dispatch import op_info
 from .fallback import run_on_host
+from .primitives import op_info
 
 aten = torch.ops.aten
 register_decomposition = registrar("decomposition")

@@ -21,23 +21,23 @@ import torch
 
 from ..ir.ops import register_fact
 from ..state import STATE
-from .dispatch import _view
+from .primitives import view
 
 _is_conj = torch.Tensor.is_conj
 _is_neg = torch.Tensor.is_neg
 
 
-# `_view` gives the view its source's bits (tensor.copy_bits); these two flip one.
+# `view` gives the view its source's bits (tensor.copy_bits); these two flip one.
 def conj_view(func, info, args, kwargs):
     STATE.math_bits_used = True
-    out = _view(func, info, args, kwargs)
+    out = view(func, info, args, kwargs)
     torch._C._set_conj(out, not _is_conj(args[0]))
     return out
 
 
 def neg_view(func, info, args, kwargs):
     STATE.math_bits_used = True
-    out = _view(func, info, args, kwargs)
+    out = view(func, info, args, kwargs)
     torch._C._set_neg(out, not _is_neg(args[0]))
     return out
 
@@ -48,7 +48,7 @@ def view_as_real(func, info, args, kwargs):
             "view_as_real doesn't work on unresolved conjugated tensors.  To resolve the conjugate "
             "tensor so you can view it as real, use self.resolve_conj(); however, be warned that the "
             "resulting tensor will NOT alias the original.")
-    return _view(func, info, args, kwargs)
+    return view(func, info, args, kwargs)
 
 
 aten = torch.ops.aten

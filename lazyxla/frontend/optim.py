@@ -4,7 +4,7 @@
 default to foreach on the lazyxla device (one dispatch per op per parameter group instead
 of per parameter); `foreach=False` still selects the per-parameter loop. While an
 optimizer step runs, the `*_like`/`new_*` fill factories are materialised at once
-(special.py `_fill_factory`), so optimizer state created in the first `step()` is device
+(handlers.py `_fill_factory`), so optimizer state created in the first `step()` is device
 data as in every later step; outside a step they stay lazy. torch's global optimizer step
 hooks open and close that window, and every step barrier closes it too.
 

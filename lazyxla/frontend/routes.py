@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..ir.ops import OpRecord, record
-from . import dispatch, fallback, foreach
+from . import fallback, foreach, primitives
 
 aten = torch.ops.aten
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -105,32 +105,32 @@ def resolve_op(name: Any) -> Any:
 def route(op: Any) -> Route:
     """The route `op` takes: classified as the dispatcher classifies it on its first call."""
     func = resolve_op(op)
-    info = dispatch.op_info(func)
+    info = primitives.op_info(func)
     handler = inspect.unwrap(info.handler)
     rec = record(func)
-    if handler is dispatch._functional:
+    if handler is primitives.functional:
         return Route(func, LOWERED, "one IR node, lowered to JAX by its rule", rec.lowering)
-    if handler is dispatch._view:
+    if handler is primitives.view:
         inverse = rec.view_inverse
         how = ("a view of the same storage; writes through it scatter back by "
                + (f"{_name(inverse)}" if inverse else "a constant index map (lower/views.py)"))
         return Route(func, VIEW, how, rec.lowering)
-    if handler is dispatch._inplace:
+    if handler is primitives.inplace:
         return Route(func, LOWERED, f"in place: a node of {info.functional} written into self",
                      record(info.functional).lowering, route(info.functional))
-    if handler is dispatch._inplace_decomposed:
+    if handler is primitives.inplace_decomposed:
         return Route(func, DECOMPOSED, f"in place: the decomposition of {info.functional}, assigned to self",
-                     dispatch.decomposition_for(info.functional))
-    if handler is dispatch._out:
+                     primitives.decomposition_for(info.functional))
+    if handler is primitives.out_variant:
         then = route(info.functional)
         return Route(func, then.kind, f"out=: {info.functional}, assigned to out", then.impl, then)
-    if handler is dispatch._decompose:
-        fn = dispatch.decomposition_for(func)
+    if handler is primitives.decompose:
+        fn = primitives.decomposition_for(func)
         source = ("lazyxla's own decomposition" if rec is not None and rec.decomposition is fn
                   else "PyTorch's decomposition table" if fn != func.decompose
                   else "its CompositeImplicitAutograd kernel")
         return Route(func, DECOMPOSED, f"runs {source} on lazy tensors", fn)
-    if handler is dispatch._fallback:
+    if handler is primitives.host_fallback:
         return Route(func, HOST_FALLBACK, "no lowering or decomposition: runs eagerly on the CPU "
                      f"(a sync and two transfers per call; counted in lx.metrics '{func._schema.name}')",
                      fallback.run_on_host)

@@ -18,9 +18,11 @@ from ..runtime.device_data import donated_error
 from ..lock import LOCK
 from ..state import STATE
 from .device import DEVICES
+from .fake_meet import dispatch_with_foreign
 from .storage import Storage
 from .sync_hooks import host_value
 from .torch_compat import make_wrapper_subclass as _make_wrapper
+from .views import apply_view_chain, scatter_chain
 
 _DATA = torch.Tensor.data
 
@@ -76,7 +78,6 @@ class LazyTensor(torch.Tensor):
         cache = self._vcache
         if cache[0] == st.version:
             return cache[1]
-        from .views import apply_view_chain
         node = apply_view_chain(base, view)
         self._vcache = (st.version, node)
         return node
@@ -95,7 +96,6 @@ class LazyTensor(torch.Tensor):
         if view is None:
             st.write(node)
             return
-        from .views import scatter_chain
         if _broadcasts(st.value.shape, view) and not (
                 node.op in _UNIFORM_WRITES and _broadcasts(st.value.shape, view[:-1]) is False
                 and view[-1][0] in _EXPANDS):
@@ -143,7 +143,6 @@ class LazyTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         if len(types) > 1:   # another tensor subclass in the call: torch.compile's fakes
-            from .fake_meet import dispatch_with_foreign
             return dispatch_with_foreign(func, LazyTensor, args, kwargs or {})
         with LOCK:  # each traced op is atomic w.r.t. syncs in other threads (lazyxla/lock.py)
             return _dispatch(func, args, kwargs or {})
@@ -223,7 +222,7 @@ def lazy_tensors_in(value, out: list) -> list:
     return out
 
 
-def _dispatch(func, args, kwargs):  # replaced by frontend.dispatch.dispatch on import
+def _dispatch(func, args, kwargs):  # replaced by frontend.dispatch.dispatch (registration.install)
     raise RuntimeError("lazyxla: dispatch is not initialised; import lazyxla")
 
 
@@ -245,6 +244,6 @@ STATE.watch("op_records", _destroy_records)
 
 
 def bind_dispatch(fn) -> None:
-    """Install the op dispatcher (frontend/dispatch.py imports this module first)."""
+    """Install the op dispatcher (frontend/registration.py; provenance.py wraps it)."""
     global _dispatch
     _dispatch = fn

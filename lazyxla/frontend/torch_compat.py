@@ -37,7 +37,7 @@ def check_version() -> bool:
                               "that may have changed.")
 
 
-# --- device registration (frontend/device.py) -----------------------------------------
+# --- device registration (frontend/kernels.py) ----------------------------------------
 
 def setup_python_backend(name: str, backend_module: object) -> None:
     """Rename PrivateUse1 to `name` with a Python device guard, allocator stubs and

@@ -12,6 +12,7 @@ Non-tensor arguments are static, as in `lx.call_jax`.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Optional
 
 import jax
@@ -79,7 +80,6 @@ def _schema_of(fn: Callable) -> str:
     try:
         return torch.library.infer_schema(fn, mutates_args=())
     except (ValueError, TypeError):
-        import inspect
         params = inspect.signature(fn).parameters
         return "(" + ", ".join(f"Tensor {p}" for p in params) + ") -> Tensor"
 

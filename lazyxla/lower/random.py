@@ -1,5 +1,5 @@
 """Random number generation. Each call carries a fresh seed drawn from PyTorch's
-default generator (frontend/special.py) as a runtime operand, so values are
+default generator (frontend/handlers.py) as a runtime operand, so values are
 reproducible under torch.manual_seed and never recompile. The streams are
 JAX's (threefry), not PyTorch's: values differ from eager CPU, distributions
 match."""

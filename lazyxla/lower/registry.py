@@ -13,6 +13,10 @@ and its neighbours) and register there.
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from pathlib import Path
+
 from ..ir.ops import facts, registrar
 
 LOWERINGS = facts("lowering")
@@ -20,10 +24,7 @@ register = registrar("lowering")   # @register(aten.op, ...): a lowering rule
 
 
 def load_all() -> None:
-    """Import every rule module (each registers itself)."""
-    import importlib
-    import pkgutil
-    from .. import lower
-    for mod in pkgutil.iter_modules(lower.__path__):
+    """Import every rule module of this package (each registers itself)."""
+    for mod in pkgutil.iter_modules([str(Path(__file__).parent)]):
         if mod.name != "registry":
-            importlib.import_module(f"{lower.__name__}.{mod.name}")
+            importlib.import_module(f"{__package__}.{mod.name}")

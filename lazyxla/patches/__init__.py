@@ -22,6 +22,8 @@ import sys
 from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import jax
+import torch
+from torch.optim import optimizer as torch_optimizer
 
 from .._versions import JAX_VERIFIED, TORCH_VERIFIED, Minor, warn_if_unverified
 from . import dynamo_deferral
@@ -115,7 +117,6 @@ class Patch:
 
 
 def torch_version() -> str:
-    import torch
     return torch.__version__
 
 
@@ -201,9 +202,8 @@ def _undo_foreach(added: Optional[type]) -> None:
 
 
 def _apply_step_hooks(pre: Callable, post: Callable) -> tuple:
-    import torch.optim.optimizer as optimizer
-    return (optimizer.register_optimizer_step_pre_hook(pre),
-            optimizer.register_optimizer_step_post_hook(post))
+    return (torch_optimizer.register_optimizer_step_pre_hook(pre),
+            torch_optimizer.register_optimizer_step_post_hook(post))
 
 
 def _undo_hooks(handles: tuple) -> None:
@@ -216,7 +216,6 @@ def _apply_accelerator_hooks(wrappers: dict[str, Callable[[Any], Any]], names: t
 
 
 def _apply_cpu_pin_memory(kernel: Callable) -> Any:
-    import torch
     library = torch.library.Library("aten", "IMPL")
     library.impl("_pin_memory", kernel, "CPU")
     return library
@@ -237,12 +236,10 @@ def _undo_meta_path(finder: object) -> None:
 
 
 def _apply_recompile_logs() -> None:
-    import torch
     torch._logging.set_logs(recompiles=True)
 
 
 def _undo_recompile_logs(_state) -> None:
-    import torch
     torch._logging.set_logs()
 
 

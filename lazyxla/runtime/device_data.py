@@ -23,6 +23,7 @@ import torch
 
 from ..errors import DonatedBufferError
 from . import memory
+from .device_put import place
 
 
 class DeviceData:
@@ -60,7 +61,6 @@ class DeviceData:
     def array(self):
         """The device buffer (placing a staged upload first); None once donated."""
         if self._array is None and self.host is not None:
-            from .transfer import place
             self._array = place(self.host, self.sharding, self.device)
             self.host = None
         return self._array

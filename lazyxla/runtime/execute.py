@@ -6,7 +6,6 @@ the output arrays go back to sync/, which installs them (sync/install.py).
 """
 from __future__ import annotations
 
-import threading
 import time
 import weakref
 from typing import Protocol
@@ -111,9 +110,8 @@ def wait_all() -> None:
         _in_flight.clear()
     live = [a for a in pending if a is not None and not a.is_deleted()]
     if live:
-        me = threading.get_ident()
-        shutdown.waiting.add(me)  # the exit handler lets this wait return first
-        try:
+        with shutdown.waiting_thread():   # the exit handler lets this wait return first
             jax.block_until_ready(live)
-        finally:
-            shutdown.waiting.discard(me)
+
+
+shutdown.drain_at_exit(wait_all)

@@ -79,18 +79,14 @@ def _wait_ready(outs) -> None:
 
 
 def _wait_loop() -> None:
-    me = threading.get_ident()
     w = _WAITER
     while True:
         with w.cv:
             while not w.queue:
                 w.cv.wait()
             start_ns, outs = w.queue.popleft()
-        shutdown.waiting.add(me)   # the exit handler lets this wait return first
-        try:
+        with shutdown.waiting_thread():   # the exit handler lets this wait return first
             _wait_ready(outs)
-        finally:
-            shutdown.waiting.discard(me)
         elapsed = time.perf_counter_ns() - start_ns
         del outs
         metrics.metric_add(METRIC, elapsed)

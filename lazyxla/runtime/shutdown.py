@@ -28,14 +28,35 @@ hangs on a thread stuck inside lazyxla.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import threading
 import time
+from typing import Callable, Iterator
 
 from .. import config
 from ..lock import LOCK
 
-# idents of threads blocked in wait_all() (maintained by runtime/execute.py)
+# idents of threads blocked in a device wait outside the lock (`waiting_thread`)
 waiting: set = set()
+# what waits for executions in flight (runtime/execute.py's wait_all, installed there:
+# execute imports this module, not the other way round)
+_drains: list[Callable[[], None]] = []
+
+
+def drain_at_exit(wait: Callable[[], None]) -> None:
+    """Call `wait` at exit, after taking the lock (step 2 above)."""
+    _drains.append(wait)
+
+
+@contextlib.contextmanager
+def waiting_thread() -> Iterator[None]:
+    """Around a wait for the device outside the lock: the exit handler lets it return first."""
+    me = threading.get_ident()
+    waiting.add(me)
+    try:
+        yield
+    finally:
+        waiting.discard(me)
 
 
 def quiesce(timeout: float | None = None) -> None:
@@ -44,11 +65,11 @@ def quiesce(timeout: float | None = None) -> None:
     deadline = time.monotonic() + timeout
     if not LOCK.acquire(timeout=timeout):
         return  # another thread is stuck holding the lock: exit anyway rather than hang
-    from .execute import wait_all
-    try:
-        wait_all()
-    except Exception:  # noqa: BLE001  (a failed execution has nothing left to wait for)
-        pass
+    for wait in _drains:
+        try:
+            wait()
+        except Exception:  # noqa: BLE001  (a failed execution has nothing left to wait for)
+            pass
     while waiting and time.monotonic() < deadline:
         time.sleep(0.001)
     # Give threads caught between a torch binding (which releases the GIL) and our

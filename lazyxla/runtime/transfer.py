@@ -1,10 +1,7 @@
 """Host <-> device copies (the only places that move tensor data across)."""
 from __future__ import annotations
 
-import functools
-
 import jax
-import jax.numpy as jnp
 import numpy as np
 import torch
 from jax.experimental import multihost_utils
@@ -15,6 +12,7 @@ from ..lock import check_not_forked
 from ..patches import x64
 from . import placement, storage_dtypes
 from .device_data import DeviceData
+from .device_put import owned, place
 
 
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -26,44 +24,6 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 _BF16 = np.dtype(jax_dtype(torch.bfloat16))
-
-
-@functools.lru_cache(maxsize=None)
-def _owned_copy_to(sharding):
-    return jax.jit(jnp.copy, out_shardings=sharding)
-
-
-# Below this size an upload's device copy is a runtime buffer copy; above, a compiled
-# copy. Both give an XLA-owned buffer. The compiled copy runs on XLA's threads (64 MB:
-# 23 against 39 ms on 2 cores) but compiles once per shape (about 25 ms): paid for
-# every new shape of a model's parameters and of each batch, it was 0.2 s of W2's
-# `model.to(device)`. At 16 MB the two copies take the same time (1.4 ms).
-_COMPILED_COPY_BYTES = 16 << 20
-
-
-def _owned(staged: jax.Array, sharding) -> jax.Array:
-    """A copy of `staged` (which may alias host memory) placed by `sharding`, in
-    buffers XLA owns."""
-    if staged.nbytes < _COMPILED_COPY_BYTES:
-        return jax.device_put(staged, sharding, may_alias=False)
-    return _owned_copy_to(sharding)(staged)
-
-
-@x64
-def place(host: np.ndarray, sharding, device: int = 0) -> jax.Array:
-    """A device array of `host`'s value in XLA-owned buffers (see `upload`). SPMD: a global
-    array with `sharding`, each device receiving only its own slice (this process
-    supplies those of its addressable devices); `sharding=None`: on lazyxla `device`."""
-    check_not_forked()
-    with metrics.timed("TransferToDeviceTime"):
-        if sharding is None:
-            target = jax.sharding.SingleDeviceSharding(jax_devices()[device])
-            array = _owned(jax.device_put(host, target), target)
-        else:
-            array = _owned(jax.make_array_from_callback(host.shape, sharding, lambda index: host[index]),
-                           sharding)
-        array.block_until_ready()
-    return array
 
 
 @x64
@@ -112,7 +72,7 @@ def upload_now(t: torch.Tensor, device: int, sharding=None,
         host = _to_numpy(host_t)
         if process_local and jax.process_count() > 1:
             with metrics.timed("TransferToDeviceTime"):
-                array = _owned(jax.make_array_from_process_local_data(sharding, host), sharding)
+                array = owned(jax.make_array_from_process_local_data(sharding, host), sharding)
                 array.block_until_ready()
         else:
             array = place(host, sharding)
@@ -131,10 +91,10 @@ def upload(t: torch.Tensor, device: int, owner=None, sharding=None) -> DeviceDat
     promises: the device tensor would change when the source CPU tensor is later
     modified, and XLA cannot reuse an adopted buffer when it is donated (the
     first step after an upload would hold two copies). So the adopted array is
-    copied once on the device into an XLA-owned buffer (`_owned`), and the copy
+    copied once on the device into an XLA-owned buffer (device_put.py `owned`), and the copy
     completes before we return (a host-to-device copy is synchronous in PyTorch
     too). `may_alias=False` on that device array, unlike on a host array, does
-    copy (tests/test_donation_safety.py checks both of `_owned`'s paths).
+    copy (tests/test_donation_safety.py checks both of `owned`'s paths).
     """
     if placement.spmd_enabled():
         host_t, storage = _host_copy(t)
@@ -175,4 +135,4 @@ def reshard(array: jax.Array, sharding) -> jax.Array:
     """`array` moved to `sharding` (also onto another device order), into buffers XLA
     owns so that they can be donated later."""
     with metrics.timed("TransferToDeviceTime"):
-        return _owned(jax.device_put(array, sharding), sharding)
+        return owned(jax.device_put(array, sharding), sharding)

@@ -7,6 +7,8 @@ data-parallel and FSDP recipes; `lx.spmd.checkpoint` saves and loads sharded sta
 with torch.distributed.checkpoint, and `lx.spmd.CheckpointManager` keeps numbered,
 atomically committed checkpoints and saves on a preemption notice (`lx.spmd.preemption`).
 """
+import importlib
+
 from .api import clear_sharding, is_spmd, local_shards, mark_sharding, sharding_spec, use_spmd
 from .mesh import Mesh, get_1d_mesh, get_global_mesh, set_global_mesh
 from .recipes import shard_parameters
@@ -16,7 +18,6 @@ from .input_spec import ShardingSpec
 
 def __getattr__(name: str):
     # lx.spmd.checkpoint imports torch.distributed.checkpoint: loaded on first use.
-    import importlib
     if name in ("checkpoint", "preemption"):
         return importlib.import_module(f".{name}", __name__)
     if name == "CheckpointManager":

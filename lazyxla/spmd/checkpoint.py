@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 from typing import Any, Optional
 
+import jax
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -258,7 +259,6 @@ def _assign(t: LazyTensor, host: torch.Tensor) -> None:
 
 
 def _check_processes() -> None:
-    import jax
     if jax.process_count() > 1 and not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError(
             "lazyxla checkpoint: several processes run (lx.distributed.initialize) but torch.distributed is "

@@ -19,6 +19,7 @@ import queue
 import threading
 from typing import List, Optional
 
+import jax
 import torch
 import torch.distributed as dist
 
@@ -57,7 +58,6 @@ class CheckpointManager:
     def _rank(self) -> int:
         if dist.is_available() and dist.is_initialized():
             return dist.get_rank(self.process_group)
-        import jax
         return jax.process_index()
 
     def _is_writer(self) -> bool:

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh as JaxMesh
 
+from ..runtime import placement
 from ..state import STATE
 
 _UNNAMED = "_"
@@ -87,7 +88,6 @@ def get_1d_mesh(axis_name: Optional[str] = None) -> Mesh:
 
 
 def set_global_mesh(mesh: Mesh) -> None:
-    from ..runtime import placement
     if not isinstance(mesh, Mesh):
         raise TypeError(f"lazyxla: set_global_mesh expects an lx.spmd.Mesh, got {type(mesh).__name__}")
     STATE.set("global_mesh", mesh)   # the run-time state (lazyxla/state.py)

@@ -16,6 +16,9 @@ import signal
 import threading
 from typing import Any
 
+from jax.experimental import multihost_utils
+
+
 class _Listener:
     """Whether this process listens for preemption notices, and SIGTERM's handler before
     ours (one process)."""
@@ -28,7 +31,7 @@ _LISTENER = _Listener()
 
 
 def _multi_process() -> bool:
-    from jax._src import distributed
+    from jax._src import distributed   # lazy: JAX's private module; a layout change breaks this call only
     return distributed.global_state.client is not None and (distributed.global_state.num_processes or 1) > 1
 
 
@@ -68,6 +71,5 @@ def reached(step: int) -> bool:
     if not _LISTENER.active:
         return False
     if _multi_process():
-        from jax.experimental import multihost_utils
         return bool(multihost_utils.reached_preemption_sync_point(step))
     return _LISTENER.received.is_set()

@@ -24,6 +24,7 @@ from typing import NamedTuple, Optional
 
 from .. import config, metrics
 from ..frontend.provenance import user_frame
+from ..frontend.tensor import LazyTensor
 from ..frontend.storage import live_storages
 from ..ir.node import DATA, SCALAR, Node
 from ..state import STATE
@@ -82,7 +83,6 @@ def warn_graph_size(limit: int) -> None:
 
 def has_lazy_params(optimizer) -> bool:
     """Whether `optimizer` updates lazy tensors (its first parameter decides)."""
-    from ..frontend.tensor import LazyTensor
     for group in getattr(optimizer, "param_groups", ()):
         for p in group.get("params", ()):
             return isinstance(p, LazyTensor)

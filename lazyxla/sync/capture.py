@@ -26,7 +26,7 @@ import torch
 from ..compile.program import build
 from ..ir.scalars import scalar_args
 from ..frontend.device import DEVICES
-from ..frontend.special import draw_seed
+from ..frontend.handlers import draw_seed
 from ..frontend.storage import Storage, live_devices, live_storages
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import contiguous_strides

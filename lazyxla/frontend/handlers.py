@@ -1,5 +1,6 @@
-"""Ops that need more than "record a node": copies across devices, host reads,
-aliases, multi-output views and random number generation."""
+"""Handlers of the ops that need more than "record a node": copies across devices, host
+reads, aliases, multi-output views, resizes and random number generation. Each lands in
+its op's record as the `special` fact (ir/ops.py), where the router (dispatch.py) finds it."""
 from __future__ import annotations
 
 import math
@@ -11,9 +12,8 @@ from ..runtime.transfer import upload
 from .device import DEVICE_TYPE
 from .optim import in_optimizer_step
 from .sync_hooks import host_value
-from .dispatch import _alias, _fallback, _functional, _identity, _view, assign, run_op
-from . import mathbits  # noqa: F401  (registers the math-bit views' handlers)
-from ..ir.ops import facts, register_fact
+from .primitives import alias, assign, functional, host_fallback, identity, run_op, view
+from ..ir.ops import register_fact
 from .tensor import LazyTensor
 from .tracing import contiguous_strides, convert_call, lookup, wrap_outputs
 
@@ -78,7 +78,7 @@ def _to_copy(func, info, args, kwargs):
             out = torch.empty(host.shape, dtype=host.dtype, device=device)
             copy_from_host(host, out)
             return out
-    return _functional(func, info, args, kwargs)
+    return functional(func, info, args, kwargs)
 
 
 # fill value of each factory, from its arguments
@@ -95,7 +95,7 @@ _FILL_VALUES = {
 def _fill_factory(func, info, args, kwargs):
     """A constant fill: lazy, except while an optimizer step creates its state
     (frontend/optim.py says why); then its value is on the device at once."""
-    out = _functional(func, info, args, kwargs)
+    out = functional(func, info, args, kwargs)
     shape, stride, offset, dtype = out._mkey
     if in_optimizer_step() and offset == 0 and stride == contiguous_strides(shape):
         copy_from_host(torch.full(shape, _FILL_VALUES[func](args), dtype=dtype), out, like=args[0])
@@ -197,7 +197,7 @@ def draw_seed() -> int:
 
 def _random(func, info, args, kwargs):
     if kwargs.get("generator") is not None:
-        return _fallback(func, info, args, kwargs)
+        return host_fallback(func, info, args, kwargs)
     kwargs = {k: v for k, v in kwargs.items() if k != "generator"}
     nargs, nkw, inputs, key, device = convert_call(info, args, kwargs)
     entry = lookup(key, func, args, kwargs)
@@ -256,7 +256,7 @@ def _as_strided(func, info, args, kwargs):
         raise NotImplementedError(
             "lazyxla: as_strided is supported on tensors over a contiguous base only (this one has "
             f"strides {tuple(args[0].stride())}); call .contiguous() or .clone() first and index that")
-    return _view(func, info, (base,) + tuple(args[1:]), kwargs)
+    return view(func, info, (base,) + tuple(args[1:]), kwargs)
 
 
 _INPLACE_VIEWS = {
@@ -277,9 +277,9 @@ _HANDLERS = {
     **{op: _inplace_view for op in _INPLACE_VIEWS},
     aten.copy_.default: _copy,
     aten._to_copy.default: _to_copy,
-    aten.detach.default: _alias,
-    aten.alias.default: _alias,
-    aten.lift_fresh.default: _identity,
+    aten.detach.default: alias,
+    aten.alias.default: alias,
+    aten.lift_fresh.default: identity,
     # Device memory is never page-locked host memory (torch.distributed.checkpoint asks)
     aten.is_pinned.default: lambda func, info, args, kwargs: False,
     aten._local_scalar_dense.default: _local_scalar_dense,
@@ -302,4 +302,3 @@ for _op in (aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float, 
 for _op, _handler in _HANDLERS.items():
     register_fact(_op, "special", _handler)
 del _op, _handler, _HANDLERS
-SPECIAL = facts("special")   # every special handler, also those registered elsewhere
