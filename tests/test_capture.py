@@ -1,11 +1,11 @@
-"""Capture once, replay as one CALL node (sync/capture.py): the shared mechanism of
+"""Capture once, replay as one CALL node (capture/function.py): the shared mechanism of
 compiled functions and gradient accumulation. Values against eager; counters for
 traced ops, compiles and donors."""
 import pytest
 import torch
 
 import lazyxla as lx
-from lazyxla.sync.capture import CaptureError, capture
+from lazyxla.capture import CaptureError, capture
 from helpers import assert_close, counter, materialised, rand
 
 

@@ -26,6 +26,7 @@ LAYERS = [
     {"alias"},
     {"frontend"},
     {"sync"},
+    {"capture"},
     {"spmd", "distributed", "data", "devices", "donation", "debug", "utils", "memory_report", "recompute",
      "jax_interop"},
     {"dynamo", "experimental"},

@@ -13,7 +13,7 @@ in-place updates into new values. Two ops make that work:
 * `_mark_donor(Tensor t, bool donate) -> ()` survives functionalization as a
   side-effecting op whose operand is `t`'s value at that point of the program:
   the unmodified input (then it becomes a directive of the captured program,
-  applied to the real input before each call, sync/capture.py) or a value
+  applied to the real input before each call, capture/function.py) or a value
   computed inside (pending computation: nothing to mark, as
   `lx.set_buffer_donation` returns False for it).
 """
@@ -25,7 +25,7 @@ from torch.fx.node import has_side_effect
 from ..donation import set_buffer_donation
 from ..ir.node import DATA
 from ..ir.ops import register_fact
-from ..sync.capture import Placeholder
+from ..capture import Placeholder
 
 _LIB = torch.library.Library("lazyxla", "DEF")
 _LIB.define("set_buffer_donor_(Tensor t, bool donate) -> Tensor")

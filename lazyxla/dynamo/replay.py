@@ -1,5 +1,5 @@
 """One ATen graph from AOTAutograd, captured once per input signature, replayed as
-one CALL node per call (sync/capture.py).
+one CALL node per call (capture/function.py).
 
 `CompiledGraph` is what the backend returns for each functionalized ATen graph (forward,
 backward or inference). Called with the real inputs, it checks them (lazy tensors on one
@@ -26,7 +26,7 @@ from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import DeviceMismatchError
 from ..ir.node import DATA, Node
 from ..lock import LOCK
-from ..sync.capture import Capture, capture
+from ..capture import Capture, capture
 
 _TENSOR = object()   # marks a tensor slot in an output layout
 

@@ -2,7 +2,7 @@
 `torch_xla.experimental`; behaviour may still change."""
 from __future__ import annotations
 
-from ..sync.capture import InputMutationError
+from ..capture import InputMutationError
 from .eager import eager_mode, eager_mode_context, is_eager_mode
 from .gradient_accumulation import gradient_accumulation
 from .scan import ScanError, scan

@@ -12,7 +12,7 @@ from .._jax import jax_dtype
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import contiguous_strides
 from ..ir.call import Subprogram
-from ..sync.capture import Capture, CaptureError, capture, insert_call
+from ..capture import Capture, CaptureError, capture, insert_call
 
 # Distinct seeds per iteration: xor with i times an odd 64-bit constant (the golden
 # ratio's, as int64), so iteration i of one call never reuses iteration 0's stream.

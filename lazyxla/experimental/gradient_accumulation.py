@@ -19,7 +19,7 @@ from jax import lax
 from ..frontend.tensor import LazyTensor
 from ..ir.call import Subprogram
 from ..sync.api import sync_tensors
-from ..sync.capture import Capture, InputMutationError, capture, insert_call
+from ..capture import Capture, InputMutationError, capture, insert_call
 from ._loop import LoopBody, check_carry, split, zeros
 
 

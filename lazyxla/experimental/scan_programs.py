@@ -10,7 +10,7 @@ from jax import lax
 
 from ..frontend.tensor import LazyTensor
 from ..ir.call import Subprogram
-from ..sync.capture import Capture, CaptureError
+from ..capture import Capture, CaptureError
 from ._loop import LoopBody, insert_loop, split, stacked, zeros
 from .scan_trace import Trace, capture_backward, diff_positions
 

@@ -11,7 +11,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..frontend.tensor import LazyTensor
 from ..ir.graph import data_reachable
-from ..sync.capture import Capture
+from ..capture import Capture
 from ._loop import capture_body, check_carry
 
 

@@ -28,7 +28,7 @@ from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import contiguous_strides
 from ..ir.call import Subprogram, call_node
 from ..ir.node import OPT_BARRIER, Node, getitem_node, intern_sig
-from ..sync.capture import insert_call
+from ..capture import insert_call
 from .scan import ScanError, scan_cached, trace_cache
 
 # first layer -> its one-layer function, kept for layers declared pure.

@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..frontend.tensor import LazyTensor
 from ..ir.call import Subprogram
-from ..sync.capture import Capture
+from ..capture import Capture
 from ._loop import LoopBody, capture_body, check_carry, insert_loop, one_device, split
 
 

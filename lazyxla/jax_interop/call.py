@@ -29,7 +29,7 @@ from ..lock import LOCK
 from ..state import STATE
 from ..lower.jax_fn import flat_function, out_structure, vjp_function
 from ..sync.api import eager_run
-from ..sync.capture import insert_call
+from ..capture import insert_call
 from .buffers import from_jax
 
 _CALLS = BoundedTable(4096)   # key -> JaxCall

@@ -44,7 +44,7 @@ from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
 from ..state import STATE
 from . import barriers, host_eval, host_split
-from .capture import Placeholder, capturing, placeholder_refusal
+from .placeholders import Placeholder, capturing, placeholder_refusal
 from .collect import collect
 from .install import install
 from .view_read import read_view

@@ -12,7 +12,9 @@ earlier tensors are refused and undone; lifted Python scalars are baked as const
 random seeds stay operands drawn per call; host reads of values computed from the inputs
 are refused.
 
-Design: docs/design.md, "sync/capture.py".
+Placeholders and the errors are in sync/placeholders.py, which the sync layer reads.
+
+Design: docs/design.md, "capture/function.py".
 """
 from __future__ import annotations
 
@@ -32,46 +34,12 @@ from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import contiguous_strides
 from ..ir.call import Subprogram, call_outputs
 from ..ir.node import DATA, SCALAR, Node, data_node, scalar_node
-from ..runtime.device_data import DeviceData
 from ..state import STATE
-from .collect import collect
-
-
-class CaptureError(RuntimeError):
-    """A function could not be captured as one program (see sync/capture.py)."""
-
-
-class InputMutationError(CaptureError):
-    """The captured function wrote into a tensor it must not change (undone)."""
-
-
-class Placeholder(DeviceData):
-    """The data of a captured function's input: shape and dtype, no buffer.
-
-    `directive`: None, or the donation flag the function set on this input while
-    it still held the caller's buffer (torch.ops.lazyxla.set_buffer_donor_ inside a
-    compiled function); `Capture.donor_directives` lists them for the caller."""
-    __slots__ = ("directive",)
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.directive = None
+from ..sync.collect import collect
+from ..sync.placeholders import CaptureError, InputMutationError, Placeholder
 
 
 _serial = itertools.count()
-
-
-def capturing() -> bool:
-    """True while a function is being captured (host reads are refused then)."""
-    return STATE.captures > 0
-
-
-def placeholder_refusal() -> CaptureError:
-    return CaptureError(
-        "lazyxla: a value computed from the inputs of a function being captured "
-        "(torch.compile / gradient accumulation) was read on the host (.item(), .cpu(), print, "
-        "a data-dependent branch); there is no data while capturing. Move the host read out of "
-        "the captured function, or let it graph-break there.")
 
 
 class Capture:
