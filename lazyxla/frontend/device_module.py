@@ -1,22 +1,13 @@
 """`torch.lazyxla`: the device module PyTorch looks up for the renamed PrivateUse1 backend.
 
-torch registers it with `torch._register_device_module` and calls into it by name
-(torch 2.13): `torch.autocast` needs `get_amp_supported_dtype`
-(torch/amp/autocast_mode.py); `torch.manual_seed` / `torch.seed` call
-`_is_in_bad_fork` and `manual_seed_all` (torch/random.py `_seed_custom_device`);
-`torch.random.fork_rng` and torch.testing's freeze_rng_state call `get_rng_state` /
-`set_rng_state`;
-backend_registration's dummy module, which this replaces, answered
-`is_available`, `is_initialized`, `current_device` and `device_count`, which
-torch's generic device code (`torch.get_device_module`, checkpointing, DDP) asks.
-`torch.amp.GradScaler("lazyxla")` needs nothing beyond the autocast support.
-The memory figures (`memory_allocated`, `max_memory_allocated`, `memory_reserved`,
-`reset_peak_memory_stats`, `memory_stats`, `mem_get_info`) answer as torch.cuda's
-do, from the runtime's ledger of live device buffers (runtime/memory.py);
-torch.accelerator's functions reach the same answers (frontend/accelerator.py).
-`current_stream` / `stream` serve torch code written for stream devices, such as
-torch.distributed.checkpoint's file writer (filesystem.py `_OverlappingCpuLoader`):
-lazyxla has one implicit stream per device, since JAX orders the work it runs.
+It answers what torch's generic device code asks of a device module by name: autocast's
+supported dtypes, seeding and RNG state, `is_available` / `current_device` /
+`device_count`, streams (one implicit stream per device: JAX orders the work it runs),
+and torch.cuda-style memory figures from the runtime's ledger of live device buffers
+(runtime/memory.py), which torch.accelerator's functions also reach
+(frontend/accelerator.py).
+
+Design: docs/design.md, "frontend/device_module.py".
 """
 from __future__ import annotations
 

@@ -1,24 +1,12 @@
 """`ExecuteReadyTime`: how long a graph really ran, from its launch until its outputs are ready.
 
-Launching a compiled graph returns at once (JAX executes asynchronously), so the
-`ExecuteTime` metric only times the launch. The run itself ends when the outputs are
-ready, and nothing on the step loop's path waits for that: blocking there would
-serialise tracing of the next step with the device's work, the overlap that makes
-lazy execution fast. JAX offers no completion callback, so one waiter thread does
-the waiting: `watch()` hands it the launch time and the output arrays (a deque append
-and a condition notify, about a microsecond per graph), it blocks in
-`jax.block_until_ready` with the GIL released, and records the sample when the arrays
-are ready. Alternatives measured against this: timing at the next host read only
-bounds the run from above (it includes the host's own time in between), and a
-blocking wait after each launch costs the overlap.
+`watch()` hands one waiter thread a graph's launch time and output arrays (about a
+microsecond); the waiter blocks in `jax.block_until_ready` with the GIL released and
+records the sample. Reads of the metrics first wait until every launched graph has been
+measured (`settle`). An output donated to a later graph before the waiter reached it is
+skipped; with none left the sample ends when the waiter noticed.
 
-Reads of the metrics (`lx.metrics.*`) first wait until every launched graph has been
-measured (`settle`), so a read after a host read or `wait_device_ops()` sees them all.
-
-An output donated to a later graph before the waiter reached it can no longer be
-waited on; the waiter then waits on the outputs that are left and, if none is, takes
-the moment it noticed: later than the real end by at most the time the waiter
-needed to be scheduled.
+Design: docs/design.md, "runtime/ready_times.py".
 """
 from __future__ import annotations
 

@@ -1,29 +1,13 @@
 """Interpreter exit with lazyxla work in other threads or in flight (docs/reliability.md).
 
-At exit Python joins non-daemon threads, runs atexit handlers, then finalizes;
-a daemon thread that wakes up inside C++ (a JAX call returning, a torch
-dispatch) during finalization is unwound by force, and C++ frames that catch
-everything abort the process ("FATAL: exception not rethrown"). So, from an
-atexit handler that runs before JAX's own:
+From an atexit handler that runs before JAX's own: (1) take the runtime lock (bounded
+wait) and never release it, so an op or sync in another thread finishes first and later
+entrants park in a plain lock wait; (2) wait for executions in flight; (3) wait (bounded)
+for threads in a device wait outside the lock (`waiting_thread`) to return to Python.
+Pending, never-synced work is dropped. LAZYXLA_EXIT_TIMEOUT (seconds, default 60) bounds
+steps 1 and 3.
 
-1. take the runtime lock (bounded wait): an op or sync in progress in another
-   thread finishes first. The lock is never released: any other thread that
-   enters lazyxla afterwards blocks in a plain lock wait, which finalization
-   leaves alone (the process then exits around it);
-2. wait for executions in flight, so that no XLA computation runs while the
-   backend is torn down;
-3. wait (bounded) until threads blocked in `lx.wait_device_ops()` (which waits
-   outside the lock) are back in Python, then yield the GIL a few times so that
-   threads between a torch binding (which releases the GIL) and our
-   `__torch_dispatch__` reach the lock and park.
-
-Limit: a daemon thread running other C++ code at exit (plain CPU torch ops
-included) can still abort the process; that is CPython < 3.14 with any C++
-extension, not lazyxla, and daemon threads should be joined before exit.
-
-Pending, never-synced work is simply dropped, as with any lazy runtime.
-LAZYXLA_EXIT_TIMEOUT (seconds, default 60) bounds steps 1 and 3: exit never
-hangs on a thread stuck inside lazyxla.
+Design: docs/design.md, "runtime/shutdown.py".
 """
 from __future__ import annotations
 
