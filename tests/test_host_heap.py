@@ -23,6 +23,13 @@ import pytest
 
 from lazyxla.runtime import host_heap
 
+@pytest.fixture(autouse=True)
+def _keep_tuned_state(monkeypatch):
+    # tune() records whether it took (compile options follow it): the tests' calls leave the
+    # suite's process as it was
+    monkeypatch.setattr(host_heap, "_tuned", host_heap._tuned)
+
+
 glibc_only = pytest.mark.skipif(host_heap._LIBC is None or not hasattr(host_heap._LIBC, "mallinfo2"),
                                 reason="needs glibc >= 2.33 (mallopt, mallinfo2)")
 
@@ -213,3 +220,64 @@ def test_first_device_use_applies_the_tuning():
     # LAZYXLA_HEAP_TUNING=0
     assert _probe("main", "import")["mmapped"] is False
     assert _probe("main", "import_off")["mmapped"] is True
+
+
+# XLA's temporaries: a training step whose scratch (the activations kept for the backward)
+# is above the 64 MiB a thread arena's heap can hold, so XLA's one block per execution was
+# mapped afresh every step. Asserted with the process's page-fault counter: a fresh mapping
+# faults in every page it touches, a kept block none.
+TEMPS = """
+import json, resource, torch
+import lazyxla as lx
+from lazyxla.runtime import host_heap
+torch.manual_seed(0)
+dev = lx.device()
+model = torch.nn.Sequential(*[m for _ in range(8) for m in (torch.nn.Linear(256, 256), torch.nn.Tanh())]).to(dev)
+x = torch.randn(8192, 256).to(dev)
+def step():
+    model.zero_grad(set_to_none=True)
+    model(x).square().mean().backward()
+    lx.sync()
+    lx.wait_device_ops()
+for _ in range(3):
+    step()
+temp = lx.debug.donation_report().memory["temp_size_in_bytes"]
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(3):
+    step()
+faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 3
+print(json.dumps({"temp_pages": temp // 4096, "faults_per_step": faults,
+                  "options": host_heap.compiler_options()}))
+"""
+
+
+def _temps(tuning: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", TEMPS], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "LAZYXLA_HEAP_TUNING": tuning})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@glibc_only
+def test_xla_temporaries_stay_in_the_heap():
+    tuned, off = _temps("1"), _temps("0")
+    assert tuned["temp_pages"] * 4096 > 64 * 2**20   # larger than a thread arena's heap
+    assert tuned["options"] == {"xla_multiheap_size_constraint_per_heap": host_heap.XLA_HEAP_LIMIT}
+    assert off["options"] == {}
+    # untuned every step faults its scratch in again; tuned the blocks are reused
+    assert off["faults_per_step"] > 0.9 * off["temp_pages"]
+    assert tuned["faults_per_step"] < 0.1 * tuned["temp_pages"]
+
+
+def test_compiler_options_follow_the_tuning(monkeypatch):
+    from lazyxla.compile import cache
+    from lazyxla.ir.graph import Graph
+    graph = Graph.__new__(Graph)
+    graph.order = []
+    monkeypatch.setattr(host_heap, "_LIBC", _RecordingLibc())
+    assert host_heap.tune("cpu") is True
+    assert cache.compiler_options(graph) == {"xla_multiheap_size_constraint_per_heap": host_heap.XLA_HEAP_LIMIT}
+    assert host_heap.tune("tpu") is False
+    assert cache.compiler_options(graph) == {}
+    assert host_heap.tune("cpu", enabled=False) is False
+    assert cache.compiler_options(graph) == {}

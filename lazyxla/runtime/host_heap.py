@@ -47,9 +47,29 @@ settings' effect on single blocks.
 The heap may thus stay well above what is live (up to 256 MiB at the main
 heap's top, and emptied thread-arena heaps are kept); `release_free_heap`
 gives it back after each compile (XLA's compiler scratch is the big one).
-LAZYXLA_HEAP_TUNING=0 keeps glibc's defaults, and so does any platform but
-CPU (on a GPU the device buffers are not heap blocks). Where glibc is not the C
-library (musl, macOS) both functions do nothing.
+XLA's own scratch block: XLA:CPU allocates an executable's temporaries
+(activations kept for the backward, intermediate products) as one block per
+execution, freed when the execution ends. W2 gpt's is 128 MiB, above what any of
+the settings above can keep: blocks of 32 MiB and more are mapped afresh each time,
+and a per-thread arena (XLA's worker threads allocate it) cannot hold a block
+larger than its 64 MiB heaps at all. So every W2 step faulted 32,700 pages in,
+~50 ms of CPU time (system time) a ~190 ms CPU step on the 2-core VM (a fresh
+128 MiB mapping takes 73 ms to touch there). Tuned, lazyxla compiles for CPU with
+XLA's `xla_multiheap_size_constraint_per_heap` at `XLA_HEAP_LIMIT` (16 MiB,
+below the mmap threshold): the temporaries become several blocks of at most
+16 MiB (a single larger buffer gets a block of its own), which the heap keeps like
+any other freed buffer: W2's steady step faults 0-30 pages in. The total is
+unchanged (memory_analysis: the same temp bytes). `compiler_options()` gives it;
+compile/cache.py merges it into every compile. Other ways weighed: M_MMAP_MAX=0
+with M_ARENA_MAX=1 (serve it from the main heap) works only when XLA's worker
+threads land on the main arena, which glibc's round robin over the arenas already
+made (torch's threads) does not promise: 1 of 3 runs still faulted every step;
+running executions on the calling thread (`jax_cpu_enable_async_dispatch` off)
+also fixed it but makes every sync wait for its graph.
+
+LAZYXLA_HEAP_TUNING=0 keeps glibc's defaults (and XLA's single block), and so does
+any platform but CPU (on a GPU the device buffers are not heap blocks). Where glibc
+is not the C library (musl, macOS) the functions do nothing.
 """
 from __future__ import annotations
 
@@ -62,6 +82,8 @@ _M_TOP_PAD = -2
 MMAP_THRESHOLD = 32 * 2**20
 TRIM_THRESHOLD = 256 * 2**20
 TOP_PAD = 64 * 2**20
+XLA_HEAP_LIMIT = 16 * 2**20   # XLA's temporaries in blocks below MMAP_THRESHOLD
+_tuned = False   # tune() took: compile with XLA_HEAP_LIMIT
 
 
 def _load_glibc() -> Optional[ctypes.CDLL]:
@@ -87,11 +109,20 @@ def tune(platform: str, enabled: bool = True) -> bool:
     buffers heap blocks; on a GPU or TPU they live in the device allocator, and the
     settings would only make the host heap keep more memory for nothing, so they are
     not applied there (`release_free_heap` still applies: compiles run on the host)."""
+    global _tuned
     if _LIBC is None or not enabled or platform != "cpu":
+        _tuned = False
         return False
     settings = ((_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD),
                 (_M_TOP_PAD, TOP_PAD))
-    return all([_LIBC.mallopt(param, value) == 1 for param, value in settings])
+    _tuned = all([_LIBC.mallopt(param, value) == 1 for param, value in settings])
+    return _tuned
+
+
+def compiler_options() -> dict:
+    """XLA options that keep an executable's temporaries in the tuned heap: blocks of
+    at most XLA_HEAP_LIMIT instead of one (see the module's notes); {} untuned."""
+    return {"xla_multiheap_size_constraint_per_heap": XLA_HEAP_LIMIT} if _tuned else {}
 
 
 def release_free_heap() -> None:
