@@ -168,7 +168,7 @@ def compiler_options(graph: Graph) -> dict:
     """XLA options this graph is compiled with: barriers that hold, when it has any, and
     on the tuned CPU heap temporaries in blocks it keeps (runtime/host_heap.py; fixed
     for the process once the device is up, so the graph key still covers them)."""
-    options = host_heap.compiler_options()
+    options = host_heap.compiler_options(config.SETTINGS.split_temporaries)
     if any(node.op is OPT_BARRIER for node in graph.order):
         options.update(_KEEP_BARRIERS)
     return options
@@ -254,6 +254,10 @@ def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
         with warnings.catch_warnings():
             # Explicit donors without a matching output are freed, not reused; JAX warns.
             warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+            # XLA:CPU does not serialise an executable whose temporaries are split into
+            # several blocks (runtime/host_heap.py): such a graph is not written to the
+            # persistent cache and compiles in each process; JAX warns on every write.
+            warnings.filterwarnings("ignore", message="(?s).*Multiple temp buffer allocations")
             compiled = jitted.lower().compile(compiler_options(graph) or None)
     except LoweringError:
         raise

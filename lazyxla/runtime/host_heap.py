@@ -59,7 +59,13 @@ XLA's `xla_multiheap_size_constraint_per_heap` at `XLA_HEAP_LIMIT` (16 MiB,
 below the mmap threshold): the temporaries become several blocks of at most
 16 MiB (a single larger buffer gets a block of its own), which the heap keeps like
 any other freed buffer: W2's steady step faults 0-30 pages in. The total is
-unchanged (memory_analysis: the same temp bytes). `compiler_options()` gives it;
+unchanged (memory_analysis: the same temp bytes). The price: XLA:CPU refuses to
+serialise an executable with more than one temporary block ("Multiple temp buffer
+allocations found"), so a graph with more than 16 MiB of temporaries is not written
+to the persistent compile cache (compile/disk_cache.py) and compiles once in every
+process (W2: ~1.4 s, against ~50 ms of CPU saved in every step); smaller graphs are
+cached as before. LAZYXLA_SPLIT_TEMPORARIES=0 keeps XLA's single block (and big
+graphs in the persistent cache) with the rest of the tuning. `compiler_options()` gives it;
 compile/cache.py merges it into every compile. Other ways weighed: M_MMAP_MAX=0
 with M_ARENA_MAX=1 (serve it from the main heap) works only when XLA's worker
 threads land on the main arena, which glibc's round robin over the arenas already
@@ -119,10 +125,11 @@ def tune(platform: str, enabled: bool = True) -> bool:
     return _tuned
 
 
-def compiler_options() -> dict:
+def compiler_options(split: bool = True) -> dict:
     """XLA options that keep an executable's temporaries in the tuned heap: blocks of
-    at most XLA_HEAP_LIMIT instead of one (see the module's notes); {} untuned."""
-    return {"xla_multiheap_size_constraint_per_heap": XLA_HEAP_LIMIT} if _tuned else {}
+    at most XLA_HEAP_LIMIT instead of one (see the module's notes); {} untuned or
+    when `split` (the caller's LAZYXLA_SPLIT_TEMPORARIES) is off."""
+    return {"xla_multiheap_size_constraint_per_heap": XLA_HEAP_LIMIT} if _tuned and split else {}
 
 
 def release_free_heap() -> None:
