@@ -13,7 +13,6 @@ glibc's 128 KiB default mmap threshold and our 32 MiB one. The W1 page-fault
 count per step is a benchmark figure (`minor_faults_per_step`)."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -223,52 +222,11 @@ def test_first_device_use_applies_the_tuning():
     assert _probe("main", "import_off")["mmapped"] is True
 
 
-# XLA's temporaries: a training step whose scratch (the activations kept for the backward)
-# is above the 64 MiB a thread arena's heap can hold, so XLA's one block per execution was
-# mapped afresh every step. Asserted with the process's page-fault counter: a fresh mapping
-# faults in every page it touches, a kept block none.
-TEMPS = """
-import json, resource, torch
-import lazyxla as lx
-from lazyxla.runtime import host_heap
-torch.manual_seed(0)
-dev = lx.device()
-model = torch.nn.Sequential(*[m for _ in range(8) for m in (torch.nn.Linear(256, 256), torch.nn.Tanh())]).to(dev)
-x = torch.randn(8192, 256).to(dev)
-def step():
-    model.zero_grad(set_to_none=True)
-    model(x).square().mean().backward()
-    lx.sync()
-    lx.wait_device_ops()
-for _ in range(3):
-    step()
-temp = lx.debug.donation_report().memory["temp_size_in_bytes"]
-faults = []
-for _ in range(5):   # the median: the heap still grows at an odd early step (module notes)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    step()
-    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(json.dumps({"temp_pages": temp // 4096, "faults_per_step": sorted(faults)[2],
-                  "options": host_heap.compiler_options()}))
-"""
-
-
-def _temps(tuning: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", TEMPS], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "LAZYXLA_HEAP_TUNING": tuning})
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-@glibc_only
-def test_xla_temporaries_stay_in_the_heap():
-    tuned, off = _temps("1"), _temps("0")
-    assert tuned["temp_pages"] * 4096 > 64 * 2**20   # larger than a thread arena's heap
-    assert tuned["options"] == {"xla_multiheap_size_constraint_per_heap": host_heap.XLA_HEAP_LIMIT}
-    assert off["options"] == {}
-    # untuned every step faults its scratch in again; tuned the blocks are reused
-    assert off["faults_per_step"] > 0.9 * off["temp_pages"]
-    assert tuned["faults_per_step"] < 0.1 * tuned["temp_pages"]
+# XLA's temporaries: XLA:CPU allocates an executable's scratch as one block per run, which
+# above 64 MiB (a thread arena's heap) glibc maps afresh every step; with the heap tuned,
+# lazyxla compiles with blocks of at most XLA_HEAP_LIMIT, which the heap keeps. The page
+# faults this saves depend on the host (transparent huge pages, glibc), so they are a
+# benchmark figure (docs/benchmarks.md, "W2's step and XLA's scratch"), not asserted here.
 
 
 def test_compiler_options_follow_the_tuning(monkeypatch):
@@ -279,10 +237,8 @@ def test_compiler_options_follow_the_tuning(monkeypatch):
     monkeypatch.setattr(host_heap, "_LIBC", _RecordingLibc())
     assert host_heap.tune("cpu") is True
     assert cache.compiler_options(graph) == {"xla_multiheap_size_constraint_per_heap": host_heap.XLA_HEAP_LIMIT}
-    settings = cache.config.SETTINGS
-    monkeypatch.setattr(cache.config, "SETTINGS", dataclasses.replace(settings, split_temporaries=False))
-    assert cache.compiler_options(graph) == {}   # LAZYXLA_SPLIT_TEMPORARIES=0
-    monkeypatch.setattr(cache.config, "SETTINGS", settings)
+    with cache.config.override(split_temporaries=False):
+        assert cache.compiler_options(graph) == {}   # LAZYXLA_SPLIT_TEMPORARIES=0
     assert host_heap.tune("tpu") is False
     assert cache.compiler_options(graph) == {}
     assert host_heap.tune("cpu", enabled=False) is False
