@@ -67,6 +67,10 @@ class Config:
     log: read at import)."""
     heap_tuning: bool = True
     """Set glibc's malloc so freed device buffers (CPU backend) stay in the heap for reuse."""
+    split_temporaries: bool = True
+    """With heap_tuning on CPU, compile graphs with their XLA temporaries in blocks of at most
+    16 MiB, which the heap keeps (no page faults each step); XLA:CPU cannot write such a graph
+    to the persistent compile cache, so 0 keeps big graphs cached instead (runtime/host_heap.py)."""
     exit_timeout: float = 60.0
     """Seconds interpreter exit waits for running work and the lock before going on."""
     provenance: bool = False

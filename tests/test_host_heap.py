@@ -23,6 +23,13 @@ import pytest
 
 from lazyxla.runtime import host_heap
 
+@pytest.fixture(autouse=True)
+def _keep_tuned_state(monkeypatch):
+    # tune() records whether it took (compile options follow it): the tests' calls leave the
+    # suite's process as it was
+    monkeypatch.setattr(host_heap, "_tuned", host_heap._tuned)
+
+
 glibc_only = pytest.mark.skipif(host_heap._LIBC is None or not hasattr(host_heap._LIBC, "mallinfo2"),
                                 reason="needs glibc >= 2.33 (mallopt, mallinfo2)")
 
@@ -213,3 +220,26 @@ def test_first_device_use_applies_the_tuning():
     # LAZYXLA_HEAP_TUNING=0
     assert _probe("main", "import")["mmapped"] is False
     assert _probe("main", "import_off")["mmapped"] is True
+
+
+# XLA's temporaries: XLA:CPU allocates an executable's scratch as one block per run, which
+# above 64 MiB (a thread arena's heap) glibc maps afresh every step; with the heap tuned,
+# lazyxla compiles with blocks of at most XLA_HEAP_LIMIT, which the heap keeps. The page
+# faults this saves depend on the host (transparent huge pages, glibc), so they are a
+# benchmark figure (docs/benchmarks.md, "W2's step and XLA's scratch"), not asserted here.
+
+
+def test_compiler_options_follow_the_tuning(monkeypatch):
+    from lazyxla.compile import cache
+    from lazyxla.ir.graph import Graph
+    graph = Graph.__new__(Graph)
+    graph.order = []
+    monkeypatch.setattr(host_heap, "_LIBC", _RecordingLibc())
+    assert host_heap.tune("cpu") is True
+    assert cache.compiler_options(graph) == {"xla_multiheap_size_constraint_per_heap": host_heap.XLA_HEAP_LIMIT}
+    with cache.config.override(split_temporaries=False):
+        assert cache.compiler_options(graph) == {}   # LAZYXLA_SPLIT_TEMPORARIES=0
+    assert host_heap.tune("tpu") is False
+    assert cache.compiler_options(graph) == {}
+    assert host_heap.tune("cpu", enabled=False) is False
+    assert cache.compiler_options(graph) == {}

@@ -26,6 +26,7 @@ from ..errors import LoweringError
 from ..patches import x64
 from . import precision
 from ..runtime import placement
+from ..runtime import host_heap
 from ..runtime.host_heap import release_free_heap
 from ..ir.graph import Graph
 from ..ir.node import OPT_BARRIER
@@ -164,10 +165,13 @@ _KEEP_BARRIERS = {"xla_disable_hlo_passes": "cse_barrier_expander"}
 
 
 def compiler_options(graph: Graph) -> dict:
-    """XLA options this graph is compiled with: barriers that hold, when it has any."""
+    """XLA options this graph is compiled with: barriers that hold, when it has any, and
+    on the tuned CPU heap temporaries in blocks it keeps (runtime/host_heap.py; fixed
+    for the process once the device is up, so the graph key still covers them)."""
+    options = host_heap.compiler_options(config.SETTINGS.split_temporaries)
     if any(node.op is OPT_BARRIER for node in graph.order):
-        return dict(_KEEP_BARRIERS)
-    return {}
+        options.update(_KEEP_BARRIERS)
+    return options
 
 
 _gc_lock = threading.Lock()
@@ -250,6 +254,10 @@ def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
         with warnings.catch_warnings():
             # Explicit donors without a matching output are freed, not reused; JAX warns.
             warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+            # XLA:CPU does not serialise an executable whose temporaries are split into
+            # several blocks (runtime/host_heap.py): such a graph is not written to the
+            # persistent cache and compiles in each process; JAX warns on every write.
+            warnings.filterwarnings("ignore", message="(?s).*Multiple temp buffer allocations")
             compiled = jitted.lower().compile(compiler_options(graph) or None)
     except LoweringError:
         raise

@@ -5,7 +5,10 @@ step frees and allocates blocks of the same sizes every step. `tune` sets glibc'
 M_MMAP_THRESHOLD (32 MiB), M_TRIM_THRESHOLD (256 MiB) and M_TOP_PAD (64 MiB) together
 (`mallopt`), so freed blocks stay in the heap for the next step instead of going back
 to the OS and being faulted in again; the heap may thus stay well above what is live,
-and `release_free_heap` gives that back after each compile. LAZYXLA_HEAP_TUNING=0 keeps
+and `release_free_heap` gives that back after each compile. Tuned, `compiler_options()`
+has XLA:CPU split an executable's temporaries into blocks of at most XLA_HEAP_LIMIT, which
+the heap keeps (LAZYXLA_SPLIT_TEMPORARIES=0: one block, and graphs with more than that in
+temporaries stay in the persistent compile cache). LAZYXLA_HEAP_TUNING=0 keeps
 glibc's defaults, and so does any platform but CPU; where glibc is not the C library
 (musl, macOS) both functions do nothing.
 
@@ -22,6 +25,8 @@ _M_TOP_PAD = -2
 MMAP_THRESHOLD = 32 * 2**20
 TRIM_THRESHOLD = 256 * 2**20
 TOP_PAD = 64 * 2**20
+XLA_HEAP_LIMIT = 16 * 2**20   # XLA's temporaries in blocks below MMAP_THRESHOLD
+_tuned = False   # tune() took: compile with XLA_HEAP_LIMIT
 
 
 def _load_glibc() -> Optional[ctypes.CDLL]:
@@ -47,11 +52,21 @@ def tune(platform: str, enabled: bool = True) -> bool:
     buffers heap blocks; on a GPU or TPU they live in the device allocator, and the
     settings would only make the host heap keep more memory for nothing, so they are
     not applied there (`release_free_heap` still applies: compiles run on the host)."""
+    global _tuned
     if _LIBC is None or not enabled or platform != "cpu":
+        _tuned = False
         return False
     settings = ((_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD),
                 (_M_TOP_PAD, TOP_PAD))
-    return all([_LIBC.mallopt(param, value) == 1 for param, value in settings])
+    _tuned = all([_LIBC.mallopt(param, value) == 1 for param, value in settings])
+    return _tuned
+
+
+def compiler_options(split: bool = True) -> dict:
+    """XLA options that keep an executable's temporaries in the tuned heap: blocks of
+    at most XLA_HEAP_LIMIT instead of one (see the module's notes); {} untuned or
+    when `split` (the caller's LAZYXLA_SPLIT_TEMPORARIES) is off."""
+    return {"xla_multiheap_size_constraint_per_heap": XLA_HEAP_LIMIT} if _tuned and split else {}
 
 
 def release_free_heap() -> None:
