@@ -34,6 +34,24 @@ def batch(step: int):
     return torch.randn(6, 8, generator=g), torch.randn(6, 4, generator=g)
 
 
+def train(model: torch.nn.Module, opt: torch.optim.Optimizer, dev, manager, start: int,
+          args: argparse.Namespace, barrier=None) -> None:
+    """Both scripts' loop: steps `start`..`args.steps` with a save after each (the manager
+    keeps every `args.interval`-th), the kill armed before it, and the final parameters
+    written to `args.out`. `barrier`: the script's own step barrier, if it writes one."""
+    for step in range(start, args.steps):
+        x, y = batch(step)
+        loss = torch.nn.functional.mse_loss(model(x.to(dev)), y.to(dev))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if barrier is not None:
+            barrier()
+        arm(args.kill, step + 1)
+        manager.save(step + 1, {"model": model.state_dict(), "optim": opt.state_dict()})
+    torch.save([p.detach().cpu() for p in model.parameters()], args.out)
+
+
 def _die(*_args, **_kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
 

@@ -4,7 +4,7 @@ kill_points.py); the final parameters go to --out. Run by tests/test_fault_kills
 import torch
 
 import lazyxla as lx
-from kill_points import arguments, arm, batch, make_model
+from kill_points import arguments, make_model, train
 
 args = arguments()
 
@@ -14,12 +14,4 @@ opt = torch.optim.AdamW(model.parameters(), lr=0.05)
 manager = lx.spmd.CheckpointManager(args.ckpt, save_interval=args.interval, max_to_keep=2)
 start = manager.restore_latest({"model": model.state_dict(), "optim": opt.state_dict()}, opt)
 print(f"START {start} {manager.all_steps()}", flush=True)
-for step in range(start, args.steps):
-    x, y = batch(step)
-    loss = torch.nn.functional.mse_loss(model(x.to(dev)), y.to(dev))
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-    arm(args.kill, step + 1)
-    manager.save(step + 1, {"model": model.state_dict(), "optim": opt.state_dict()})
-torch.save([p.detach().cpu() for p in model.parameters()], args.out)
+train(model, opt, dev, manager, start, args)

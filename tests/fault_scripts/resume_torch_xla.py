@@ -5,7 +5,7 @@ import torch_xla
 import torch_xla.core.xla_model as xm
 from torch_xla.experimental.distributed_checkpoint import CheckpointManager, prime_optimizer
 
-from kill_points import arguments, arm, batch, make_model
+from kill_points import arguments, make_model, train
 
 args = arguments()
 
@@ -21,13 +21,4 @@ if manager.all_steps():
     manager.restore(start, state)
     opt.load_state_dict(state["optim"])
 print(f"START {start} {manager.all_steps()}", flush=True)
-for step in range(start, args.steps):
-    x, y = batch(step)
-    loss = torch.nn.functional.mse_loss(model(x.to(dev)), y.to(dev))
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-    xm.mark_step()
-    arm(args.kill, step + 1)
-    manager.save(step + 1, {"model": model.state_dict(), "optim": opt.state_dict()})
-torch.save([p.detach().cpu() for p in model.parameters()], args.out)
+train(model, opt, dev, manager, start, args, barrier=xm.mark_step)
