@@ -14,7 +14,7 @@ router imports the handlers, never the other way round.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
@@ -29,7 +29,15 @@ from .tracing import DeviceMismatchError, convert_call, lookup, make_node, trace
 aten = torch.ops.aten
 # OpInfo of each OpOverload met so far (filled by the router's classify)
 INFOS: dict = {}
-_router: list = [None]
+
+
+class _Router:
+    """The router's `classify`, once dispatch.py has installed it."""
+    classify: Optional[Callable[..., OpInfo]] = None
+
+
+_ROUTER = _Router()
+
 # lazyxla's own decompositions (Python over lazy tensors), consulted before PyTorch's
 # table: for ops whose schema hides a mutation (native_batch_norm updates running stats)
 # or whose PyTorch decomposition reaches ops without a lowering (native_dropout -> rand_like)
@@ -38,13 +46,13 @@ DECOMPOSITIONS = facts("decomposition")
 
 def set_router(classify: Callable[..., OpInfo]) -> None:
     """Install the router's `classify(func) -> OpInfo` (dispatch.py, at its import)."""
-    _router[0] = classify
+    _ROUTER.classify = classify
 
 
 def op_info(func) -> OpInfo:
     """The op's classification (its handler): cached, else made by the router."""
     info = INFOS.get(func)
-    return info if info is not None else _router[0](func)
+    return info if info is not None else _ROUTER.classify(func)
 
 
 def run_op(func, args, kwargs):
