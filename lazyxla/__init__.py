@@ -2,8 +2,14 @@
 explainable buffer donation. Public API: see API.md (shared/) and README.md."""
 from __future__ import annotations
 
-from . import _jax  # (enables JAX's 64-bit mode first)
-from .frontend import torch_compat as _torch_compat
+from . import config as _config
+from .runtime import host_heap as _host_heap
+
+# First, before JAX's backend starts threads: on CPU, one heap that keeps device buffers.
+_host_heap.tune_at_import(_config.SETTINGS.heap_tuning)
+
+from . import _jax  # noqa: E402  (enables JAX's 64-bit mode first)
+from .frontend import torch_compat as _torch_compat  # noqa: E402
 
 _jax.check_version()            # warn outside the verified JAX and torch ranges
 _torch_compat.check_version()

@@ -66,11 +66,14 @@ class Config:
     """Warn at every compile with the reason, and have dynamo log why it recompiles (dynamo's
     log: read at import)."""
     heap_tuning: bool = True
-    """Set glibc's malloc so freed device buffers (CPU backend) stay in the heap for reuse."""
+    """Set glibc's malloc so freed device buffers (CPU backend) stay in the heap for reuse: at
+    import one heap for every thread, else at the first device use (runtime/host_heap.py; read
+    at import and at the first device use)."""
     split_temporaries: bool = True
-    """With heap_tuning on CPU, compile graphs with their XLA temporaries in blocks of at most
-    16 MiB, which the heap keeps (no page faults each step); XLA:CPU cannot write such a graph
-    to the persistent compile cache, so 0 keeps big graphs cached instead (runtime/host_heap.py)."""
+    """Where the import could not make one heap (a thread allocated first), compile graphs with
+    their XLA temporaries in blocks of at most 16 MiB, which the heap keeps (no page faults each
+    step); XLA:CPU cannot write such a graph to the persistent compile cache, so 0 keeps big
+    graphs cached instead (runtime/host_heap.py)."""
     exit_timeout: float = 60.0
     """Seconds interpreter exit waits for running work and the lock before going on."""
     provenance: bool = False

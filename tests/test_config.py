@@ -158,7 +158,8 @@ def test_cache_root(monkeypatch, tmp_path):
 # -- config.override reaches every reader (settings are read at use, never copied) ----------
 
 # Settings that set something up once, at import, by design (noted on their Config field):
-IMPORT_TIME_READS = {"lazyxla/dynamo/backend.py"}   # explain_recompiles: dynamo's own log
+IMPORT_TIME_READS = {"lazyxla/dynamo/backend.py",   # explain_recompiles: dynamo's own log
+                     "lazyxla/__init__.py"}         # heap_tuning: the heap is set before JAX's threads start
 
 
 def _import_time_settings_reads(path: pathlib.Path) -> list[int]:

@@ -25,9 +25,9 @@ from lazyxla.runtime import host_heap
 
 @pytest.fixture(autouse=True)
 def _keep_tuned_state(monkeypatch):
-    # tune() records whether it took (compile options follow it): the tests' calls leave the
-    # suite's process as it was
-    monkeypatch.setattr(host_heap, "_tuned", host_heap._tuned)
+    # tune() records which tuning took (compile options follow it): each test starts untuned,
+    # and the suite's process is left as it was
+    monkeypatch.setattr(host_heap.HEAP, "mode", None)
 
 
 glibc_only = pytest.mark.skipif(host_heap._LIBC is None or not hasattr(host_heap._LIBC, "mallinfo2"),
@@ -39,7 +39,9 @@ glibc_only = pytest.mark.skipif(host_heap._LIBC is None or not hasattr(host_heap
 PROBE = """
 import ctypes, importlib.util, json, os, sys, threading
 case, mode = sys.argv[1], sys.argv[2]
-if mode == "import":
+if mode == "import_after_thread":   # a thread that allocated before the import has an arena of its own
+    t = threading.Thread(target=lambda: bytearray(10**6)); t.start(); t.join()
+if mode.startswith("import"):
     import lazyxla
     lazyxla.device_count()   # the first use of the device applies the tuning (its platform is known then)
     from lazyxla.runtime import host_heap
@@ -64,7 +66,7 @@ libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MB = 2**20
 
-VEC = ctypes.create_string_buffer(32 * MB // PAGE)   # allocated up front: no malloc between free and reuse
+VEC = ctypes.create_string_buffer(128 * MB // PAGE)   # allocated up front: no malloc between free and reuse
 
 def resident(p, n):
     # fraction of the block's whole pages that are mapped and resident; 0.0 when unmapped
@@ -120,22 +122,35 @@ def on_thread(fn):
     t.start(); t.join()
     return out
 
+def big_block():
+    # 100 MiB: above the largest mmap threshold and a thread arena's 64 MiB heap (XLA's
+    # scratch of a GPT-2 124M step, allocated on one of its worker threads)
+    before = libc.mallinfo2().hblkhd
+    p = touched(100 * MB)
+    mmapped = libc.mallinfo2().hblkhd - before >= 100 * MB
+    libc.free(p)
+    return {"mmapped": mmapped, "resident_after_free": resident(p, 100 * MB)}
+
 CASES = {"main": one_block, "thread": lambda: on_thread(one_block), "four_blocks": four_blocks,
-         "second_heap": lambda: on_thread(second_heap), "release": trimmed}
-print(json.dumps(CASES[case]()))
+         "second_heap": lambda: on_thread(second_heap), "release": trimmed,
+         "big_thread": lambda: on_thread(big_block)}
+print(json.dumps({**CASES[case](), "mode": host_heap.HEAP.mode if mode.startswith("import") else None}))
 """
 
 
 def _probe(case: str, mode: str) -> dict:
     """`mode`: "import" (`import lazyxla` and a device query, tuning on), "import_off" (the same with
-    LAZYXLA_HEAP_TUNING=0), "tuned" / "default" (host_heap.py alone, `tune()` called
-    or not), "tuned_small_pad"."""
-    env = {**os.environ, "LAZYXLA_HEAP_TUNING": "0" if mode == "import_off" else "1"}
-    args = [case, "import" if mode.startswith("import") else mode, host_heap.__file__]
+    LAZYXLA_HEAP_TUNING=0), "import_after_thread" (a thread allocates first), "tuned" /
+    "default" (host_heap.py alone, `tune()` called or not), "tuned_small_pad"."""
+    env = {**os.environ, "LAZYXLA_HEAP_TUNING": "0" if mode == "import_off" else "1", "JAX_PLATFORMS": "cpu"}
+    args = [case, "import" if mode in ("import", "import_off") else mode, host_heap.__file__]
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(PROBE), *args], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    if got["mode"] is None:
+        del got["mode"]
+    return got
 
 
 @glibc_only
@@ -222,6 +237,53 @@ def test_first_device_use_applies_the_tuning():
     assert _probe("main", "import_off")["mmapped"] is True
 
 
+@glibc_only
+def test_import_on_cpu_keeps_big_blocks_of_any_thread_in_one_heap():
+    # mode ONE_HEAP: a worker thread's 100 MiB block comes from the main heap and stays
+    # there after free; the temporaries need no splitting (graphs stay cacheable)
+    got = _probe("big_thread", "import")
+    assert got == {"mmapped": False, "resident_after_free": 1.0, "mode": host_heap.ONE_HEAP}
+    # the control: the tuning at the first device use (mode SPLIT) maps it afresh every time
+    assert _probe("big_thread", "tuned") == {"mmapped": True, "resident_after_free": 0.0}
+
+
+@glibc_only
+def test_an_earlier_thread_arena_leaves_the_import_to_the_split_tuning():
+    # glibc keeps that thread's arena, and new threads may land on it: not one heap then
+    got = _probe("main", "import_after_thread")
+    assert got == {"mmapped": False, "resident_after_free": 1.0, "same_block_again": True,
+                   "mode": host_heap.SPLIT}
+
+
+@pytest.mark.parametrize("platforms, cpu", [("cpu", True), ("CPU,tpu", True), ("tpu", False),
+                                            ("cuda,cpu", False)])
+def test_the_import_asks_jax_platforms_which_backend_comes(monkeypatch, platforms, cpu):
+    monkeypatch.setenv("JAX_PLATFORMS", platforms)
+    assert host_heap.will_run_on_cpu() is cpu
+    libc = _RecordingLibc()
+    monkeypatch.setattr(host_heap, "_LIBC", libc)
+    monkeypatch.setattr(host_heap, "arena_count", lambda: 1)
+    assert host_heap.tune_at_import() is cpu
+    assert bool(libc.calls) is cpu
+
+
+def test_an_installed_accelerator_plugin_means_no_import_tuning(monkeypatch):
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    real = host_heap.importlib.util.find_spec
+    monkeypatch.setattr(host_heap.importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "libtpu" else real(name, *a))
+    assert host_heap.will_run_on_cpu() is False
+
+
+def test_another_platform_undoes_the_import_tuning(monkeypatch):
+    libc = _RecordingLibc()
+    monkeypatch.setattr(host_heap, "_LIBC", libc)
+    monkeypatch.setattr(host_heap.HEAP, "mode", host_heap.ONE_HEAP)
+    assert host_heap.tune("gpu") is False
+    assert libc.calls == list(host_heap._DEFAULTS) and host_heap.HEAP.mode is None
+    assert host_heap.compiler_options() == {}
+
+
 # XLA's temporaries: XLA:CPU allocates an executable's scratch as one block per run, which
 # above 64 MiB (a thread arena's heap) glibc maps afresh every step; with the heap tuned,
 # lazyxla compiles with blocks of at most XLA_HEAP_LIMIT, which the heap keeps. The page
@@ -230,6 +292,7 @@ def test_first_device_use_applies_the_tuning():
 
 
 def test_compiler_options_follow_the_tuning(monkeypatch):
+    # mode SPLIT only: ONE_HEAP keeps XLA's one block of temporaries (and the graph cacheable)
     from lazyxla.compile import cache
     from lazyxla.ir.graph import Graph
     graph = Graph.__new__(Graph)
@@ -242,4 +305,7 @@ def test_compiler_options_follow_the_tuning(monkeypatch):
     assert host_heap.tune("tpu") is False
     assert cache.compiler_options(graph) == {}
     assert host_heap.tune("cpu", enabled=False) is False
+    assert cache.compiler_options(graph) == {}
+    monkeypatch.setattr(host_heap.HEAP, "mode", host_heap.ONE_HEAP)
+    assert host_heap.tune("cpu") is True
     assert cache.compiler_options(graph) == {}

@@ -1,32 +1,59 @@
 """The process heap as device memory: glibc malloc settings and trimming.
 
 On the CPU backend every XLA buffer is a block of the process heap, and a training
-step frees and allocates blocks of the same sizes every step. `tune` sets glibc's
-M_MMAP_THRESHOLD (32 MiB), M_TRIM_THRESHOLD (256 MiB) and M_TOP_PAD (64 MiB) together
-(`mallopt`), so freed blocks stay in the heap for the next step instead of going back
-to the OS and being faulted in again; the heap may thus stay well above what is live,
-and `release_free_heap` gives that back after each compile. Tuned, `compiler_options()`
-has XLA:CPU split an executable's temporaries into blocks of at most XLA_HEAP_LIMIT, which
-the heap keeps (LAZYXLA_SPLIT_TEMPORARIES=0: one block, and graphs with more than that in
-temporaries stay in the persistent compile cache). LAZYXLA_HEAP_TUNING=0 keeps
-glibc's defaults, and so does any platform but CPU; where glibc is not the C library
-(musl, macOS) both functions do nothing.
+step frees and allocates blocks of the same sizes every step. The settings here keep
+freed blocks in the heap for the next step instead of giving them back to the OS to be
+faulted in again; the heap may thus stay well above what is live, and
+`release_free_heap` gives that back after each compile. Two ways, in order:
+
+* `tune_at_import` (`import lazyxla`, before JAX starts its backend), when the platform
+  will be CPU and the process has one malloc arena so far: every thread allocates from
+  the main heap (M_ARENA_MAX 1, M_MMAP_MAX 0) and it is never trimmed by itself, so
+  blocks of any size are kept (mode ONE_HEAP).
+* otherwise `tune` at the first device use on CPU: M_MMAP_THRESHOLD 32 MiB,
+  M_TRIM_THRESHOLD 256 MiB, M_TOP_PAD 64 MiB, and `compiler_options()` has XLA:CPU split
+  an executable's temporaries into blocks of at most XLA_HEAP_LIMIT (mode SPLIT;
+  LAZYXLA_SPLIT_TEMPORARIES=0: one block, and graphs with more than that in temporaries
+  stay in the persistent compile cache).
+
+LAZYXLA_HEAP_TUNING=0 keeps glibc's defaults, and so does any platform but CPU; where
+glibc is not the C library (musl, macOS) every function here does nothing.
 
 Design: docs/design.md, "runtime/host_heap.py".
 """
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
+import importlib.util
+import os
 from typing import Optional
 
 _M_TRIM_THRESHOLD = -1   # glibc's <malloc.h> parameter numbers
-_M_MMAP_THRESHOLD = -3
 _M_TOP_PAD = -2
+_M_MMAP_THRESHOLD = -3
+_M_MMAP_MAX = -4
+_M_ARENA_MAX = -8
 MMAP_THRESHOLD = 32 * 2**20
 TRIM_THRESHOLD = 256 * 2**20
 TOP_PAD = 64 * 2**20
+NEVER_TRIM = 2**31 - 1        # mallopt takes an int: the largest trim threshold there is
 XLA_HEAP_LIMIT = 16 * 2**20   # XLA's temporaries in blocks below MMAP_THRESHOLD
-_tuned = False   # tune() took: compile with XLA_HEAP_LIMIT
+# glibc's defaults, restored when the platform turns out not to be CPU after all
+_DEFAULTS = ((_M_MMAP_MAX, 65536), (_M_TRIM_THRESHOLD, 128 * 2**10), (_M_TOP_PAD, 128 * 2**10),
+             (_M_ARENA_MAX, 0))
+ONE_HEAP, SPLIT = "one heap", "split"
+# Accelerator PJRT plugins JAX would pick over CPU (jax._src.xla_bridge discovers them the same
+# ways: the `jax_plugins` entry points and namespace package, and libtpu for TPUs).
+_ACCELERATOR_MODULES = ("libtpu", "jax_plugins")
+
+
+class _Heap:
+    """Which tuning took (None, ONE_HEAP or SPLIT): compile options follow it."""
+    mode: Optional[str] = None
+
+
+HEAP = _Heap()
 
 
 def _load_glibc() -> Optional[ctypes.CDLL]:
@@ -34,39 +61,95 @@ def _load_glibc() -> Optional[ctypes.CDLL]:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt  # noqa: B018  (AttributeError where this is not glibc)
         libc.malloc_trim  # noqa: B018
-        return libc
     except (OSError, AttributeError):
         return None
+    libc.open_memstream.restype = ctypes.c_void_p
+    libc.open_memstream.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    libc.fclose.argtypes = [ctypes.c_void_p]
+    libc.free.argtypes = [ctypes.c_void_p]
+    return libc
 
 
 _LIBC = _load_glibc()
 
 
-def tune(platform: str, enabled: bool = True) -> bool:
-    """Keep freed buffers in the heap for reuse; True when the settings took.
+def _mallopt_all(settings) -> bool:
+    return all([_LIBC.mallopt(param, value) == 1 for param, value in settings])
 
-    `enabled` is the caller's LAZYXLA_HEAP_TUNING (this module reads no settings, so the
-    tests can load it alone, without importing torch or JAX).
+
+def tune_at_import(enabled: bool = True) -> bool:
+    """Mode ONE_HEAP, before JAX's backend starts; True when it took. `enabled` is the
+    caller's LAZYXLA_HEAP_TUNING (this module reads no settings, so the tests can load
+    it alone, without importing torch or JAX).
+
+    Only while the main arena is the process's one arena: glibc binds a thread to an
+    arena at its first malloc and M_ARENA_MAX stops only new arenas, so threads that
+    allocated earlier (and the round robin of new threads over them) would keep blocks
+    outside the main heap, where M_MMAP_MAX 0 does not keep the big ones."""
+    if _LIBC is None or not enabled or not will_run_on_cpu() or arena_count() != 1:
+        return False
+    if _mallopt_all(((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, NEVER_TRIM), (_M_TOP_PAD, TOP_PAD))):
+        HEAP.mode = ONE_HEAP
+        return True
+    _mallopt_all(_DEFAULTS)
+    return False
+
+
+def will_run_on_cpu() -> bool:
+    """Whether JAX will pick its CPU backend, asked without starting it: JAX_PLATFORMS
+    when set, else whether no accelerator plugin is installed."""
+    platforms = os.environ.get("JAX_PLATFORMS", "").strip()
+    if platforms:
+        return platforms.split(",")[0].strip().lower() == "cpu"
+    if any(importlib.util.find_spec(name) is not None for name in _ACCELERATOR_MODULES):
+        return False
+    return not importlib.metadata.entry_points(group="jax_plugins")
+
+
+def arena_count() -> int:
+    """The process's malloc arenas (`malloc_info`'s heaps); 0 where it cannot be read."""
+    buf, size = ctypes.c_void_p(), ctypes.c_size_t()
+    try:
+        stream = _LIBC.open_memstream(ctypes.byref(buf), ctypes.byref(size))
+        if not stream:
+            return 0
+        _LIBC.malloc_info(0, stream)
+        _LIBC.fclose(stream)
+        text = ctypes.string_at(buf, size.value)
+        _LIBC.free(buf)
+    except AttributeError:
+        return 0
+    return text.count(b"<heap nr=")
+
+
+def tune(platform: str, enabled: bool = True) -> bool:
+    """At the first device use: keep freed buffers in the heap for reuse; True when a
+    tuning is in effect (ONE_HEAP from the import, or SPLIT now).
 
     `platform` is lazyxla's JAX platform (`lx.platform()`). Only on "cpu" are device
     buffers heap blocks; on a GPU or TPU they live in the device allocator, and the
     settings would only make the host heap keep more memory for nothing, so they are
-    not applied there (`release_free_heap` still applies: compiles run on the host)."""
-    global _tuned
+    not applied there, and the import's are undone (`release_free_heap` still applies:
+    compiles run on the host)."""
     if _LIBC is None or not enabled or platform != "cpu":
-        _tuned = False
+        if HEAP.mode is not None and _LIBC is not None:
+            _mallopt_all(_DEFAULTS)
+        HEAP.mode = None
         return False
+    if HEAP.mode is ONE_HEAP:
+        return True
     settings = ((_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD),
                 (_M_TOP_PAD, TOP_PAD))
-    _tuned = all([_LIBC.mallopt(param, value) == 1 for param, value in settings])
-    return _tuned
+    HEAP.mode = SPLIT if _mallopt_all(settings) else None
+    return HEAP.mode is not None
 
 
 def compiler_options(split: bool = True) -> dict:
-    """XLA options that keep an executable's temporaries in the tuned heap: blocks of
-    at most XLA_HEAP_LIMIT instead of one (see the module's notes); {} untuned or
-    when `split` (the caller's LAZYXLA_SPLIT_TEMPORARIES) is off."""
-    return {"xla_multiheap_size_constraint_per_heap": XLA_HEAP_LIMIT} if _tuned and split else {}
+    """XLA options that keep an executable's temporaries in the tuned heap in mode SPLIT:
+    blocks of at most XLA_HEAP_LIMIT instead of one (see the module's notes); {} in the
+    other modes or when `split` (the caller's LAZYXLA_SPLIT_TEMPORARIES) is off."""
+    return {"xla_multiheap_size_constraint_per_heap": XLA_HEAP_LIMIT} if HEAP.mode is SPLIT and split else {}
 
 
 def release_free_heap() -> None:
