@@ -1,6 +1,6 @@
 """What torch.compile itself costs on a workload, next to lazyxla's two modes.
 
-    python scripts/compile_floor.py [gpt|mlp] [--steps N]
+    python scripts/compile_floor.py [gpt|mlp|gpt2-124m] [--steps N] [--modes lazy,aot_eager,lazyxla]
 
 Runs one training step loop per mode in this process, one after the other:
 lazy mode, `torch.compile(backend="aot_eager")` on CPU tensors (dynamo +
@@ -19,10 +19,11 @@ import torch
 
 import lazyxla as lx
 from lazyxla import workloads
+from lazyxla.bench.hf_models import CausalLMWorkload
 
 
 def run(name: str, mode: str, steps: int) -> tuple[float, float]:
-    wl = workloads.make(name)
+    wl = CausalLMWorkload(name, "gpt2_small") if name == "gpt2-124m" else workloads.make(name)
     on_cpu = mode == "aot_eager"
     dev = torch.device("cpu") if on_cpu else lx.device()
     model = wl.model.to(dev)
@@ -47,7 +48,9 @@ def run(name: str, mode: str, steps: int) -> tuple[float, float]:
 def main() -> None:
     name = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else "gpt"
     steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 10
-    for mode in ("lazy", "aot_eager", "lazyxla"):
+    modes = sys.argv[sys.argv.index("--modes") + 1].split(",") if "--modes" in sys.argv else \
+        ("lazy", "aot_eager", "lazyxla")
+    for mode in modes:
         first, steady = run(name, mode, steps)
         print(f"{name} {mode:9s} first step {first:6.2f} s   steady step {steady * 1e3:8.1f} ms")
 
