@@ -309,3 +309,40 @@ def test_compiler_options_follow_the_tuning(monkeypatch):
     monkeypatch.setattr(host_heap.HEAP, "mode", host_heap.ONE_HEAP)
     assert host_heap.tune("cpu") is True
     assert cache.compiler_options(graph) == {}
+
+
+class _GrowingHeapLibc(_RecordingLibc):
+    """glibc whose main heap has the sizes given, one per `mallinfo2` call."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        super().__init__()
+        self.sizes = iter(sizes)
+        self.trims: list[int] = []
+
+    def mallinfo2(self):
+        return type("Info", (), {"arena": next(self.sizes)})()
+
+    def malloc_trim(self, pad: int) -> int:
+        self.trims.append(pad)
+        return 1
+
+
+def test_a_step_that_grew_the_one_heap_gives_its_free_pages_back(monkeypatch):
+    # barriers see the heap at 100, 100, 228 (a scratch block fitted no hole), 228 MiB:
+    # one trim, after the growth, and with a pad that keeps the heap's top
+    libc = _GrowingHeapLibc([100 * 2**20, 100 * 2**20, 228 * 2**20, 228 * 2**20])
+    monkeypatch.setattr(host_heap, "_LIBC", libc)
+    monkeypatch.setattr(host_heap.HEAP, "mode", host_heap.ONE_HEAP)
+    monkeypatch.setattr(host_heap.HEAP, "size", 0)
+    for _ in range(4):
+        host_heap.after_step()
+    assert libc.trims == [host_heap.NEVER_TRIM]
+
+
+def test_after_step_does_nothing_outside_one_heap(monkeypatch):
+    libc = _GrowingHeapLibc([1, 2, 3])
+    monkeypatch.setattr(host_heap, "_LIBC", libc)
+    for mode in (None, host_heap.SPLIT):
+        monkeypatch.setattr(host_heap.HEAP, "mode", mode)
+        host_heap.after_step()
+    assert libc.trims == [] and next(libc.sizes) == 1
