@@ -50,24 +50,32 @@ class Split:
 
 
 def _order(roots: list) -> list:
+    """The nodes under `roots`, operands before their users (iterative: graphs are deep)."""
     order: list = []
     seen: set = set()
+    append, add = order.append, seen.add
     stack = [(r, False) for r in reversed(roots)]
+    pop, push = stack.pop, stack.append
     while stack:
-        node, expanded = stack.pop()
+        node, expanded = pop()
         if expanded:
-            order.append(node)
+            append(node)
             continue
-        if id(node) in seen:
+        nid = id(node)
+        if nid in seen:
             continue
-        seen.add(id(node))
-        stack.append((node, True))
-        stack.extend((i, False) for i in reversed(node.inputs) if id(i) not in seen)
+        add(nid)
+        push((node, True))
+        for i in reversed(node.inputs):
+            if id(i) not in seen:
+                push((i, False))
     return order
 
 
 def _integral(node: Node) -> bool:
-    return all(d in _INTEGRAL for d in (node.dtype if node.nout else (node.dtype,)))
+    if not node.nout:
+        return node.dtype in _INTEGRAL
+    return all(d in _INTEGRAL for d in node.dtype)
 
 
 def _bookkeeping(node: Node, limit: int) -> bool:
@@ -91,9 +99,14 @@ def plan(roots: list) -> Optional[Split]:
     constant: set = set()       # ids of nodes made from scalars alone
     for node in order:
         op = node.op
-        if op is SCALAR or (op is DATA and _integral(node) and host_eval.numel(node) <= limit):
+        if op is SCALAR:
             host_known.add(id(node))
-        elif op is not DATA and _bookkeeping(node, limit):
+        elif not _integral(node):   # floats (most of a model's nodes) stay on the device
+            continue
+        elif op is DATA:
+            if host_eval.numel(node) <= limit:
+                host_known.add(id(node))
+        elif _bookkeeping(node, limit):
             if all(i.op is SCALAR or id(i) in constant for i in node.inputs):
                 constant.add(id(node))
                 if host_eval.numel(node) > _DEVICE_CONSTANT_ELEMENTS:
@@ -112,13 +125,15 @@ def plan(roots: list) -> Optional[Split]:
     after_ids: set = set()
     for node in reversed(order):   # consumers before operands
         nid = id(node)
-        if node.op is DATA or node.op is SCALAR or nid in host_known:
+        op = node.op
+        if op is DATA or op is SCALAR or nid in host_known:
             continue
         if nid in movable and nid not in needed:
             after_ids.add(nid)
             continue
         on_device.add(nid)
-        needed.update(id(i) for i in node.inputs)
+        for i in node.inputs:
+            needed.add(id(i))
     after = [n for n in order if id(n) in after_ids]
     uploads = [n for n in order if id(n) in host_known and id(n) in needed and n.op is not DATA
                and n.op is not SCALAR]
