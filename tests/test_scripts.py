@@ -1,0 +1,33 @@
+"""The measurement scripts behind docs/benchmarks.md's floors run and print their rows
+(values are timings, so only their presence is checked)."""
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+SCRIPTS = pathlib.Path(__file__).resolve().parent.parent / "scripts"
+
+
+def _run(name: str, *args: str) -> str:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, str(SCRIPTS / name), *args], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+@pytest.mark.parametrize("name, args, rows", [
+    ("dispatch_floor.py", ("--ops", "50", "--rounds", "1"),
+     ["eager CPU", "Null subclass (floor)", "lazyxla trace"]),
+    ("read_floor.py", ("--tokens", "5"), ["eager CPU", "lazyxla"]),
+    ("eager_step_overhead.py", (), ["eager W1-shaped step on 4-wide tensors"]),
+])
+def test_floor_script_prints_its_rows(name, args, rows):
+    out = _run(name, *args)
+    for row in rows:
+        assert re.search(re.escape(row) + r"\s*:?\s+[0-9.]+ us", out), (row, out)
