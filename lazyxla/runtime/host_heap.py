@@ -56,12 +56,12 @@ class _Heap:
     size: int = 0
 
 
+HEAP = _Heap()
+
+
 class _Mallinfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
                 "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
-
-
-HEAP = _Heap()
 
 
 def _load_glibc() -> Optional[ctypes.CDLL]:
