@@ -25,9 +25,7 @@ from ..lock import check_not_forked
 from ..errors import LoweringError
 from ..patches import x64
 from . import precision
-from ..runtime import placement
-from ..runtime import host_heap
-from ..runtime.host_heap import release_free_heap
+from ..runtime import host_heap, placement
 from ..ir.graph import Graph
 from ..ir.node import OPT_BARRIER
 from .explain import explain
@@ -165,9 +163,10 @@ _KEEP_BARRIERS = {"xla_disable_hlo_passes": "cse_barrier_expander"}
 
 
 def compiler_options(graph: Graph) -> dict:
-    """XLA options this graph is compiled with: barriers that hold, when it has any, and
-    on the tuned CPU heap temporaries in blocks it keeps (runtime/host_heap.py; fixed
-    for the process once the device is up, so the graph key still covers them)."""
+    """XLA options this graph is compiled with: barriers that hold, when it has any, and,
+    where the CPU heap was tuned at the first device use (runtime/host_heap.py mode SPLIT),
+    temporaries in blocks that heap keeps (fixed for the process once the device is up, so
+    the graph key still covers them)."""
     options = host_heap.compiler_options(config.SETTINGS.split_temporaries)
     if any(node.op is OPT_BARRIER for node in graph.order):
         options.update(_KEEP_BARRIERS)
@@ -268,5 +267,5 @@ def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
     metrics.metric_add(metric, elapsed)
     metrics.metric_add("InputOutputAliasCount", len(donors))
     metrics.counter_add("CreateCompileHandles")
-    release_free_heap()
+    host_heap.release_free_heap()
     return Executable(key_hex(graph.key + (donors,)), donors, compiled, n_params, elapsed)
