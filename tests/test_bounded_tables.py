@@ -7,6 +7,7 @@ import torch
 
 import lazyxla as lx
 from lazyxla.frontend import tracing
+from lazyxla.ir import build as ir_build
 from lazyxla.ir import node as ir_node
 from lazyxla.ir.bounded import BoundedTable
 
@@ -31,7 +32,7 @@ def test_bounded_table_refuses_a_tiny_cap():
 def test_the_real_tables_have_caps():
     assert tracing._META_CACHE.cap == tracing.META_CACHE_CAP == 65536
     assert ir_node._SIG_IDS.cap == ir_node._SIGS.cap == ir_node.SIG_TABLE_CAP == 131072
-    assert ir_node._DATA_SIGS.cap <= ir_node.SIG_TABLE_CAP
+    assert ir_build._DATA_SIGS.cap <= ir_node.SIG_TABLE_CAP
 
 
 @pytest.fixture
@@ -40,7 +41,7 @@ def small_tables(monkeypatch):
     monkeypatch.setattr(tracing, "_META_CACHE", BoundedTable(8))
     monkeypatch.setattr(ir_node, "_SIG_IDS", BoundedTable(16))
     monkeypatch.setattr(ir_node, "_SIGS", BoundedTable(16))
-    monkeypatch.setattr(ir_node, "_DATA_SIGS", BoundedTable(8))
+    monkeypatch.setattr(ir_build, "_DATA_SIGS", BoundedTable(8))
 
 
 def test_many_shapes_stay_within_the_caps_and_compute_right(dev, small_tables):
@@ -49,7 +50,7 @@ def test_many_shapes_stay_within_the_caps_and_compute_right(dev, small_tables):
         y = (x * 2 + 1).sum()
         assert y.item() == float(n * n)   # sum of 2k+1 for k < n
         assert len(tracing._META_CACHE) <= 8
-        assert len(ir_node._SIG_IDS) <= 16 and len(ir_node._SIGS) <= 16 and len(ir_node._DATA_SIGS) <= 8
+        assert len(ir_node._SIG_IDS) <= 16 and len(ir_node._SIGS) <= 16 and len(ir_build._DATA_SIGS) <= 8
 
 
 def test_a_forgotten_signature_gets_a_new_id(small_tables):

@@ -299,7 +299,7 @@ def test_a_node_read_as_device_data_prints_and_keys_as_a_parameter(dev):
     """collect(leaves=...) reads a node as given device data (how a read's device graph
     takes the values the host computed): its operands leave the graph, its consumers read
     a parameter, and the printer names it so."""
-    from lazyxla.ir.node import data_node
+    from lazyxla.ir.build import data_node
     from lazyxla.ir.printer import graph_text
     from lazyxla.runtime.transfer import staged
     from lazyxla.sync.collect import collect

@@ -32,8 +32,9 @@ from ..frontend.handlers import draw_seed
 from ..frontend.storage import Storage, live_devices, live_storages
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import contiguous_strides
-from ..ir.call import Subprogram, call_outputs
-from ..ir.node import DATA, SCALAR, Node, data_node, scalar_node
+from ..ir.build import call_outputs, data_node, scalar_node
+from ..ir.call import Subprogram
+from ..ir.node import DATA, SCALAR, Node
 from ..state import STATE
 from ..sync.collect import collect
 from ..sync.placeholders import CaptureError, InputMutationError, Placeholder

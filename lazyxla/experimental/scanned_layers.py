@@ -26,8 +26,9 @@ from torch import nn
 
 from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import contiguous_strides
-from ..ir.call import Subprogram, call_node
-from ..ir.node import OPT_BARRIER, Node, getitem_node, intern_sig
+from ..ir.build import call_node, getitem_node, op_node
+from ..ir.call import Subprogram
+from ..ir.node import OPT_BARRIER
 from ..capture import insert_call
 from .scan import ScanError, scan_cached, trace_cache
 
@@ -104,9 +105,7 @@ def _unstack(stacked: LazyTensor) -> list[LazyTensor]:
     n, shape, dtype = stacked.shape[0], tuple(stacked.shape[1:]), stacked.dtype
     offsets = call_node(_offsets_program(n), ())
     scalars = tuple(getitem_node(offsets, i) for i in range(n))
-    barrier = Node(OPT_BARRIER, scalars, None, scalars, tuple(s.shape for s in scalars),
-                   tuple(s.dtype for s in scalars), intern_sig((OPT_BARRIER, ((),) * n, (torch.int32,) * n)),
-                   None, n)
+    barrier = op_node(OPT_BARRIER, scalars, None, tuple(s.shape for s in scalars), tuple(s.dtype for s in scalars), n)
 
     def fn(g, *offs):
         return tuple(lax.dynamic_index_in_dim(g, o, keepdims=False) for o in offs)

@@ -6,7 +6,8 @@ from typing import Sequence
 
 import torch
 
-from ..ir.node import OPT_BARRIER, Node, getitem_node, intern_sig
+from ..ir.build import getitem_node, op_node
+from ..ir.node import OPT_BARRIER
 from ..lock import LOCK
 from .tensor import LazyTensor
 
@@ -26,7 +27,6 @@ def optimization_barrier_(tensors: Sequence[torch.Tensor]) -> None:
         values = tuple(t.checked_value() for t in tensors)
         shapes = tuple(v.shape for v in values)
         dtypes = tuple(v.dtype for v in values)
-        node = Node(OPT_BARRIER, values, None, values, shapes, dtypes,
-                    intern_sig((OPT_BARRIER, shapes, dtypes)), None, len(values))
+        node = op_node(OPT_BARRIER, values, None, shapes, dtypes, len(values))
         for i, t in enumerate(tensors):
             t.write(getitem_node(node, i))

@@ -12,7 +12,7 @@ import warnings
 import torch
 
 from .. import metrics
-from ..ir.node import data_node
+from ..ir.build import data_node
 from ..runtime.transfer import upload
 from .tensor import LazyTensor, lazy_tensors_in
 from .storage import Storage

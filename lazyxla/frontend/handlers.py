@@ -7,7 +7,8 @@ import math
 
 import torch
 
-from ..ir.node import DATA, Node, data_node, scalar_node
+from ..ir.build import data_node, scalar_node, traced_node
+from ..ir.node import DATA
 from ..runtime.transfer import upload
 from .device import DEVICE_TYPE
 from .optim import in_optimizer_step
@@ -203,8 +204,8 @@ def _random(func, info, args, kwargs):
     entry = lookup(key, func, args, kwargs)
     seed = scalar_node(draw_seed())
     nkw = dict(nkw or {}, seed=seed)
-    spec = entry.spec
-    node = Node(func, nargs, nkw, inputs + (seed,), spec[0], spec[3], entry.sig)
+    # the seed is a lifted int64 scalar: the call's key (its signature) holds without it
+    node = traced_node(func, nargs, nkw, inputs + (seed,), entry)
     if info.name.endswith("_"):
         args[0].write(node)
         return args[0]

@@ -13,7 +13,8 @@ import functools
 import torch
 
 from .._jax import jax_dtype
-from ..ir.node import Node, intern_sig
+from ..ir.build import op_node
+from ..ir.node import Node
 from ..lock import LOCK
 from ..metrics import _counters as counters
 from ..state import STATE
@@ -67,8 +68,7 @@ def register_kernels() -> None:
             return out
 
     def _zeros_node(size, dtype) -> Node:
-        return Node(aten.zeros.default, (size,), {"dtype": dtype}, (), size, dtype,
-                    intern_sig(("zeros", size, dtype)))
+        return op_node(aten.zeros.default, (size,), {"dtype": dtype}, size, dtype)
 
     def copy_from(src, dst, non_blocking=False):
         with LOCK:

@@ -18,13 +18,14 @@ from typing import Callable, Optional
 
 import torch
 
-from ..ir.node import Node, intern_sig
+from ..ir.build import op_node, traced_node
+from ..ir.node import Node
 from ..ir.ops import facts
 from .fallback import run_on_host
 from .opinfo import OpInfo
 from .tensor import LazyTensor, copy_bits
 from .torch_compat import decomposition_table, has_composite_implicit_kernel
-from .tracing import DeviceMismatchError, convert_call, lookup, make_node, trace, wrap_outputs
+from .tracing import DeviceMismatchError, convert_call, lookup, trace, wrap_outputs
 
 aten = torch.ops.aten
 # OpInfo of each OpOverload met so far (filled by the router's classify)
@@ -97,22 +98,20 @@ def inplace(func, info, args, kwargs):
         check_no_internal_overlap(self)
     nargs, nkw, inputs, key, _ = convert_call(info, args, kwargs)
     entry = lookup(key, func, args, kwargs)  # meta run of the in-place op: eager's errors
-    self.write(make_node(info.functional, nargs, nkw, inputs, entry))
+    self.write(traced_node(info.functional, nargs, nkw, inputs, entry))
     return self
 
 
 def cast_node(node: Node, dtype: torch.dtype) -> Node:
     if node.dtype == dtype:
         return node
-    sig = intern_sig(("cast", node.shape, node.dtype, dtype))
-    return Node(aten._to_copy.default, (node,), {"dtype": dtype}, (node,), node.shape, dtype, sig)
+    return op_node(aten._to_copy.default, (node,), {"dtype": dtype}, node.shape, dtype)
 
 
 def expand_node(node: Node, shape: tuple) -> Node:
     if node.shape == shape:
         return node
-    sig = intern_sig(("expand_copy", node.shape, node.dtype, shape))
-    return Node(aten.expand_copy.default, (node, shape), None, (node,), shape, node.dtype, sig)
+    return op_node(aten.expand_copy.default, (node, shape), None, shape, node.dtype)
 
 
 def assign(dst: LazyTensor, node: Node) -> None:
@@ -162,9 +161,9 @@ def view(func, info, args, kwargs):
     key = (func, self._mkey) + vargs
     entry = lookup(key, func, args, kwargs)
     spec = entry.spec
-    step = (func, vargs, spec[0], spec[3], entry.sig)
+    step = (func, vargs, spec[0], spec[3], entry)
     parent = self.checked_value()
-    node = Node(func, (parent,) + vargs, None, (parent,), spec[0], spec[3], entry.sig)
+    node = traced_node(func, (parent,) + vargs, None, (parent,), entry)
     chain = (self._view or ()) + (step,)
     return copy_bits(self, LazyTensor.wrap(self._st, chain, node, spec))
 

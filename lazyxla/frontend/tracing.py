@@ -7,7 +7,8 @@ and lifted scalars in place of Python numbers, (b) the flat operand list and
 shape/stride/dtype, static argument values and the *types* of lifted scalars.
 Shape inference runs the op once on meta tensors per distinct key (which also
 raises eager PyTorch's shape/dtype errors at the op) and is then a dict hit;
-the key, interned to an int, is also the node's structural signature.
+the key, interned to an int, is also the node's structural signature (the cache
+entry is an `OpSignature`, which ir/build.py `traced_node` makes nodes from).
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ import torch
 from ..errors import IndexRangeError
 from .._jax import TORCH_TO_JAX, device_memory_bytes, jax_devices, jax_dtype
 from ..ir.bounded import BoundedTable
-from ..ir.node import DATA, Node, getitem_node, intern_sig, scalar_node
+from ..ir.build import OpSignature, getitem_node, scalar_node, traced_node
+from ..ir.node import DATA, Node
 from ..ir.ops import facts, register_fact
 from ..runtime.device_data import donated_error
 from ..state import STATE
@@ -353,29 +355,28 @@ def _gib(nbytes: int) -> str:
     return f"{nbytes / 2**30:,.2f} GiB"
 
 
-class MetaEntry:
-    __slots__ = ("spec", "multi", "sig")
+class MetaEntry(OpSignature):
+    """One shape-inference cache entry: the call's signature (its key interned, the output
+    avals; ir/build.py) and the full output specs (with strides) its tensors wrap."""
+    __slots__ = ("spec", "multi")
 
-    def __init__(self, spec, multi: bool, sig: int) -> None:
+    def __init__(self, key: tuple, spec, multi: bool) -> None:
+        if multi:
+            super().__init__(key, tuple(s[0] if s else None for s in spec),
+                             tuple(s[3] if s else None for s in spec), len(spec))
+        else:
+            super().__init__(key, spec[0], spec[3])
         self.spec = spec
         self.multi = multi
-        self.sig = sig
 
 
 def lookup(key, func, args, kwargs) -> MetaEntry:
+    """The cache entry of `key` (one dict hit), inferred on meta tensors the first time."""
     entry = _META_CACHE.get(key)
     if entry is None:
         spec, multi = infer(func, args, kwargs)
-        entry = _META_CACHE.put(key, MetaEntry(spec, multi, intern_sig(key)))
+        entry = _META_CACHE.put(key, MetaEntry(key, spec, multi))
     return entry
-
-
-def make_node(op, nargs, nkw, inputs, entry: MetaEntry) -> Node:
-    spec = entry.spec
-    if entry.multi:
-        return Node(op, nargs, nkw, inputs, tuple(s[0] if s else None for s in spec),
-                    tuple(s[3] if s else None for s in spec), entry.sig, None, len(spec))
-    return Node(op, nargs, nkw, inputs, spec[0], spec[3], entry.sig)
 
 
 def wrap_outputs(node: Node, entry: MetaEntry, device: int):
@@ -396,4 +397,4 @@ def trace(func, info, args, kwargs, op=None):
     """Record `func(*args, **kwargs)` as a node computed by `op` (default: func)."""
     nargs, nkw, inputs, key, device = convert_call(info, args, kwargs)
     entry = lookup(key, func, args, kwargs)
-    return make_node(op if op is not None else func, nargs, nkw, inputs, entry), entry, device
+    return traced_node(op if op is not None else func, nargs, nkw, inputs, entry), entry, device

@@ -19,7 +19,7 @@ import weakref
 
 import torch
 
-from ..ir.node import data_node
+from ..ir.build import data_node
 from ..lock import LOCK
 from ..runtime import placement
 from ..runtime.device_data import DeviceData

@@ -6,17 +6,18 @@ alias group). An in-place write to a view becomes a write to the base:
 `VIEW_SCATTER(base, new_view_value, step)` per step, innermost first, whose
 lowering puts the new values where the view reads from (lower/views.py).
 
-A step is `(op, static_args, shape, dtype, sig)`: everything needed to rebuild
-the view node without shape inference.
+A step is `(op, static_args, shape, dtype, signature)`, the last the view op's
+`OpSignature` (ir/build.py): everything needed to rebuild the view node without
+shape inference.
 """
 from __future__ import annotations
 
-from ..ir.node import VIEW_SCATTER, Node, intern_sig
+from ..ir.build import op_node, traced_node
+from ..ir.node import VIEW_SCATTER, Node
 
 
 def view_node(step, src: Node) -> Node:
-    op, vargs, shape, dtype, sig = step
-    return Node(op, (src,) + vargs, None, (src,), shape, dtype, sig)
+    return traced_node(step[0], (src,) + step[1], None, (src,), step[4])
 
 
 def apply_view_chain(base: Node, chain) -> Node:
@@ -33,7 +34,4 @@ def scatter_chain(base: Node, chain, value: Node) -> Node:
     step = chain[0]
     inner = view_node(step, base)
     inner_new = scatter_chain(inner, chain[1:], value)
-    op, vargs = step[0], step[1]
-    sig = intern_sig((VIEW_SCATTER, op, vargs, base.shape, base.dtype, inner_new.shape))
-    return Node(VIEW_SCATTER, (base, inner_new, op, vargs), None, (base, inner_new),
-                base.shape, base.dtype, sig)
+    return op_node(VIEW_SCATTER, (base, inner_new, step[0], step[1]), None, base.shape, base.dtype)

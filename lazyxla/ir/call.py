@@ -7,9 +7,10 @@ sync and take part in its donation like any other op.
 
 The node's `op` is a `Subprogram`; its `inputs` are the operand nodes in the
 order the function takes them; it always has `nout = len(out_avals)` outputs,
-read through GETITEM nodes. The node's signature is the program's `key` plus
-the operand avals, so the graph key (and the compile cache) treat two calls of
-the same program exactly like two calls of the same ATen op.
+read through GETITEM nodes (ir/build.py `call_node`, `call_outputs`). The node's
+signature is the program's `key` plus the operand avals, so the graph key (and the
+compile cache) treat two calls of the same program exactly like two calls of the
+same ATen op.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Callable, Hashable, Sequence
 
 import torch
 
-from .node import GETITEM, Node, intern_sig
+from .node import GETITEM, intern_sig
 
 
 class Subprogram:
@@ -50,18 +51,3 @@ class Subprogram:
 
     def __repr__(self) -> str:
         return f"call[{self.name}]"
-
-
-def call_outputs(program: Subprogram, operands: Sequence[Node]) -> list[Node]:
-    """One CALL node of `program` and a GETITEM node per output (as `getitem_node` makes)."""
-    node = call_node(program, operands)
-    return [Node(GETITEM, (node, i), None, (node,), shape, dtype, sig)
-            for i, ((shape, dtype), sig) in enumerate(zip(program.out_avals, program.item_sigs))]
-
-
-def call_node(program: Subprogram, operands: Sequence[Node]) -> Node:
-    """The node computing `program(*operands)`; read its outputs with `getitem_node`."""
-    operands = tuple(operands)
-    sig = intern_sig(("call", program.key_id, tuple([(n.shape, n.dtype) for n in operands])))
-    return Node(program, operands, None, operands, program.out_shapes, program.out_dtypes, sig, None,
-                len(program.out_shapes))

@@ -4,9 +4,9 @@ A `Node` is an immutable record of one operation: `op` is an ATen `OpOverload`
 or one of the internal tags below, `args`/`kwargs` are the call's arguments
 with operand nodes in place of tensors, and `inputs` lists those operand nodes
 flat (what graph walks follow). `sig` is the node's structural signature: the
-op, static arguments and operand shapes/dtypes, never data values. It is the
-key the frontend already built to look up cached shape inference, interned to
-a small int, so a graph key is a tuple of ints plus wiring.
+op, static arguments and operand shapes/dtypes, never data values, interned to a
+small int, so a graph key is a tuple of ints plus wiring. Nodes are made only by
+the constructors of ir/build.py, which compute the signature from those parts.
 
 Leaves:
 * DATA: `data` is a `DeviceData`; becomes a parameter of the compiled graph.
@@ -80,32 +80,3 @@ def sig_of(sid: int):
     """The structural signature behind an interned id (for explanations); None when the
     bounded table has forgotten it."""
     return _SIGS.get(sid)
-
-
-_DATA_SIGS = BoundedTable(SIG_TABLE_CAP // 2)
-
-
-def data_node(data) -> Node:
-    # the buffer's storage dtype (a narrower one under a storage policy) is part of the
-    # signature: it is the compiled parameter's type
-    key = (DATA, data.shape, data.dtype, data.stored_dtype)
-    sid = _DATA_SIGS.get(key)
-    if sid is None:
-        sid = _DATA_SIGS.put(key, intern_sig(key))
-    return Node(DATA, (), None, (), data.shape, data.dtype, sid, data)
-
-
-_SCALAR_DTYPES = {float: torch.float64, int: torch.int64, bool: torch.bool, complex: torch.complex128}
-
-
-def scalar_node(value, dtype: torch.dtype | None = None) -> Node:
-    """A runtime scalar operand. Python floats travel as float64, ints as int64,
-    complex numbers as complex128."""
-    if dtype is None:
-        dtype = _SCALAR_DTYPES[type(value)]
-    return Node(SCALAR, (), None, (), (), dtype, intern_sig((SCALAR, dtype)), value)
-
-
-def getitem_node(node: Node, index: int) -> Node:
-    return Node(GETITEM, (node, index), None, (node,), node.shape[index], node.dtype[index],
-                intern_sig((GETITEM, index, node.shape[index], node.dtype[index])))

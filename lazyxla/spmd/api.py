@@ -16,7 +16,8 @@ import torch
 from ..frontend.device import reset_devices
 from ..frontend.storage import live_devices, live_storages
 from ..frontend.tensor import LazyTensor
-from ..ir.node import DATA, SHARDING_CONSTRAINT, Node, data_node, intern_sig
+from ..ir.build import data_node, op_node
+from ..ir.node import DATA, SHARDING_CONSTRAINT, Node
 from ..lock import LOCK
 from ..runtime import placement
 from ..runtime.device_data import DeviceData
@@ -79,8 +80,7 @@ def _whole(t: LazyTensor) -> LazyTensor:
 def _constrain(value: Node, sharding) -> Node:
     if value.op is SHARDING_CONSTRAINT:   # re-marking pending IR replaces the constraint
         value = value.inputs[0]
-    return Node(SHARDING_CONSTRAINT, (value, sharding), None, (value,), value.shape, value.dtype,
-                intern_sig((SHARDING_CONSTRAINT, value.shape, value.dtype, sharding)))
+    return op_node(SHARDING_CONSTRAINT, (value, sharding), None, value.shape, value.dtype)
 
 
 def _place(t: LazyTensor, sharding) -> LazyTensor:

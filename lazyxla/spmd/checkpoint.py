@@ -32,7 +32,8 @@ from torch.distributed.checkpoint.planner import ReadItem, SavePlan, TensorWrite
 from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
 from ..frontend.tensor import LazyTensor
-from ..ir.node import DATA, data_node
+from ..ir.build import data_node
+from ..ir.node import DATA
 from ..lock import LOCK
 from ..runtime import placement
 from ..runtime.transfer import download, upload

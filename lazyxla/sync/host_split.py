@@ -20,7 +20,8 @@ from typing import Callable, Optional
 import torch
 
 from .. import config, metrics
-from ..ir.node import DATA, GETITEM, SCALAR, Node, data_node
+from ..ir.build import data_node
+from ..ir.node import DATA, GETITEM, SCALAR, Node
 from ..runtime import placement, storage_dtypes
 from ..runtime.transfer import download, staged
 from . import host_eval

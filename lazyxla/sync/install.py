@@ -9,7 +9,7 @@ from .. import metrics
 from .._jax import torch_dtype
 from ..state import STATE
 from ..ir.graph import Graph
-from ..ir.node import data_node
+from ..ir.build import data_node
 from ..runtime import placement
 from ..runtime.device_data import DeviceData
 
