@@ -10,6 +10,7 @@ from .frontend.routes import Route, route
 from .frontend.tensor import LazyTensor
 from .ir.node import DATA, GETITEM, SCALAR
 from .ir.printer import graph_text
+from .ir.walk import post_order
 from .runtime import storage_dtypes
 from .state import STATE
 from .memory_report import memory_report  # noqa: F401  (lx.debug.memory_report)
@@ -149,17 +150,8 @@ def ir_nodes(tensors) -> list:
     device_of = _same if policy is None else policy.storage
     index: dict = {}
     out: list = []
-    for root, t in zip(values, tensors):
-        stack = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if id(node) in index:
-                continue
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((i, False) for i in reversed(node.inputs) if id(i) not in index)
-                continue
-            index[id(node)] = len(out)
+    for root, t in zip(values, tensors):   # root by root: a node is on the device of the first that reaches it
+        for node in post_order([root], index):
             out.append(_record(node, index, device_of, tuple(roots.get(id(node), ())), t._st.device))
     return out
 

@@ -44,7 +44,7 @@ def main() -> None:
     timed(replay.CompiledGraph, "_call", "replay (lazyxla)")
     timed(capture.Capture, "insert", "  of which CALL insertion + outputs")
     timed(api, "collect", "sync: collect")
-    timed(api, "plan", "sync: donation plan")
+    timed(api, "plan_donors", "sync: donation plan")
     timed(api, "get_or_compile", "sync: cache lookup")
     timed(api, "execute", "sync: execute (dispatch)")
     step = make_step(name, compiled)

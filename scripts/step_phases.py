@@ -29,7 +29,7 @@ from lazyxla import workloads as W
 SIZES = {"proxy": (dict(d=64, heads=4, layers=4, seq=32), 2),
          "reference": ({}, 8),
          "gpt2": (dict(vocab=50304, d=768, heads=12, layers=12, seq=512), 8)}
-STAGES = ("collect", "plan", "get_or_compile", "execute", "install")
+STAGES = ("collect", "plan_donors", "get_or_compile", "execute", "install")
 
 
 def main() -> None:

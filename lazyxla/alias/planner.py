@@ -46,8 +46,8 @@ def _describe_holder(st) -> str:
     return f"live tensor #{st.seq} (shape={shape}, dtype={node.dtype})"
 
 
-def plan(graph: Graph, targets: list, live: list, *, automatic: bool, explicit: bool, aliasing: bool,
-         kind: str, auto_owners: Optional[set] = None, written: frozenset = frozenset()) -> tuple[tuple, list]:
+def plan_donors(graph: Graph, targets: list, live: list, *, automatic: bool, explicit: bool, aliasing: bool,
+                kind: str, auto_owners: Optional[set] = None, written: frozenset = frozenset()) -> tuple[tuple, list]:
     """Returns (sorted donor indices, one Decision per parameter). `targets`: the
     `(storage, output slot)` pairs the graph's results go to (sync/collect.py). `auto_owners`: ids of
     the only storages whose buffers may be automatic donors (a host read's graph donates

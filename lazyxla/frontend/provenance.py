@@ -25,7 +25,8 @@ from typing import Optional
 import torch
 
 from .. import config
-from ..ir.node import DATA, SCALAR, Node
+from ..ir.node import Node
+from ..ir.walk import is_leaf, post_order
 from ..state import STATE
 from .storage import live_devices, live_storages
 from .tensor import LazyTensor, bind_dispatch
@@ -57,14 +58,13 @@ def origin_of(node: Node) -> Optional[str]:
     return getattr(node, "origin", None)
 
 
+def _stamped_or_leaf(node: Node) -> bool:
+    return is_leaf(node) or hasattr(node, "origin")
+
+
 def _stamp(roots: list, origin: Optional[str]) -> None:
-    stack = roots
-    while stack:
-        node = stack.pop()
-        if node.op is DATA or node.op is SCALAR or hasattr(node, "origin"):
-            continue
+    for node in post_order(roots, stop=_stamped_or_leaf):
         node.origin = origin
-        stack.extend(node.inputs)
 
 
 def _tensors(values, out: list) -> list:

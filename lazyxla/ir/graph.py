@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Optional, Protocol
 
 from .node import DATA, Node
+from .walk import post_order
 
 
 class DeviceBuffer(Protocol):
@@ -62,34 +63,9 @@ def positions(graph: Graph) -> dict:
 
 def data_reachable(roots) -> set:
     """ids of every DeviceData reachable from `roots` (pending values)."""
-    seen: set = set()
-    found: set = set()
-    stack = list(roots)
-    while stack:
-        node = stack.pop()
-        nid = id(node)
-        if nid in seen:
-            continue
-        seen.add(nid)
-        if node.op is DATA:
-            found.add(id(node.data))
-        else:
-            stack.extend(node.inputs)
-    return found
+    return {id(node.data) for node in post_order(roots) if node.op is DATA}
 
 
 def reads_donated(root: Node) -> bool:
     """True if computing `root` needs a buffer that was donated (slow path only)."""
-    seen: set = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.op is DATA:
-            if node.data.donated_in is not None:
-                return True
-        else:
-            stack.extend(node.inputs)
-    return False
+    return any(node.op is DATA and node.data.donated_in is not None for node in post_order([root]))

@@ -28,7 +28,7 @@ import torch
 from .. import metrics
 from .. import config
 from ..alias import switches
-from ..alias.planner import plan
+from ..alias.planner import plan_donors
 from ..compile.cache import Executable, get_or_compile, key_hex
 from ..errors import DonatedBufferError
 from ..frontend.grad_scaler import close_scaler_step, scaler_step_open
@@ -104,8 +104,8 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
     if any(type(d) is Placeholder for d in graph.params):
         raise placeholder_refusal()
     aliasing = switches.aliasing_enabled(device)
-    donors, decisions = plan(graph, targets, live_storages(device), automatic=automatic, explicit=explicit,
-                             aliasing=aliasing, kind=kind, auto_owners=auto_owners, written=written)
+    donors, decisions = plan_donors(graph, targets, live_storages(device), automatic=automatic, explicit=explicit,
+                                    aliasing=aliasing, kind=kind, auto_owners=auto_owners, written=written)
     if STATE.op_records and not eager:   # detailed records (lx.metrics.set_op_records)
         metrics.metric_add("TensorsGraphSize", len(graph.order))
     try:
@@ -407,8 +407,8 @@ def pending_graphs(tensors=None, *, automatic: bool = True, explicit: Optional[b
             graph, targets = collect(device, items, merge_scalars=True)
             use_explicit = explicit if explicit is not None else (
                 tensors is None or switches.explicit_donation_enabled(device))
-            donors, _ = plan(graph, targets, live_storages(device), automatic=automatic, explicit=use_explicit,
-                             aliasing=switches.aliasing_enabled(device), kind="inspection")
+            donors, _ = plan_donors(graph, targets, live_storages(device), automatic=automatic,
+                                    explicit=use_explicit, aliasing=switches.aliasing_enabled(device), kind="inspection")
             result.append((graph, donors))
         return result
 

@@ -26,7 +26,8 @@ from .. import config, metrics
 from ..frontend.provenance import user_frame
 from ..frontend.tensor import LazyTensor
 from ..frontend.storage import live_storages
-from ..ir.node import DATA, SCALAR, Node
+from ..ir.node import DATA, Node
+from ..ir.walk import is_leaf, post_order
 from ..state import STATE
 
 RECORDS_KEPT = 64
@@ -94,19 +95,28 @@ def sharing_items(device: int, roots: list, own: set) -> list:
     `own` (ids), whose pending IR shares a computed node with `roots`.
 
     Leaves (device data, lifted scalars) do not count as shared work. One walk marks the
-    read's nodes; a second, memoized over all storages, asks of each storage's IR whether
-    it reaches a marked node. Both stop at leaves, so the cost is the size of the pending
-    graph once, whatever the number of storages."""
+    read's nodes; the walks over the storages' IR share one index, so each node is walked
+    once over all storages, and mark the nodes that reach a marked one. All stop at leaves
+    (and at the read's nodes), so the cost is the size of the pending graph once, whatever
+    the number of storages."""
     read = _computed_nodes(roots)
     if not read:
         return []
-    reaches: dict = {}
+
+    def outside(node: Node) -> bool:
+        return is_leaf(node) or id(node) in read
+
+    walked: dict = {}
+    reaching: set = set()   # ids of walked nodes whose IR holds a node of the read
     found = []
     for st in live_storages(device):
         value = st.value
         if value.op is DATA or id(st) in own:
             continue
-        if _reaches(value, read, reaches):
+        for node in post_order([value], walked, stop=outside):
+            if any(id(i) in read or id(i) in reaching for i in node.inputs):
+                reaching.add(id(node))
+        if id(value) in read or id(value) in reaching:
             found.append((value, st))
     return found
 
@@ -116,37 +126,9 @@ def pending_nodes(roots: list) -> int:
     return len(_computed_nodes(roots))
 
 
-def _computed_nodes(roots: list) -> set:
-    seen: set = set()
-    stack = [r for r in roots if r.op is not DATA and r.op is not SCALAR]
-    while stack:
-        node = stack.pop()
-        nid = id(node)
-        if nid in seen:
-            continue
-        seen.add(nid)
-        for inp in node.inputs:
-            if inp.op is not DATA and inp.op is not SCALAR and id(inp) not in seen:
-                stack.append(inp)
-    return seen
-
-
-def _reaches(root: Node, targets: set, memo: dict) -> bool:
-    """Whether `root`'s computed IR contains a node of `targets`; iterative post-order,
-    results kept in `memo` (id -> bool) for the next storage's walk."""
-    stack = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        nid = id(node)
-        if nid in memo:
-            continue
-        if nid in targets:
-            memo[nid] = True
-            continue
-        computed = [i for i in node.inputs if i.op is not DATA and i.op is not SCALAR]
-        if not expanded:
-            stack.append((node, True))
-            stack.extend((i, False) for i in computed if id(i) not in memo)
-            continue
-        memo[nid] = any(memo[id(i)] for i in computed)
-    return memo[id(root)]
+def _computed_nodes(roots: list) -> dict:
+    """id -> position of each computed (not leaf) node of `roots`' pending IR."""
+    index: dict = {}
+    for _ in post_order(roots, index, stop=is_leaf):
+        pass
+    return index

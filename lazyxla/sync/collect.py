@@ -1,6 +1,6 @@
 """Collecting a graph from the pending values of a set of storages.
 
-One iterative post-order walk does everything a sync needs from the IR: topological
+One post-order walk (ir/walk.py) does everything a sync needs from the IR: topological
 order, parameters (device-data leaves, deduplicated by buffer so one buffer is never
 passed, or donated, twice), lifted scalars, and the graph key. The key is the sequence
 of `(signature id, operand positions)` per node: structure, operand shapes/dtypes and
@@ -20,6 +20,7 @@ from ..compile import precision
 from ..ir.graph import Graph
 from ..ir.scalars import long_chain
 from ..ir.node import DATA, SCALAR, SHARDING_CONSTRAINT, Node
+from ..ir.walk import post_order
 from ..runtime import placement, storage_dtypes
 from ..runtime.device_data import donated_error
 
@@ -39,8 +40,8 @@ def collect(device: int, items: list, merge_scalars: bool = False,
     order: list = []
     entries: list = []
     params: list = []
-    param_index: dict = {}
     scalars: list = []
+    _visit([root for root, _ in items], index, order, entries, params, scalars, leaves)
     root_slot: dict = {}
     outputs: list = []
     targets: list = []
@@ -48,7 +49,6 @@ def collect(device: int, items: list, merge_scalars: bool = False,
         rid = id(root)
         slot = root_slot.get(rid)
         if slot is None:
-            _visit(root, index, order, entries, params, param_index, scalars, leaves or {})
             slot = root_slot[rid] = len(outputs)
             outputs.append(index[rid])
         if st is not None:
@@ -137,24 +137,13 @@ def _updates(params: list, targets: list) -> dict:
     return updates
 
 
-def _visit(root: Node, index: dict, order: list, entries: list, params: list,
-           param_index: dict, scalars: list, leaves: dict) -> None:
-    if id(root) in index:
-        return
-    stack = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        nid = id(node)
-        if nid in index:
-            continue
-        if leaves and nid in leaves:
-            node, expanded = leaves[nid], True
-        if not expanded:
-            stack.append((node, True))
-            for inp in reversed(node.inputs):
-                if id(inp) not in index:
-                    stack.append((inp, False))
-            continue
+def _visit(roots: list, index: dict, order: list, entries: list, params: list, scalars: list,
+           leaves: Optional[dict]) -> None:
+    """The walk (ir/walk.py): each node's position in `index`, the node in `order` and its
+    key entry in `entries`; device data deduplicated by buffer into `params`, lifted
+    scalars into `scalars`."""
+    param_index: dict = {}
+    for node in post_order(roots, index, leaves=leaves):
         op = node.op
         if op is DATA:
             data = node.data
@@ -170,6 +159,5 @@ def _visit(root: Node, index: dict, order: list, entries: list, params: list,
             scalars.append(node)
         else:
             entry = (node.sig, tuple([index[id(i)] for i in node.inputs]))
-        index[nid] = len(order)
         order.append(node)
         entries.append(entry)

@@ -22,6 +22,7 @@ import torch
 
 from .. import config, metrics
 from ..ir.node import DATA, GETITEM, SCALAR, VIEW_SCATTER, Node
+from ..ir.walk import post_order
 from ..runtime.transfer import download
 
 MAX_NODES = 256
@@ -71,28 +72,29 @@ def _replayable(node: Node, limit: int) -> bool:
     return replayable_op(node)
 
 
-def plan(roots: list[Node]) -> Optional[list[Node]]:
+def replay_order(roots: list[Node]) -> Optional[list[Node]]:
     """The nodes of `roots`' graph, operands first, when the whole graph can be replayed
     on the host (module docstring); None otherwise."""
     limit = config.SETTINGS.host_read_max_elements
     if limit <= 0:
         return None
+    reached = 0
+    refused = False
+
+    def cannot_replay(node: Node) -> bool:
+        # asked as each node is first reached, so a large graph is refused at its first
+        # node the replay cannot take (or past MAX_NODES), before the walk descends into it
+        nonlocal reached, refused
+        reached += 1
+        refused = refused or reached > MAX_NODES or not _replayable(node, limit)
+        return refused
+
     order: list[Node] = []
-    seen: set[int] = set()
-    stack: list[tuple[Node, bool]] = [(r, False) for r in reversed(roots)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if len(seen) > MAX_NODES or not _replayable(node, limit):
+    for node in post_order(roots, stop=cannot_replay):
+        if refused:
             return None
-        stack.append((node, True))
-        stack.extend((i, False) for i in reversed(node.inputs) if id(i) not in seen)
-    return order
+        order.append(node)
+    return None if refused else order
 
 
 def host_copy(node: Node) -> torch.Tensor:
@@ -163,10 +165,10 @@ def evaluate(roots: list[Node], shared: list[Node] = ()) -> Optional[list[torch.
     values of live tensors that share work with the read; the replay then also needs the
     read to be made of constants, or those values to be small enough to replay (the work
     computed twice, here and later on the device, is then trivial)."""
-    order = plan(roots)
+    order = replay_order(roots)
     if order is None:
         return None
-    if shared and any(n.op is DATA for n in order) and plan(list(shared)) is None:
+    if shared and any(n.op is DATA for n in order) and replay_order(list(shared)) is None:
         return None
     values: dict[int, Any] = {}
     if not replay(order, values):

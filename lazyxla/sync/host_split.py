@@ -22,6 +22,7 @@ import torch
 from .. import config, metrics
 from ..ir.build import data_node
 from ..ir.node import DATA, GETITEM, SCALAR, Node
+from ..ir.walk import post_order
 from ..runtime import placement, storage_dtypes
 from ..runtime.transfer import download, staged
 from . import host_eval
@@ -50,29 +51,6 @@ class Split:
         self.on_device = on_device    # ids of the device graph's computed nodes
 
 
-def _order(roots: list) -> list:
-    """The nodes under `roots`, operands before their users (iterative: graphs are deep)."""
-    order: list = []
-    seen: set = set()
-    append, add = order.append, seen.add
-    stack = [(r, False) for r in reversed(roots)]
-    pop, push = stack.pop, stack.append
-    while stack:
-        node, expanded = pop()
-        if expanded:
-            append(node)
-            continue
-        nid = id(node)
-        if nid in seen:
-            continue
-        add(nid)
-        push((node, True))
-        for i in reversed(node.inputs):
-            if id(i) not in seen:
-                push((i, False))
-    return order
-
-
 def _integral(node: Node) -> bool:
     if not node.nout:
         return node.dtype in _INTEGRAL
@@ -88,13 +66,13 @@ def _bookkeeping(node: Node, limit: int) -> bool:
     return node.op is GETITEM or host_eval.replayable_op(node)
 
 
-def plan(roots: list) -> Optional[Split]:
+def split_read(roots: list) -> Optional[Split]:
     """The split of `roots`' graph; None where there is no bookkeeping to move, or the
     split is off (setting 0, SPMD, a storage dtype policy)."""
     limit = config.SETTINGS.host_bookkeeping_max_elements
     if limit <= 0 or placement.spmd_enabled() or storage_dtypes.current() is not None:
         return None
-    order = _order(roots)
+    order = list(post_order(roots))
     host_known: set = set()     # ids of `before` nodes
     movable: set = set()        # ids of bookkeeping nodes
     constant: set = set()       # ids of nodes made from scalars alone
@@ -161,7 +139,7 @@ def run(device: int, items: list, run_device: RunDevice) -> tuple:
     with `run_device`; one result per distinct root, in the order they first appear, a
     device array or (computed on the host) a CPU tensor. Storages of host-computed roots
     receive staged device data holding the value."""
-    split = plan([node for node, _ in items])
+    split = split_read([node for node, _ in items])
     if split is None:
         return run_device(items, frozenset())
     values: dict = {}

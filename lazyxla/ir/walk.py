@@ -1,0 +1,61 @@
+"""Graphs walked one way: `post_order`, the one traversal every IR walker uses.
+
+Collecting a sync's graph, the implied-barrier and donation walks, the host split and
+host replay of a read, provenance stamping, `lx.debug.ir_nodes` and the IR checker all
+walk pending IR through it. Pending graphs are thousands of nodes deep (a long step, a
+decoding loop), so the walk is iterative. It is a generator: the caller does its
+per-node work between yields and may stop early (`any(...)`). Collect runs it on every
+sync, so it does per node what collect's own walk did (one tuple pushed, one dict test
+per operand), plus the resumption of the generator.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator, Mapping, Optional
+
+from .node import DATA, SCALAR, Node
+
+
+def is_leaf(node: Node) -> bool:
+    """Device data or a lifted scalar: no computed work below it."""
+    return node.op is DATA or node.op is SCALAR
+
+
+def post_order(roots: Iterable[Node], index: Optional[dict] = None,
+               stop: Optional[Callable[[Node], bool]] = None,
+               leaves: Optional[Mapping[int, Node]] = None) -> Iterator[Node]:
+    """Each node reachable from `roots` once, operands before their users, roots in order.
+
+    `index`: id(node) -> position in the walk's order, filled as each node is yielded
+    (before the caller sees it). A node already in it is not walked again, so walks that
+    share one dict continue one order (collect and `ir_nodes` walk root by root; the
+    barrier walks skip what an earlier storage's walk covered). Fill it only this way.
+    `stop(node)`, asked when a node is first reached: True leaves it and everything only
+    it reaches out of the walk (leaves, nodes already stamped, a node a replay cannot
+    take). `leaves`: id(node) -> a node yielded in its place, its operands not walked,
+    and indexed under the replaced node's id (a value the host computed for a read,
+    sync/host_split.py).
+    """
+    if index is None:
+        index = {}
+    position = len(index)
+    stack = [(root, False) for root in reversed(list(roots))]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, expanded = pop()
+        nid = id(node)
+        if nid in index:
+            continue
+        if not expanded:
+            if leaves and nid in leaves:
+                node = leaves[nid]
+            elif stop is not None and stop(node):
+                continue
+            else:
+                push((node, True))
+                for inp in reversed(node.inputs):
+                    if id(inp) not in index:
+                        push((inp, False))
+                continue
+        index[nid] = position
+        position += 1
+        yield node
