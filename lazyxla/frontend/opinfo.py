@@ -70,6 +70,10 @@ def is_out(func) -> bool:
                for a in func._schema.arguments)
 
 
+def _argument_types(schema) -> list[str]:
+    return [str(a.type) for a in schema.arguments]
+
+
 def functional_variant(func):
     """The functional overload of an in-place or out= op, or None."""
     schema = func._schema
@@ -78,8 +82,17 @@ def functional_variant(func):
         packet = getattr(aten, base[:-1], None)
         if packet is None:
             return None
-        overload = func._overloadname
-        return getattr(packet, overload, None)
+        # the overload of the same name, unless its arguments differ: pow_.Scalar (Tensor self,
+        # Scalar exponent) is pow.Tensor_Scalar, not pow.Scalar (Scalar self, Tensor exponent)
+        wanted = _argument_types(schema)
+        same = getattr(packet, func._overloadname, None)
+        if same is not None and _argument_types(same._schema) == wanted:
+            return same
+        for name in packet.overloads():
+            cand = getattr(packet, name)
+            if not cand._schema.is_mutable and _argument_types(cand._schema) == wanted:
+                return cand
+        return None
     packet = getattr(aten, base, None)
     if packet is None:
         return None
