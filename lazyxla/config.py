@@ -79,6 +79,9 @@ class Config:
     provenance: bool = False
     """Record the user's file and line on each IR node (frontend/provenance.py): the first
     value of lx.debug.set_provenance's mode (read at import)."""
+    check_ir: bool = False
+    """Check every collected graph against the IR's rules before it compiles (ir/check.py):
+    for tests and for debugging lazyxla itself; costs a walk of each graph at every sync."""
     storage_dtypes: Optional[str] = None
     """Storage dtype policy until `lx.set_storage_dtypes`, e.g. "float32=bfloat16,int64=int32":
     tensors of the first dtype are held on the device in the second (runtime/storage_dtypes.py)."""

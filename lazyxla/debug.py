@@ -8,6 +8,7 @@ import torch
 from .compile.cache import LastCompile, hlo_text as graph_hlo
 from .frontend.routes import Route, route
 from .frontend.tensor import LazyTensor
+from .ir.check import check_graph
 from .ir.node import DATA, GETITEM, SCALAR
 from .ir.printer import graph_text
 from .ir.walk import post_order
@@ -101,6 +102,15 @@ def ir_text(tensors=None) -> str:
     every live pending tensor (a step barrier) when None. Compiles nothing."""
     texts = [graph_text(graph, donors) for graph, donors in pending_graphs(tensors)]
     return "\n".join(texts) if texts else "(nothing pending)"
+
+
+def check_ir(tensors=None) -> int:
+    """Check what a sync would compile (of `tensors`, or of every live pending tensor when
+    None) against the IR's rules, as every sync does under LAZYXLA_CHECK_IR=1: operands,
+    avals, the op records, one structure per signature (ir/check.py). Returns the number
+    of nodes checked; raises `MalformedIR` naming the node and the rule it breaks.
+    Compiles nothing."""
+    return sum(check_graph(graph) for graph, _ in pending_graphs(tensors))
 
 
 def hlo_text(tensors=None) -> str:

@@ -23,19 +23,39 @@ import lazyxla as lx  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 
 
+def pytest_addoption(parser):
+    parser.addoption("--check-ir", action="store_true",
+                     help="check every graph a sync collects against the IR's rules (LAZYXLA_CHECK_IR)")
+
+
 @pytest.fixture
 def dev():
     return lx.device()
 
 
 @pytest.fixture(autouse=True)
-def _fresh_state():
-    """Each test starts with clean metrics and default donation switches."""
+def _fresh_state(request):
+    """Each test starts with clean metrics and default donation switches (and, with
+    --check-ir, runs with every collected graph checked: ir/check.py)."""
     lx.sync(wait=True)
     lx.metrics.clear_all()
-    yield
+    if request.config.getoption("--check-ir"):
+        from lazyxla import config
+        with config.override(check_ir=True):
+            yield
+    else:
+        yield
     lx.set_aliasing(True)
     lx.set_explicit_donation(False)
+
+
+@pytest.fixture
+def checked_ir():
+    """Every graph a sync collects in the test is checked against the IR's rules
+    (ir/check.py; a malformed node raises `MalformedIR`)."""
+    from lazyxla import config
+    with config.override(check_ir=True):
+        yield
 
 
 @pytest.fixture

@@ -122,3 +122,11 @@ def run_on_host_devices(script: str, devices: int = 8, timeout: int = 600):
                PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
     return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                           timeout=timeout, cwd=root)
+
+
+def fake_buffer(shape: tuple = (2, 3), dtype: torch.dtype = torch.float32, stored_dtype=None):
+    """What IR sees of a device buffer (ir/graph.DeviceBuffer), without one: for building
+    graphs by hand (tests of ir/)."""
+    import types
+    return types.SimpleNamespace(shape=shape, dtype=dtype, stored_dtype=stored_dtype or dtype,
+                                 donated_in=None, sharding=None)

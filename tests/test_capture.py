@@ -13,7 +13,7 @@ def _mlp(x, w):
     return [torch.relu(x @ w) * 0.5 + 1.0]
 
 
-def test_replay_matches_eager_without_tracing(dev, fresh_compile_cache):
+def test_replay_matches_eager_without_tracing(dev, fresh_compile_cache, checked_ir):
     x, w = rand(4, 3), rand(3, 5)
     wd = w.to(dev)
     cap = capture(_mlp, [x.to(dev), wd], name="mlp")

@@ -40,7 +40,7 @@ def _both(model, ids, **kw):
     return ref, lazy
 
 
-def test_greedy_default_cache_equals_eager_one_graph_a_token():
+def test_greedy_default_cache_equals_eager_one_graph_a_token(checked_ir):
     model = _llama()   # eos_token_id is set: every token's stop check reads the tokens
     ref, lazy = _both(model, _prompt(), max_new_tokens=6, min_new_tokens=6)
     assert torch.equal(ref, lazy)

@@ -50,7 +50,7 @@ def _assert_grads_equal(eager, lazy):
         torch.testing.assert_close(pl.grad.cpu(), pe.grad, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_basic_matches_manual_loop_including_gradients(dev):
+def test_basic_matches_manual_loop_including_gradients(dev, checked_ir):
     # F.45: 8 samples, carried [5, 5] += 5 per micro-batch
     eager, lazy = _pair(dev)
     xs, ys = _data(8)

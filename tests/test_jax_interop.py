@@ -26,7 +26,7 @@ def _mlp_torch(x, w, b, scale):
     return h * scale, (h * h).sum()
 
 
-def test_values_and_gradients_match_torch_over_pytrees(dev):
+def test_values_and_gradients_match_torch_over_pytrees(dev, checked_ir):
     torch.manual_seed(0)
     x, w, b = torch.randn(5, 4), torch.randn(4, 3), torch.randn(3)
     ref_leaves = [t.clone().requires_grad_() for t in (x, w, b)]

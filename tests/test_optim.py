@@ -40,7 +40,7 @@ def _train(model, opt, x, y, steps, sched=None, sync=None):
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 @pytest.mark.parametrize("foreach", [None, False])
-def test_optimizer_matches_eager(name, foreach, dev):
+def test_optimizer_matches_eager(name, foreach, dev, checked_ir):
     x, y = torch.randn(8, 6), torch.randn(8, 3)
     ref = _model()
     lazy = copy.deepcopy(ref).to(dev)

@@ -52,7 +52,7 @@ def run_both(dev, make_fn, init, xs, closure):
     return out["eager"], out["lazy"]
 
 
-def test_scan_values_and_gradients(dev):
+def test_scan_values_and_gradients(dev, checked_ir):
     torch.manual_seed(0)
     def make_fn(w):
         def fn(c, x):

@@ -65,7 +65,8 @@ def traced_node(op: Any, args: tuple, kwargs: Optional[dict], inputs: tuple, sig
 
 def _keyed(value: Any, inputs: list) -> Any:
     """`value` as it enters a signature, appending the operand nodes it holds to `inputs`:
-    a node by its shape and dtype, a float by its bits (-0.0 and nan are values too)."""
+    a node by its shape and dtype, a float by its bits (-0.0 and nan are values too), a
+    device by its type (a graph runs on one device; the tracer keys devices so too)."""
     tp = type(value)
     if tp is Node:
         inputs.append(value)
@@ -74,17 +75,28 @@ def _keyed(value: Any, inputs: list) -> Any:
         return tuple([_keyed(v, inputs) for v in value])
     if tp is float:
         return (float, value.hex())
+    if tp is torch.device:
+        return value.type
+    if tp is list:   # the program builder (compile/program.py) finds operands in tuples only
+        raise TypeError("lazyxla: a node's list argument; pass a tuple")
     return value
 
 
-def op_node(op: Any, args: tuple, kwargs: Optional[dict], shape: tuple, dtype: Any, nout: int = 0) -> Node:
-    """A computed node whose operands are the nodes among `args` and `kwargs` (tuples
-    searched) and whose signature is made from `op` (a `Subprogram` by its key), those
-    arguments and its output avals."""
-    inputs: list = []
+def structure(op: Any, args: tuple, kwargs: Optional[dict], shape: Any, dtype: Any, nout: int,
+              inputs: list) -> tuple:
+    """What a signature stands for: `op` (a `Subprogram` by its key), the arguments with
+    operand nodes by their avals, the output avals. Appends the operand nodes among
+    `args` and `kwargs` (tuples searched) to `inputs`, in order."""
     head = ("call", op.key_id) if type(op) is Subprogram else op
-    key = (head, _keyed(args, inputs),
-           tuple([(k, _keyed(v, inputs)) for k, v in kwargs.items()]) if kwargs else (), shape, dtype)
+    return (head, _keyed(args, inputs),
+            tuple([(k, _keyed(v, inputs)) for k, v in kwargs.items()]) if kwargs else (), shape, dtype, nout)
+
+
+def op_node(op: Any, args: tuple, kwargs: Optional[dict], shape: tuple, dtype: Any, nout: int = 0) -> Node:
+    """A computed node whose operands are the nodes among `args` and `kwargs` and whose
+    signature is its `structure`."""
+    inputs: list = []
+    key = structure(op, args, kwargs, shape, dtype, nout, inputs)
     return Node(op, args, kwargs, tuple(inputs), shape, dtype, intern_sig(key), None, nout)
 
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .. import config
 from ..compile import precision
+from ..ir.check import check_graph
 from ..ir.graph import Graph
 from ..ir.scalars import long_chain
 from ..ir.node import DATA, SCALAR, SHARDING_CONSTRAINT, Node
@@ -78,8 +80,11 @@ def collect(device: int, items: list, merge_scalars: bool = False,
     if level != precision.DEFAULT_LEVEL:   # lowered at another matmul precision: another program
         key += (("matmul_precision", level),)
     aliases = {nid: index[nid] for nid in leaves if nid in index} if leaves else None
-    return Graph(device, order, outputs, params, scalars, key, tuple(rank), out_shardings, policy,
-                 merged, level, aliases), targets
+    graph = Graph(device, order, outputs, params, scalars, key, tuple(rank), out_shardings, policy,
+                  merged, level, aliases)
+    if config.SETTINGS.check_ir:   # LAZYXLA_CHECK_IR: every graph checked before it compiles
+        check_graph(graph)
+    return graph, targets
 
 
 def _merge_equal_scalars(scalars: list, index: dict, entries: list) -> tuple[list, dict]:

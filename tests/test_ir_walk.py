@@ -1,0 +1,66 @@
+"""Graphs walked one way (ir/walk.py): `post_order` yields each node once, operands first,
+iteratively; a shared index continues one order; `stop` and `leaves` shape the walk."""
+from __future__ import annotations
+
+import torch
+
+from lazyxla.ir.build import data_node, op_node
+from lazyxla.ir.node import Node
+from lazyxla.ir.walk import is_leaf, post_order
+
+from helpers import fake_buffer
+
+aten = torch.ops.aten
+
+
+def _add(a: Node, b: Node) -> Node:
+    return op_node(aten.add.Tensor, (a, b), None, (3,), torch.float32)
+
+
+def _diamond():
+    x, y = data_node(fake_buffer((3,))), data_node(fake_buffer((3,)))
+    left, right = _add(x, y), _add(y, x)
+    return x, y, left, right, _add(left, right)
+
+
+def test_operands_come_first_and_each_node_once():
+    x, y, left, right, top = _diamond()
+    assert list(post_order([top])) == [x, y, left, right, top]
+    assert list(post_order([right, top, right])) == [y, x, right, left, top]
+
+
+def test_a_deep_chain_is_walked_without_recursion():
+    node = data_node(fake_buffer((3,)))
+    for _ in range(50_000):
+        node = op_node(aten.neg.default, (node,), None, (3,), torch.float32)
+    order = list(post_order([node]))
+    assert len(order) == 50_001 and order[-1] is node and order[0].op == "data"
+
+
+def test_a_shared_index_continues_one_order():
+    x, y, left, right, top = _diamond()
+    index: dict = {}
+    assert list(post_order([left], index)) == [x, y, left]
+    assert list(post_order([top], index)) == [right, top]   # what the first walk saw is not walked again
+    assert [index[id(n)] for n in (x, y, left, right, top)] == [0, 1, 2, 3, 4]
+
+
+def test_stop_leaves_a_node_and_what_only_it_reaches_out():
+    x, y, left, right, top = _diamond()
+    assert list(post_order([top], stop=is_leaf)) == [left, right, top]
+    assert list(post_order([top], stop=lambda n: n is left)) == [y, x, right, top]
+
+
+def test_leaves_are_yielded_in_place_of_the_nodes_they_replace():
+    x, y, left, right, top = _diamond()
+    value = data_node(fake_buffer((3,)))
+    index: dict = {}
+    assert list(post_order([top], index, leaves={id(left): value})) == [value, y, x, right, top]
+    assert index[id(left)] == 0 and id(value) not in index
+
+
+def test_a_walk_can_end_early():
+    x, y, left, right, top = _diamond()
+    walk = post_order([top])
+    assert next(walk) is x and any(n is left for n in walk)
+    assert next(walk) is right   # the generator resumes where the caller left it
