@@ -1,5 +1,5 @@
 """lazyxla: run ordinary PyTorch programs lazily on XLA through JAX, with safe,
-explainable buffer donation. Public API: see API.md (shared/) and README.md."""
+explainable buffer donation. Public API: README.md; design notes: docs/."""
 from __future__ import annotations
 
 from . import config as _config
@@ -10,9 +10,13 @@ _host_heap.tune_at_import(_config.SETTINGS.heap_tuning)
 
 from . import _jax  # noqa: E402  (enables JAX's 64-bit mode first)
 from .frontend import torch_compat as _torch_compat  # noqa: E402
+from .runtime import shutdown as _shutdown  # noqa: E402
 
 _jax.check_version()            # warn outside the verified JAX and torch ranges
 _torch_compat.check_version()
+# The exit handler, before the modules below register theirs: atexit runs the last
+# registered first, and data/'s loader threads must stop before the runtime quiesces.
+_shutdown.install()
 
 # Everything is imported first; the calls after the imports then set lazyxla up, in their order.
 from . import data, debug, distributed, experimental, metrics, spmd, utils  # noqa: E402,F401

@@ -1,4 +1,5 @@
-"""Device queries (API.md "Devices")."""
+"""Device queries: `lx.device()`, `devices`, `device_count`, `platform`, `memory_info` (README.md,
+"What is supported")."""
 from __future__ import annotations
 
 import torch

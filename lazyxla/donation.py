@@ -1,4 +1,5 @@
-"""Explicit buffer donation and the donation switches (API.md "Buffer donation and aliasing")."""
+"""Explicit buffer donation and the donation switches (README.md, "What is supported"; the planner
+that decides each donation: docs/design.md, "alias/planner.py")."""
 from __future__ import annotations
 
 import weakref

@@ -117,4 +117,5 @@ def memory_report(device=None, top: int = 20) -> MemoryReport:
     return MemoryReport(memory_device(device), top)
 
 
+# import-time seam: runtime/memory.py, layers below, puts this report in its out-of-memory errors
 memory.set_reporter(lambda device: str(memory_report(device)))

@@ -108,7 +108,7 @@ class timed:
         metric_add(self.name, time.perf_counter_ns() - self.start)
 
 
-# -- public API (API.md "Introspection") -----------------------------------------------
+# -- public API (README.md, "What is supported"; upstream's names: docs/compat.md) ------
 
 def counter_names() -> list[str]:
     return sorted(k for k, v in list(_counters.items()) if v)

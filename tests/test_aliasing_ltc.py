@@ -1,5 +1,6 @@
-"""Automatic (in-place / "LTC") aliasing: SPEC-donation.md §4 A (scenarios 1-14)
-and the pitfalls of §3 that concern it (3.1-3.6, 3.14, 3.15, 3.19).
+"""Automatic (in-place / "LTC") aliasing: upstream's aliasing scenarios (1-14) and the
+pitfalls that concern it (3.1-3.6, 3.14, 3.15, 3.19), numbered as in the donation spec
+lazyxla was built to (outside the repository; docs/design.md, "alias/planner.py").
 
 `alias` is `lx.metrics.metric_data("InputOutputAliasCount")`: (graphs compiled,
 total donors, samples). Every scenario also compares values with eager CPU.

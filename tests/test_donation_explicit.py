@@ -1,5 +1,6 @@
-"""Explicit buffer donation: SPEC-donation.md §4 B (scenarios 15-30) and the API.md
-rules around lx.set_buffer_donation, the switches and the donation report.
+"""Explicit buffer donation: upstream's explicit-donation scenarios (15-30) and lazyxla's
+rules around lx.set_buffer_donation, the switches and the donation report (README.md,
+"What is supported"; docs/design.md, "alias/planner.py").
 
 Upstream's `Deleted(t)` is `lx.is_donated(t)` plus: any use raises
 `lx.DonatedBufferError` naming shape/dtype and saying "donated".
@@ -265,7 +266,7 @@ def test_b30_config_api_context_manager(dev):
     assert lx.explicit_donation_enabled(dev) is False
 
 
-# -- API.md extras -------------------------------------------------------------------
+# -- lazyxla's extras ---------------------------------------------------------------
 
 def test_batch_call_returns_list(dev):
     c = [rand(3, seed=40 + i) for i in range(3)]

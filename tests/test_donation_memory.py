@@ -1,5 +1,5 @@
 """XLA's own memory analysis of the step graph of an in-place update: the donated
-input buffer is aliased to the output (DESIGN.md "Memory"). Peak-memory evidence
+input buffer is aliased to the output (docs/memory.md). Peak-memory evidence
 belongs to the benchmark suite; this checks the compiled executable."""
 from __future__ import annotations
 

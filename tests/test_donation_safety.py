@@ -1,6 +1,7 @@
-"""Regression tests for donation bugs found while porting SPEC-donation.md §4.
+"""Regression tests for donation bugs found while porting upstream's donation scenarios.
 
-Each test names the rule of API.md it protects; values are compared with eager CPU.
+Each test names the donation rule it protects (README.md, "What is supported";
+docs/design.md, "alias/planner.py"); values are compared with eager CPU.
 """
 from __future__ import annotations
 
@@ -141,7 +142,7 @@ def test_marking_with_pending_reader_is_allowed_and_safe(dev):
 
 
 def test_marking_with_pending_clone_is_refused(dev):
-    """API.md: an unmaterialised clone shares the buffer: marking returns False."""
+    """An unmaterialised clone shares the buffer: marking returns False."""
     c = rand(5, seed=7)
     x = c.to(dev)
     clone = x.clone()

@@ -388,7 +388,7 @@ def test_e40_donor_op_out_of_place(dev, fresh_compile_cache, read):
     if read == "sync":
         lx.sync(wait=True)
     # A compiled call donates its marked inputs also at a host read, without
-    # explicit donation enabled (API.md "Compiled functions").
+    # explicit donation enabled (README.md, "Compiled steps").
     assert_close(r, x0 * 1.1)
     assert lx.get_buffer_donation(x) is True and lx.is_donated(x)
     with pytest.raises(lx.DonatedBufferError, match="donated"):

@@ -164,7 +164,7 @@ def test_write_through_a_view_replays_on_the_host(dev):
 
 def test_read_does_not_donate_what_it_reads(dev):
     """A host read donates for the live tensors it materializes alongside, never the
-    buffer of a tensor it reads (API.md "Sync": upstream's `.cpu()` does not donate)."""
+    buffer of a tensor it reads (as upstream's `.cpu()` does not donate)."""
     t = torch.ones(3).to(dev)
     lx.sync()
     t.add_(1)

@@ -1,5 +1,5 @@
 """lx.experimental.gradient_accumulation: one compiled loop over micro-batches
-(SPEC-donation.md §1.7, scenarios F.45-F.50). Values against a manual eager loop,
+(README.md, "Gradient accumulation"; upstream's scenarios F.45-F.50). Values against a manual eager loop,
 gradients included; counters for tracing, compiles and donors."""
 from __future__ import annotations
 

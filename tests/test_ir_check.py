@@ -66,7 +66,7 @@ def test_a_training_step_checked_at_every_sync(dev, checked_ir):
 
 def test_inputs_must_be_the_nodes_among_the_arguments():
     a, b = _data(), _data()
-    with pytest.raises(MalformedIR, match=r"aten.add.Tensor .*its inputs \(1\) are not the 2 nodes among its arguments"):
+    with pytest.raises(MalformedIR, match=r"aten.add.Tensor .*its inputs \(1\) are not the 2 nodes among"):
         check_node(_node(aten.add.Tensor, (a, b), (a,)))
     with pytest.raises(MalformedIR, match="are not the 2 nodes among its arguments, in order"):
         check_node(_node(aten.add.Tensor, (a, b), (b, a)))
@@ -147,7 +147,7 @@ def test_one_signature_stands_for_one_structure():
     check_node(traced_node(aten.neg.default, (a,), None, (a,), signature))
     other = _data()   # another operand of the same avals: the same structure
     check_node(traced_node(aten.neg.default, (other,), None, (other,), signature))
-    with pytest.raises(MalformedIR, match=f"signature {signature.sig} stood for .* and now for .*share compiled graphs"):
+    with pytest.raises(MalformedIR, match=f"signature {signature.sig} stood for .* and now for .*share compiled"):
         check_node(traced_node(aten.neg.default, (b,), None, (b,), signature))
 
 

@@ -1,4 +1,4 @@
-"""JAX inside PyTorch (API.md "JAX interop"): lx.call_jax against the same computation in
+"""JAX inside PyTorch (README.md, "JAX inside PyTorch"): lx.call_jax against the same computation in
 eager torch, values and gradients; one graph for torch ops and the JAX function; caching;
 lx.to_jax / lx.from_jax without copies; donation of shared buffers."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The layers of shared/LAYOUT.md (and docs/layers.md), checked: no module imports one
+"""The layers of docs/layers.md, checked: no module imports one
 from a layer above its own, no import circle between files, and every import inside a
 function says why it is there.
 

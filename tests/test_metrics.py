@@ -1,5 +1,5 @@
-"""lx.metrics: SPEC-donation.md §4 D (scenarios 36-38) and §1.6 semantics, with the
-PyTorch/XLA names users know."""
+"""lx.metrics: upstream's metrics scenarios (36-38) and counting rules, with the
+PyTorch/XLA names users know (docs/compat.md, "torch_xla.debug.metrics (met)")."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Many processes: `jax.distributed` for lazyxla (API.md "SPMD and many processes").
+"""Many processes: `jax.distributed` for lazyxla (docs/spmd.md, "Many processes").
 
 Every process runs the same program; after `initialize` and
 `lx.spmd.use_spmd()`, `lx.device()` spans the devices of all processes, each

@@ -1,4 +1,4 @@
-"""Experimental APIs (API.md "Gradient accumulation", "Big models"): names follow
+"""Experimental APIs (README.md, "Gradient accumulation", "Loops over layers: scan"): names follow
 `torch_xla.experimental`; behaviour may still change."""
 from __future__ import annotations
 

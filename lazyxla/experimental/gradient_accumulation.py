@@ -1,5 +1,5 @@
 """Gradient accumulation in one XLA loop (PyTorch/XLA's
-`torch_xla.experimental.gradient_accumulation`, SPEC-donation.md §1.7).
+`torch_xla.experimental.gradient_accumulation`; README.md, "Gradient accumulation").
 
 `gradient_accumulation(train_step, iterable_tensors, model, *carried)` captures
 `train_step` and its backward once, on one micro-batch, and inserts one CALL node

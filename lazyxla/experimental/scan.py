@@ -1,5 +1,5 @@
 """`scan(fn, init, xs)`: a Python loop over the leading dimension as one XLA loop
-(PyTorch/XLA's `torch_xla.experimental.scan`, API.md "Big models"): the public
+(PyTorch/XLA's `torch_xla.experimental.scan`; README.md, "Loops over layers: scan"): the public
 functions and the autograd node around the loop.
 
 `fn(carry, x) -> (new_carry, y)` is traced once (scan_trace.py); one CALL node runs

@@ -10,7 +10,8 @@ Each OpOverload is classified once (opinfo.py) into one handler (primitives.py):
 plus foreach ops (foreach.py) and the handlers of ops that need more than a node
 (copies, detach, RNG, host reads: handlers.py, mathbits.py), found in the op records.
 The handlers never import this module; `run_op` reaches `classify` through
-`primitives.set_router`. Every module that registers handlers is loaded by
+`primitives.set_router` (an import-time seam: the router imports the handlers, so they
+cannot import it). Every module that registers handlers is loaded by
 `frontend/registration.py`, before the first op is classified.
 """
 from __future__ import annotations
@@ -22,7 +23,6 @@ import torch
 from .. import config, metrics
 from ..ir.node import DATA
 from ..ir.ops import facts
-from ..lower.registry import LOWERINGS
 from ..state import STATE
 from . import host_operands
 from .device import DEVICE_TYPE
@@ -38,6 +38,9 @@ from .tensor import LazyTensor
 aten = torch.ops.aten
 # handlers of ops that need more than a node (handlers.py, mathbits.py, dynamo/donor.py)
 SPECIAL = facts("special")
+# ops with a lowering rule: the records' facts, which lower/ registers (lower/registry.load_all)
+# before the first op is classified, read here without importing lower/
+LOWERINGS = facts("lowering")
 _counters = metrics._counters
 
 # Eager mode (experimental/eager.py) and op records are run-time modes (lazyxla/state.py);
@@ -193,4 +196,5 @@ def _fallback_or_decompose(func):
     return decompose if decomposition_for(func) is not None else host_fallback
 
 
-set_router(classify)   # run_op (primitives.py) classifies through here
+# import-time seam: primitives.run_op classifies through here (primitives cannot import this module)
+set_router(classify)

@@ -46,7 +46,8 @@ DECOMPOSITIONS = facts("decomposition")
 
 
 def set_router(classify: Callable[..., OpInfo]) -> None:
-    """Install the router's `classify(func) -> OpInfo` (dispatch.py, at its import)."""
+    """Install the router's `classify(func) -> OpInfo`. An import-time seam: dispatch.py
+    fills it at its import, since it imports this module and so cannot be imported here."""
     _ROUTER.classify = classify
 
 

@@ -20,7 +20,7 @@ from .tensor import bind_dispatch
 def install() -> None:
     """Register the lazyxla device with PyTorch and route its ops here (once per process)."""
     kernels.register_backend()
-    bind_dispatch(dispatch)
+    bind_dispatch(dispatch)   # import-time seam: tensor.py's op dispatcher (dispatch.py imports tensor.py)
     provenance.follow_mode(dispatch)   # STATE's provenance mode (LAZYXLA_PROVENANCE at first) picks the dispatcher
     kernels.register_kernels()
     accelerator.install()      # torch.accelerator.* and Tensor.pin_memory() for the lazyxla device

@@ -1,11 +1,12 @@
-"""The two services the tracer needs from the sync layer, installed by it.
+"""The five services the tracer needs from the sync layer, installed by it.
 
 A host read (`.item()`, `.cpu()`, a host fallback) must materialise pending
 work, the graph-size cap must cut the pending graph, eager mode runs each
-op's graph at once, and the end of an optimizer step may be a step barrier;
-all are sync-layer work. The frontend sits below sync (LAYOUT.md), so instead of importing it
-the frontend calls these slots, which `sync/api.py` fills when it is imported
-(`import lazyxla` always imports it before any tensor exists).
+op's graph at once, and the end of an optimizer step (or of GradScaler's update)
+may be a step barrier; all are sync-layer work. The frontend sits below sync
+(docs/layers.md), so instead of importing it the frontend calls these slots: an
+import-time seam that `sync/api.py` fills when it is imported (`import lazyxla` always
+imports it before any tensor exists).
 """
 from __future__ import annotations
 

@@ -222,7 +222,9 @@ def lazy_tensors_in(value, out: list) -> list:
     return out
 
 
-def _dispatch(func, args, kwargs):  # replaced by frontend.dispatch.dispatch (registration.install)
+# An import-time seam: frontend/registration.install binds dispatch.py's `dispatch` here
+# (dispatch.py imports this module), and provenance.py swaps in a stamping dispatcher.
+def _dispatch(func, args, kwargs):
     raise RuntimeError("lazyxla: dispatch is not initialised; import lazyxla")
 
 
@@ -244,6 +246,7 @@ STATE.watch("op_records", _destroy_records)
 
 
 def bind_dispatch(fn) -> None:
-    """Install the op dispatcher (frontend/registration.py; provenance.py wraps it)."""
+    """Install the op dispatcher: the import-time seam above, filled by
+    frontend/registration.py (provenance.py wraps the dispatcher while on)."""
     global _dispatch
     _dispatch = fn

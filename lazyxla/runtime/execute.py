@@ -19,7 +19,7 @@ from ..ir.scalars import scalar_args
 from ..lock import LOCK, check_not_forked
 from ..patches import x64
 from ..ir.graph import Graph
-from . import memory, placement, ready_times, shutdown, transfer
+from . import device_waits, memory, placement, ready_times, transfer
 
 _in_flight: list = []
 
@@ -110,8 +110,6 @@ def wait_all() -> None:
         _in_flight.clear()
     live = [a for a in pending if a is not None and not a.is_deleted()]
     if live:
-        with shutdown.waiting_thread():   # the exit handler lets this wait return first
+        with device_waits.waiting_thread():   # the exit handler lets this wait return first
             jax.block_until_ready(live)
 
-
-shutdown.drain_at_exit(wait_all)

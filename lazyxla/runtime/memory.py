@@ -7,7 +7,8 @@ The peak also covers what an executing graph needs beyond the live buffers
 (`note_execution`), so `max_memory_allocated` is the high-water mark a device actually
 had to hold. `bytes_limit` is what the device can hold; `check_fits` refuses a graph that
 would not fit with `torch.OutOfMemoryError` and the memory report, and `is_out_of_memory`
-recognises that error and XLA's RESOURCE_EXHAUSTED. `lazyxla.debug` installs the report
+recognises that error and XLA's RESOURCE_EXHAUSTED. The report in that error comes from
+`lazyxla/memory_report.py`, a public module above runtime/: an import-time seam it fills
 with `set_reporter`.
 
 Design: docs/design.md, "runtime/memory.py".
@@ -167,7 +168,7 @@ def limit_for_testing(device: int, nbytes: int) -> Iterator[None]:
 
 
 class _Reporter:
-    """The memory report `lazyxla.debug` installs (None until then)."""
+    """The memory report memory_report.py installs (None until then): an import-time seam."""
     fn: Optional[Callable[[int], str]] = None
 
 

@@ -17,7 +17,7 @@ import time
 import jax
 
 from .. import metrics
-from . import shutdown
+from . import device_waits
 
 METRIC = "ExecuteReadyTime"
 
@@ -73,7 +73,7 @@ def _wait_loop() -> None:
             while not w.queue:
                 w.cv.wait()
             start_ns, outs = w.queue.popleft()
-        with shutdown.waiting_thread():   # the exit handler lets this wait return first
+        with device_waits.waiting_thread():   # the exit handler lets this wait return first
             _wait_ready(outs)
         elapsed = time.perf_counter_ns() - start_ns
         del outs

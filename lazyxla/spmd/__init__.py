@@ -1,4 +1,4 @@
-"""SPMD: one program over many devices (API.md "SPMD and many processes").
+"""SPMD: one program over many devices (docs/spmd.md).
 
 `use_spmd()` makes `lx.device()` a virtual device over every device of every
 process; `mark_sharding(t, mesh, spec)` shards a tensor; GSPMD (through

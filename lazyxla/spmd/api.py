@@ -1,4 +1,4 @@
-"""SPMD mode and marking tensors (API.md "SPMD and many processes").
+"""SPMD mode and marking tensors (docs/spmd.md).
 
 Marking device data gives the tensor a new buffer with the new sharding (the
 old one is freed when nothing else holds it; a staged upload is just placed

@@ -2,7 +2,7 @@
 
 Every entry point goes through `_run`: collect -> plan donation -> cache /
 compile -> execute -> install. What differs is the set of roots and which
-donors the kind of sync allows (API.md "Sync"):
+donors the kind of sync allows (README.md, "What is supported"; docs/design.md, "alias/planner.py"):
 
 | entry point                         | automatic donors | explicit donors        |
 |-------------------------------------|------------------|------------------------|
@@ -408,7 +408,8 @@ def pending_graphs(tensors=None, *, automatic: bool = True, explicit: Optional[b
             use_explicit = explicit if explicit is not None else (
                 tensors is None or switches.explicit_donation_enabled(device))
             donors, _ = plan_donors(graph, targets, live_storages(device), automatic=automatic,
-                                    explicit=use_explicit, aliasing=switches.aliasing_enabled(device), kind="inspection")
+                                    explicit=use_explicit, aliasing=switches.aliasing_enabled(device),
+                                    kind="inspection")
             result.append((graph, donors))
         return result
 
@@ -421,4 +422,5 @@ def graph_hash(tensors) -> str:
     return key_hex(tuple(graph.key + (donors,) for graph, donors in graphs))
 
 
+# import-time seam: the frontend, a layer below, reaches sync through these (frontend/sync_hooks.py)
 sync_hooks.install(host_values, cut_graphs, eager_run, optimizer_stepped, scaler_updated)

@@ -17,7 +17,7 @@ compared by dtype/shape at once and by value at host reads, at `check_all`
 steps and at the end (comparing everything after every step would itself
 materialise tensors and change what the program exercises).
 
-Donation model (API.md): after every step each live tensor is asked
+Donation model (README.md, "What is supported"): after every step each live tensor is asked
 `lx.is_donated`. A donated tensor must belong to an alias group that the
 program marked with a successful `lx.set_buffer_donation(..., True)` (a marked
 tensor, or a view/detach of one); otherwise the runtime invalidated a tensor

@@ -1,5 +1,5 @@
-"""`torch_xla._XLAC`: the bindings of SPEC-donation.md §1 that scripts and upstream's
-donation tests call, each a call of lazyxla's public API.
+"""`torch_xla._XLAC`: the donation bindings that scripts and upstream's donation tests
+call (docs/compat.md, "torch_xla._XLAC"), each a call of lazyxla's public API.
 
 Device arguments: upstream parses and then ignores the `device` of the aliasing
 config (the config is process-global); so does this layer. `devices` lists of

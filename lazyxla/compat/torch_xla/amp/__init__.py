@@ -1,7 +1,7 @@
 """`torch_xla.amp`: mixed precision as PyTorch's own on the lazyxla device.
 
 `autocast(device, enabled=True, dtype=None, cache_enabled=True)` is
-`torch.autocast("lazyxla", ...)` (PyTorch's autocast op lists; API.md "Mixed
+`torch.autocast("lazyxla", ...)` (PyTorch's autocast op lists; README.md, "Mixed
 precision"), with upstream's default dtype: bfloat16, float16 on CUDA. `GradScaler` is
 `torch.amp.GradScaler("lazyxla", ...)`. The `syncfree` optimizers are torch.optim's
 (syncfree.py says what that changes)."""

@@ -1,9 +1,9 @@
 """`torch_xla.debug.metrics` (met): lx.metrics under upstream's names and counting rules.
 
-Counter and metric names are upstream's where lazyxla has the same quantity (API.md
-"Introspection"); lazyxla-only ones (TracedOps, DonatedBytes) appear too. Where
-upstream counts an event that lazyxla's own counter does not (API.md "Coming from
-PyTorch/XLA": under torch_xla names, upstream's counter semantics), the layer keeps
+Counter and metric names are upstream's where lazyxla has the same quantity (docs/compat.md,
+"torch_xla.debug.metrics (met)"); lazyxla-only ones (TracedOps, DonatedBytes) appear too.
+Where upstream counts an event that lazyxla's own counter does not (under torch_xla names,
+upstream's counter semantics: README.md, "Coming from PyTorch/XLA"), the layer keeps
 the difference in an overlay that only these functions read, so `lx.metrics` keeps
 lazyxla's semantics:
 

@@ -1,5 +1,5 @@
-"""`torch_xla.distributed.spmd` (xs): lx.spmd under upstream's names (API.md "SPMD and
-many processes").
+"""`torch_xla.distributed.spmd` (xs): lx.spmd under upstream's names (docs/spmd.md,
+docs/compat.md).
 
 Upstream's `mark_sharding` returns an `XLAShardedTensor` wrapper; lazyxla's returns
 the tensor itself, now sharded."""

@@ -2,7 +2,7 @@
 
 A `train_step` that mutates its inputs raises `InputMutationError` here, lazyxla's
 `lx.experimental.InputMutationError` that is also an `AssertionError` (upstream's
-check is an `assert`; API.md "Coming from PyTorch/XLA"), raised rather than
+check is an `assert`; README.md, "Coming from PyTorch/XLA"), raised rather than
 asserted, so `python -O` keeps it; nothing is changed."""
 from __future__ import annotations
 
