@@ -39,7 +39,7 @@ from ..frontend.tracing import forget_lifted_scalars
 from ..frontend import sync_hooks
 from ..ir.graph import reads_donated
 from ..ir.node import DATA
-from ..runtime import host_heap, memory
+from ..runtime import backend, memory
 from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
 from ..state import STATE
@@ -154,7 +154,7 @@ def sync(wait: bool = False) -> None:
 def _barrier(kind: str, explicit: bool) -> int:
     """Run all pending work, one graph per device (lock held); the number of IR nodes run."""
     STATE.traced_since_sync = 0
-    host_heap.after_step()
+    backend.current().after_barrier()
     nodes = 0
     for device in live_devices():
         if _run(device, _pending(live_storages(device)), automatic=True, explicit=explicit,
