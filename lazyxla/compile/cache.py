@@ -25,7 +25,7 @@ from ..lock import check_not_forked
 from ..errors import LoweringError
 from ..patches import x64
 from . import precision
-from ..runtime import backend, placement
+from ..runtime import backend, placement, timeline
 from ..ir.graph import Graph
 from ..ir.node import OPT_BARRIER
 from .explain import explain
@@ -103,7 +103,9 @@ def get_or_compile(graph: Graph, donors: tuple, eager: bool = False) -> Executab
     settings = config.SETTINGS
     if settings.explain_recompiles:   # LAZYXLA_EXPLAIN_RECOMPILES
         warnings.warn(f"lazyxla: compiling graph {key_hex(graph.key + (donors,))}: {reason}", stacklevel=4)
+    started = timeline.start()
     exe = compile_graph(graph, donors, "EagerOpCompileTime" if eager else "CompileTime")
+    timeline.mark("compile", started, graph=exe.key_hex, nodes=len(graph.order), reason=reason)
     _cache[_full_key(graph, donors)] = exe
     while len(_cache) > settings.compile_cache_size:
         _cache.popitem(last=False)

@@ -24,6 +24,7 @@ import gc
 import time
 
 from .. import config, metrics
+from . import timeline
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +97,11 @@ def _count(phase: str, info: dict) -> None:
     metrics.counter_add("GcCollections")
     if info["generation"] == 2:
         metrics.counter_add("GcCollectionsGen2")
+    ended = time.perf_counter_ns()
     if len(_STATE.durations) < 4096:   # a program without barriers keeps only the first ones
-        _STATE.durations.append(time.perf_counter_ns() - _STATE.started_ns)
+        _STATE.durations.append(ended - _STATE.started_ns)
+    timeline.span(f"gc generation {info['generation']}", _STATE.started_ns, ended, timeline.COLLECTOR,
+                  collected=info["collected"])
 
 
 gc.callbacks.append(_count)
