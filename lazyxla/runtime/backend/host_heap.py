@@ -21,7 +21,7 @@ LAZYXLA_HEAP_TUNING=0 keeps glibc's defaults, and so does any platform but CPU (
 calls `restore_defaults`); where glibc is not the C library (musl, macOS) every function here
 does nothing. The module imports nothing of lazyxla, torch or JAX, so tests can load it alone.
 
-Design: docs/design.md, "runtime/host_heap.py".
+Design: docs/design.md, "runtime/backend/host_heap.py".
 """
 from __future__ import annotations
 
