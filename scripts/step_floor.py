@@ -30,43 +30,78 @@ _META = torch.device("meta")
 
 class Floor(torch.Tensor):
     """A wrapper subclass that computes nothing (module docstring)."""
-    _outputs: dict = {}
+    _plans: dict = {}
 
     @staticmethod
     def make(spec: tuple) -> "Floor":
         shape, stride, offset, dtype = spec
-        return torch.Tensor._make_wrapper_subclass(Floor, shape, strides=stride, storage_offset=offset,
-                                                   dtype=dtype, device=_META)
+        t = torch.Tensor._make_wrapper_subclass(Floor, shape, strides=stride, storage_offset=offset,
+                                                dtype=dtype, device=_META)
+        t._spec = spec
+        return t
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        flat, spec = torch.utils._pytree.tree_flatten((args, kwargs))
-        key = (func, spec, tuple(_spec_of(a) if isinstance(a, torch.Tensor) else a
-                                 if isinstance(a, (int, float, bool, str, type(None), torch.dtype)) else type(a)
-                                 for a in flat))
-        plan = cls._outputs.get(key)
+        key = (func, _key(args), _key(kwargs) if kwargs else None)
+        plan = cls._plans.get(key)
         if plan is None:
-            plan = cls._outputs[key] = _plan(func, flat, spec)
-        out_spec, outputs = plan
-        return torch.utils._pytree.tree_unflatten(
-            [flat[o] if isinstance(o, int) else Floor.make(o) if o is not None else None for o in outputs], out_spec)
+            plan = cls._plans[key] = _plan(func, args, kwargs or {})
+        return _build(plan, args)
+
+
+def _key(value):
+    """What the output's shape can depend on: tensor specs and the other arguments' values."""
+    tp = type(value)
+    if tp is Floor:
+        return value._spec
+    if tp is list or tp is tuple:
+        return tuple(_key(v) for v in value)
+    if tp is dict:
+        return tuple((k, _key(v)) for k, v in value.items())
+    if isinstance(value, torch.Tensor):
+        return _spec_of(value)
+    if tp is float:   # a learning rate or bias correction: no output's shape depends on its value
+        return float
+    return value
 
 
 def _spec_of(t: torch.Tensor) -> tuple:
     return (tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype)
 
 
-def _plan(func, flat: list, spec) -> tuple:
-    """Run `func` on meta tensors once: per output, the input it returns (in place) or its spec."""
-    meta = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=_META).as_strided(
-        a.shape, a.stride(), a.storage_offset()) if isinstance(a, torch.Tensor) else a for a in flat]
-    margs, mkwargs = torch.utils._pytree.tree_unflatten(meta, spec)
-    out = func(*margs, **mkwargs)
-    leaves, out_spec = torch.utils._pytree.tree_flatten(out)
-    position = {id(m): i for i, m in enumerate(meta) if isinstance(m, torch.Tensor)}
-    outputs = [position.get(id(o), _spec_of(o)) if isinstance(o, torch.Tensor) else None for o in leaves]
-    return out_spec, outputs
+def _to_meta(value):
+    if isinstance(value, torch.Tensor):
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=_META)
+    if type(value) in (list, tuple):
+        return type(value)(_to_meta(v) for v in value)
+    return value
+
+
+def _plan(func, args, kwargs):
+    """Run `func` on meta tensors once. The plan: None, an input position (an op returning its
+    argument, in place), a spec for a new tensor, or a tuple/list of those."""
+    margs = [_to_meta(a) for a in args]
+    out = func(*margs, **{k: _to_meta(v) for k, v in kwargs.items()})
+    position = {id(m): i for i, m in enumerate(margs) if isinstance(m, torch.Tensor)}
+
+    def plan_of(o):
+        if isinstance(o, torch.Tensor):
+            return ("arg", position[id(o)]) if id(o) in position else ("new", _spec_of(o))
+        if type(o) in (list, tuple):
+            return ("seq", type(o), tuple(plan_of(x) for x in o))
+        return ("const", o)
+    return plan_of(out)
+
+
+def _build(plan, args):
+    kind = plan[0]
+    if kind == "new":
+        return Floor.make(plan[1])
+    if kind == "arg":
+        return args[plan[1]]
+    if kind == "seq":
+        return plan[1](_build(p, args) for p in plan[2])
+    return plan[1]
 
 
 def _train(device: str, size: str, steps: int, floor: bool = False) -> float:
@@ -81,6 +116,7 @@ def _train(device: str, size: str, steps: int, floor: bool = False) -> float:
             for name, p in list(module._parameters.items()):
                 if p is not None:
                     module._parameters[name] = torch.nn.Parameter(Floor.make(_spec_of(p)))
+                    module._parameters[name]._spec = _spec_of(p)
             for name, b in list(module._buffers.items()):
                 if b is not None:
                     module._buffers[name] = Floor.make(_spec_of(b))

@@ -184,3 +184,15 @@ def test_a_program_that_disabled_the_collector_keeps_it_off(dev, fresh_collector
         assert not collector.is_managed() and not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_memory_figures_read_the_chips_allocator_where_it_reports(dev, monkeypatch):
+    # on a TPU or GPU, lx.memory_info() and lx.debug.memory_report() show the allocator's own figures
+    stats = {"bytes_in_use": 3 * 2**20, "peak_bytes_in_use": 5 * 2**20, "bytes_limit": 16 * 2**30}
+    with backend_as("tpu") as tpu:
+        monkeypatch.setattr(type(tpu), "memory_stats", lambda self, device: dict(stats))
+        info = lx.memory_info()
+        assert info["backend"] == stats
+        report = str(lx.debug.memory_report())
+        assert "the device's allocator: 3.00 MB in use, peak 5.00 MB, limit 16,384.00 MB" in report
+    assert "the device's allocator" not in str(lx.debug.memory_report())   # CPU: the ledger only
