@@ -190,6 +190,18 @@ def optimizer_stepped(optimizer) -> None:
     _implied_barrier("optimizer.step")
 
 
+def compiled_update_done() -> None:
+    """A compiled graph updated trainable parameters in place (dynamo/replay.py): the end of
+    a compiled optimizer step, whose post hook dynamo traced as a no-op. The same implied
+    step barrier as `optimizer_stepped`'s, so a compiled training loop without lx.sync()
+    runs one step graph a step instead of growing one pending graph."""
+    if not barriers.implied_barriers_enabled() or capturing():
+        return
+    if scaler_step_open():
+        STATE.deferred_barrier = True
+        return
+    _implied_barrier("compiled optimizer step")
+
 
 def scaler_updated() -> None:
     """GradScaler.update traced its scale update: run the barrier its step deferred."""
