@@ -2,11 +2,10 @@
 explainable buffer donation. Public API: README.md; design notes: docs/."""
 from __future__ import annotations
 
-from . import config as _config
-from .runtime import host_heap as _host_heap
+from .runtime import backend as _backend
 
 # First, before JAX's backend starts threads: on CPU, one heap that keeps device buffers.
-_host_heap.tune_at_import(_config.SETTINGS.heap_tuning)
+_backend.prepare_at_import()
 
 from . import _jax  # noqa: E402  (enables JAX's 64-bit mode first)
 from .frontend import torch_compat as _torch_compat  # noqa: E402

@@ -13,8 +13,6 @@ Design: docs/design.md, "torch and JAX releases" and "_jax.py".
 """
 from __future__ import annotations
 
-import functools
-import os
 
 import jax
 import jax.numpy as jnp
@@ -70,15 +68,3 @@ def torch_dtype(dtype) -> torch.dtype:
 
 def jax_devices() -> list:
     return jax.local_devices()
-
-
-@functools.lru_cache(maxsize=None)
-def device_memory_bytes(index: int) -> int:
-    """Total memory of local device `index`: the allocator's limit where the backend
-    reports one (GPU, TPU), else the host's physical memory (XLA:CPU buffers are
-    host heap)."""
-    stats = jax_devices()[index].memory_stats() or {}
-    limit = stats.get("bytes_limit")
-    if limit:
-        return int(limit)
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

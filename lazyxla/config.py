@@ -67,13 +67,17 @@ class Config:
     log: read at import)."""
     heap_tuning: bool = True
     """Set glibc's malloc so freed device buffers (CPU backend) stay in the heap for reuse: at
-    import one heap for every thread, else at the first device use (runtime/host_heap.py; read
-    at import and at the first device use)."""
+    import one heap for every thread, else at the first device use (runtime/backend/host_heap.py;
+    read at import and at the first device use)."""
+    gc_management: bool = True
+    """Keep Python's garbage collector out of the training step: after the warm-up, freeze what
+    exists, collect the young generation at each step barrier instead of during the step
+    (runtime/collector.py; read at every step barrier, 0 restores the collector as it was)."""
     split_temporaries: bool = True
     """Where the import could not make one heap (a thread allocated first), compile graphs with
     their XLA temporaries in blocks of at most 16 MiB, which the heap keeps (no page faults each
     step); XLA:CPU cannot write such a graph to the persistent compile cache, so 0 keeps big
-    graphs cached instead (runtime/host_heap.py)."""
+    graphs cached instead (runtime/backend/host_heap.py)."""
     exit_timeout: float = 60.0
     """Seconds interpreter exit waits for running work and the lock before going on."""
     provenance: bool = False

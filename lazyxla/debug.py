@@ -1,7 +1,8 @@
 """Explaining what lazyxla did: the donation report, the memory report (memory_report.py)."""
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+import contextlib
+from typing import Any, Iterator, NamedTuple, Optional
 
 import torch
 
@@ -12,7 +13,7 @@ from .ir.check import check_graph
 from .ir.node import DATA, GETITEM, SCALAR
 from .ir.printer import graph_text
 from .ir.walk import post_order
-from .runtime import storage_dtypes
+from .runtime import ready_times, storage_dtypes, timeline
 from .state import STATE
 from .memory_report import memory_report  # noqa: F401  (lx.debug.memory_report)
 from .sync import barriers
@@ -56,6 +57,47 @@ class DonationReport:
 
 def _mb(n: int) -> str:
     return f"{n / 2**20:.2f}MB"
+
+
+class HostTimeline:
+    """One recording of the host timeline (`host_timeline()`): `events` as (phase, track,
+    start ns, end ns, details), `summary()` per phase, `write(path)` a Chrome/Perfetto trace."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def summary(self) -> dict:
+        """{phase: {"count", "total_ms", "mean_ms"}}: host phases by name (`trace` is the
+        program's Python and lazyxla's tracing between syncs), `device:...` the graphs from
+        launch to ready, `collector:...` Python's garbage collections."""
+        return timeline.summary(self.events)
+
+    def write(self, path: str) -> None:
+        timeline.write(self.events, path)
+
+    def __str__(self) -> str:
+        rows = sorted(self.summary().items(), key=lambda kv: -kv[1]["total_ms"])
+        lines = [f"host timeline: {timeline.elapsed_ms(self.events) or 0:.1f} ms recorded"]
+        lines += [f"  {name:28s} {v['count']:6d} x {v['mean_ms']:9.3f} ms = {v['total_ms']:10.3f} ms"
+                  for name, v in rows]
+        return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def host_timeline(path: Optional[str] = None) -> Iterator[HostTimeline]:
+    """Record what the host does inside the block: tracing between syncs, each sync's stages
+    (collect, plan, key and cache, compile, dispatch, install) with the user's line that
+    caused it, Python's garbage collections, and each graph on the device from launch until
+    its outputs are ready. On exit, `path` (if given) gets a Chrome/Perfetto trace file."""
+    record = HostTimeline()
+    timeline.begin()
+    try:
+        yield record
+    finally:
+        ready_times.settle()   # the device spans of graphs still running
+        record.events = timeline.end()
+        if path is not None:
+            record.write(path)
 
 
 def donation_report() -> Optional[DonationReport]:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from ._jax import jax_devices
 from .frontend.device import DEVICES, device_index, lazyxla_devices
 from .frontend.device_module import memory_device
 from .frontend.host_operands import host_operands_enabled, set_host_operands  # noqa: F401  (lx.set_host_operands)
-from .runtime import memory
+from .runtime import backend, memory
 
 
 def device(index: int = 0) -> torch.device:
@@ -27,8 +26,8 @@ def device_count() -> int:
 
 def platform() -> str:
     """The JAX platform behind the device: "cpu", "gpu" or "tpu"."""
-    p = jax_devices()[0].platform
-    return "gpu" if p in ("cuda", "rocm", "gpu") else p
+    lazyxla_devices()
+    return backend.platform()
 
 
 def memory_info(device=None) -> dict:

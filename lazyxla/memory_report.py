@@ -64,6 +64,8 @@ class MemoryReport:
         self.bytes_used = memory.allocated(device)
         self.peak_bytes_used = memory.peak(device)
         self.bytes_limit = memory.bytes_limit(device)
+        # the chip's own allocator (TPU, GPU): what it holds, lazyxla's tensors and the rest
+        self.device_stats = memory.backend_stats(device)
         self.by_role = {r: {"bytes": 0, "buffers": 0} for r in ROLES}
         rows = []
         for data in buffers:
@@ -86,6 +88,10 @@ class MemoryReport:
                  f"buffers, peak {_mb(self.peak_bytes_used)}, limit {_mb(self.bytes_limit)}",
                  "  by role: " + ", ".join(f"{role} {_mb(r['bytes'])} ({r['buffers']})"
                                            for role, r in self.by_role.items())]
+        stats = self.device_stats
+        if stats:
+            lines.append(f"  the device's allocator: {_mb(stats.get('bytes_in_use', 0))} in use, peak "
+                         f"{_mb(stats.get('peak_bytes_in_use', 0))}, limit {_mb(stats.get('bytes_limit', 0))}")
         if self.largest:
             lines.append(f"  largest {len(self.largest)} buffers:")
             lines += [f"    {_mb(r['bytes']):>12}  {str(r['shape']):<20} {str(r['dtype']):<15} {r['role']}"

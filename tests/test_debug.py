@@ -74,3 +74,43 @@ def test_tensor_info_tells_the_state_without_syncing(dev):
     assert lx.debug.tensor_info(w)["state"] == "device data"
     with pytest.raises(TypeError, match="lazyxla tensor"):
         lx.debug.tensor_info(torch.zeros(1))
+
+
+def test_host_timeline_records_each_sync_with_its_stages_and_line(dev, tmp_path):
+    import json
+    w = torch.ones(8).to(dev)
+    lx.sync()
+    path = tmp_path / "trace.json"
+    with lx.debug.host_timeline(str(path)) as recording:
+        for _ in range(3):
+            w.mul_(0.5)
+            lx.sync()   # the line each barrier names
+        value = w.sum().item()
+    assert value == 8 * 0.5 ** 3
+    summary = recording.summary()
+    assert summary["step barrier"]["count"] == 3
+    for stage in ("collect", "plan", "key and cache", "dispatch", "install"):
+        assert summary[stage]["count"] == 4, stage   # three barriers and the read
+    assert summary["trace"]["count"] == 3             # between the four syncs
+    assert sum(v["count"] for k, v in summary.items() if k.startswith("device:")) == 4
+    barriers = [e for e in recording.events if e[0] == "step barrier"]
+    assert all(e[4]["line"].endswith(f"test_debug.py:{_line_of('lx.sync()   # the line each barrier names')}")
+               for e in barriers)
+    trace = json.loads(path.read_text())
+    names = {e["name"] for e in trace["traceEvents"]}
+    assert {"step barrier", "collect", "dispatch", "host read"} <= names
+    assert "host timeline" in str(recording)
+
+
+def test_host_timeline_is_off_outside_the_block(dev):
+    from lazyxla.runtime import timeline
+    with lx.debug.host_timeline():
+        pass
+    assert not timeline.REC.on and timeline.start() == 0
+    (torch.ones(2).to(dev) + 1).cpu()
+    assert timeline.REC.events == []
+
+
+def _line_of(text: str) -> int:
+    with open(__file__) as f:
+        return next(i for i, line in enumerate(f, 1) if text in line and "_line_of" not in line)

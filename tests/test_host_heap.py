@@ -21,13 +21,16 @@ import textwrap
 
 import pytest
 
-from lazyxla.runtime import host_heap
+from lazyxla.runtime import backend
+from lazyxla.runtime.backend import host_heap
+from lazyxla.runtime.backend import platforms as platforms_module
 
 @pytest.fixture(autouse=True)
 def _keep_tuned_state(monkeypatch):
     # tune() records which tuning took (compile options follow it): each test starts untuned,
-    # and the suite's process is left as it was
+    # and the suite's process is left as it was, its backend too
     monkeypatch.setattr(host_heap.HEAP, "mode", None)
+    monkeypatch.setattr(backend._CURRENT, "backend", backend._CURRENT.backend)
 
 
 glibc_only = pytest.mark.skipif(host_heap._LIBC is None or not hasattr(host_heap._LIBC, "mallinfo2"),
@@ -44,15 +47,15 @@ if mode == "import_after_thread":   # a thread that allocated before the import 
 if mode.startswith("import"):
     import lazyxla
     lazyxla.device_count()   # the first use of the device applies the tuning (its platform is known then)
-    from lazyxla.runtime import host_heap
+    from lazyxla.runtime.backend import host_heap
 else:   # host_heap.py alone, without torch and JAX: a heap that only the interpreter has used
     spec = importlib.util.spec_from_file_location("host_heap", sys.argv[3])
     host_heap = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(host_heap)
     if mode == "tuned":
-        assert host_heap.tune("cpu")
+        assert host_heap.tune()
     elif mode == "tuned_small_pad":   # ours but glibc's default top pad (128 KiB)
-        assert host_heap.tune("cpu") and host_heap._LIBC.mallopt(host_heap._M_TOP_PAD, 128 * 2**10) == 1
+        assert host_heap.tune() and host_heap._LIBC.mallopt(host_heap._M_TOP_PAD, 128 * 2**10) == 1
 
 class Mallinfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in
@@ -155,13 +158,13 @@ def _probe(case: str, mode: str) -> dict:
 
 @glibc_only
 def test_tune_takes_effect_on_glibc():
-    assert host_heap.tune("cpu") is True
+    assert host_heap.tune() is True
 
 
 def test_tuning_can_be_switched_off(monkeypatch):
     libc = _RecordingLibc()
     monkeypatch.setattr(host_heap, "_LIBC", libc)
-    assert host_heap.tune("cpu", enabled=False) is False
+    assert host_heap.tune(enabled=False) is False
     assert libc.calls == []
 
 
@@ -181,14 +184,14 @@ def test_tuning_is_off_on_accelerators(monkeypatch, platform):
     # device buffers are not heap blocks there: glibc keeps its defaults
     libc = _RecordingLibc()
     monkeypatch.setattr(host_heap, "_LIBC", libc)
-    assert host_heap.tune(platform) is False
-    assert libc.calls == []
+    backend.select(platform)
+    assert libc.calls == [] and host_heap.HEAP.mode is None
 
 
 def test_tuning_on_cpu_sets_the_three_settings(monkeypatch):
     libc = _RecordingLibc()
     monkeypatch.setattr(host_heap, "_LIBC", libc)
-    assert host_heap.tune("cpu") is True
+    assert host_heap.tune() is True
     assert sorted(libc.calls) == sorted([(host_heap._M_MMAP_THRESHOLD, host_heap.MMAP_THRESHOLD),
                                          (host_heap._M_TRIM_THRESHOLD, host_heap.TRIM_THRESHOLD),
                                          (host_heap._M_TOP_PAD, host_heap.TOP_PAD)])
@@ -259,27 +262,27 @@ def test_an_earlier_thread_arena_leaves_the_import_to_the_split_tuning():
                                             ("cuda,cpu", False)])
 def test_the_import_asks_jax_platforms_which_backend_comes(monkeypatch, platforms, cpu):
     monkeypatch.setenv("JAX_PLATFORMS", platforms)
-    assert host_heap.will_run_on_cpu() is cpu
+    assert (platforms_module.expected_platform() == "cpu") is cpu
     libc = _RecordingLibc()
     monkeypatch.setattr(host_heap, "_LIBC", libc)
     monkeypatch.setattr(host_heap, "arena_count", lambda: 1)
-    assert host_heap.tune_at_import() is cpu
-    assert bool(libc.calls) is cpu
+    backend.prepare_at_import()
+    assert bool(libc.calls) is cpu and (host_heap.HEAP.mode == host_heap.ONE_HEAP) is cpu
 
 
 def test_an_installed_accelerator_plugin_means_no_import_tuning(monkeypatch):
     monkeypatch.delenv("JAX_PLATFORMS", raising=False)
-    real = host_heap.importlib.util.find_spec
-    monkeypatch.setattr(host_heap.importlib.util, "find_spec",
+    real = platforms_module.importlib.util.find_spec
+    monkeypatch.setattr(platforms_module.importlib.util, "find_spec",
                         lambda name, *a: object() if name == "libtpu" else real(name, *a))
-    assert host_heap.will_run_on_cpu() is False
+    assert platforms_module.expected_platform() == "accelerator"
 
 
 def test_another_platform_undoes_the_import_tuning(monkeypatch):
     libc = _RecordingLibc()
     monkeypatch.setattr(host_heap, "_LIBC", libc)
     monkeypatch.setattr(host_heap.HEAP, "mode", host_heap.ONE_HEAP)
-    assert host_heap.tune("gpu") is False
+    backend.select("gpu")
     assert libc.calls == list(host_heap._DEFAULTS) and host_heap.HEAP.mode is None
     assert host_heap.compiler_options() == {}
 
@@ -292,22 +295,26 @@ def test_another_platform_undoes_the_import_tuning(monkeypatch):
 
 
 def test_compiler_options_follow_the_tuning(monkeypatch):
-    # mode SPLIT only: ONE_HEAP keeps XLA's one block of temporaries (and the graph cacheable)
+    # mode SPLIT only: ONE_HEAP keeps XLA's one block of temporaries (and the graph cacheable);
+    # the options are fixed when the backend starts and make its compile token (cache keys)
     from lazyxla.compile import cache
     from lazyxla.ir.graph import Graph
     graph = Graph.__new__(Graph)
     graph.order = []
+    split = {"xla_multiheap_size_constraint_per_heap": host_heap.XLA_HEAP_LIMIT}
     monkeypatch.setattr(host_heap, "_LIBC", _RecordingLibc())
-    assert host_heap.tune("cpu") is True
-    assert cache.compiler_options(graph) == {"xla_multiheap_size_constraint_per_heap": host_heap.XLA_HEAP_LIMIT}
-    with cache.config.override(split_temporaries=False):
-        assert cache.compiler_options(graph) == {}   # LAZYXLA_SPLIT_TEMPORARIES=0
-    assert host_heap.tune("tpu") is False
+    assert backend.select("cpu").compile_token == tuple(split.items())
+    assert cache.compiler_options(graph) == split
+    with cache.config.override(split_temporaries=False):   # LAZYXLA_SPLIT_TEMPORARIES=0
+        assert backend.select("cpu").compile_token == ()
+        assert cache.compiler_options(graph) == {}
+    backend.select("tpu")
     assert cache.compiler_options(graph) == {}
-    assert host_heap.tune("cpu", enabled=False) is False
-    assert cache.compiler_options(graph) == {}
+    with cache.config.override(heap_tuning=False):
+        backend.select("cpu")
+        assert cache.compiler_options(graph) == {}
     monkeypatch.setattr(host_heap.HEAP, "mode", host_heap.ONE_HEAP)
-    assert host_heap.tune("cpu") is True
+    backend.select("cpu")
     assert cache.compiler_options(graph) == {}
 
 

@@ -1,9 +1,9 @@
 """The bounded executable cache and the compile step (jax.jit -> lower -> compile).
 
-Cache key = (graph key, donor indices). Config switches are not part of it:
-two syncs that end with the same donors share one executable. XLA compiler options
-are a function of the graph (`compiler_options`), so the graph key covers them; JAX's
-persistent cache keys on them itself. Size bound:
+Cache key = (graph key, donor indices, the backend's compile token). Config switches are not
+part of it: two syncs that end with the same donors share one executable. XLA compiler
+options are the backend's (`compiler_options`): what they take from the graph, the graph
+key covers; the rest, the compile token; JAX's persistent cache keys on them itself. Size bound:
 LAZYXLA_COMPILE_CACHE_SIZE (default 1024), least recently used evicted.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..lock import check_not_forked
 from ..errors import LoweringError
 from ..patches import x64
 from . import precision
-from ..runtime import host_heap, placement
+from ..runtime import backend, placement, timeline
 from ..ir.graph import Graph
 from ..ir.node import OPT_BARRIER
 from .explain import explain
@@ -78,8 +78,12 @@ def clear_cache() -> None:
     _cache.clear()
 
 
+def _full_key(graph: Graph, donors: tuple) -> tuple:
+    return (graph.key, donors, backend.current().compile_token)
+
+
 def lookup(graph: Graph, donors: tuple) -> Optional[Executable]:
-    full = (graph.key, donors)
+    full = _full_key(graph, donors)
     exe = _cache.get(full)
     if exe is not None:
         _cache.move_to_end(full)
@@ -99,8 +103,10 @@ def get_or_compile(graph: Graph, donors: tuple, eager: bool = False) -> Executab
     settings = config.SETTINGS
     if settings.explain_recompiles:   # LAZYXLA_EXPLAIN_RECOMPILES
         warnings.warn(f"lazyxla: compiling graph {key_hex(graph.key + (donors,))}: {reason}", stacklevel=4)
+    started = timeline.start()
     exe = compile_graph(graph, donors, "EagerOpCompileTime" if eager else "CompileTime")
-    _cache[(graph.key, donors)] = exe
+    timeline.mark("compile", started, graph=exe.key_hex, nodes=len(graph.order), reason=reason)
+    _cache[_full_key(graph, donors)] = exe
     while len(_cache) > settings.compile_cache_size:
         _cache.popitem(last=False)
     return exe
@@ -156,21 +162,11 @@ def _check_one_device_order(graph: Graph, shardings: list) -> None:
             "unmarked tensors use that mesh's order. Nothing was run; the tensors keep their values.")
 
 
-# XLA:CPU expands optimization barriers before CSE, which then merges an activation
-# checkpoint's re-run back into the forward (lazyxla/recompute.py): graphs with a barrier
-# keep it to the end.
-_KEEP_BARRIERS = {"xla_disable_hlo_passes": "cse_barrier_expander"}
-
-
 def compiler_options(graph: Graph) -> dict:
-    """XLA options this graph is compiled with: barriers that hold, when it has any, and,
-    where the CPU heap was tuned at the first device use (runtime/host_heap.py mode SPLIT),
-    temporaries in blocks that heap keeps (fixed for the process once the device is up, so
-    the graph key still covers them)."""
-    options = host_heap.compiler_options(config.SETTINGS.split_temporaries)
-    if any(node.op is OPT_BARRIER for node in graph.order):
-        options.update(_KEEP_BARRIERS)
-    return options
+    """XLA options this graph is compiled with: the backend's (runtime/backend/), which
+    depend on the graph only through whether it holds optimization barriers; whatever
+    else they hold is in the backend's compile token, part of every cache key."""
+    return backend.current().compiler_options(any(node.op is OPT_BARRIER for node in graph.order))
 
 
 _gc_lock = threading.Lock()
@@ -254,7 +250,7 @@ def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
             # Explicit donors without a matching output are freed, not reused; JAX warns.
             warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
             # XLA:CPU does not serialise an executable whose temporaries are split into
-            # several blocks (runtime/host_heap.py): such a graph is not written to the
+            # several blocks (runtime/backend/host_heap.py): such a graph is not written to the
             # persistent cache and compiles in each process; JAX warns on every write.
             warnings.filterwarnings("ignore", message="(?s).*Multiple temp buffer allocations")
             compiled = jitted.lower().compile(compiler_options(graph) or None)
@@ -267,5 +263,5 @@ def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
     metrics.metric_add(metric, elapsed)
     metrics.metric_add("InputOutputAliasCount", len(donors))
     metrics.counter_add("CreateCompileHandles")
-    host_heap.release_free_heap()
+    backend.current().after_compile()
     return Executable(key_hex(graph.key + (donors,)), donors, compiled, n_params, elapsed)

@@ -8,7 +8,9 @@ dtype; on a new signature it runs the graph once over placeholders into a pure J
 program; then it applies the donation directives set on its inputs
 (`torch.ops.lazyxla.set_buffer_donor_`), inserts the CALL node and writes the new values
 of inputs updated in place back into them. Nothing is executed here: the call joins the
-pending graph and fuses with the rest of the step at `lx.sync()`.
+pending graph and fuses with the rest of the step at `lx.sync()`. A graph that updates
+trainable parameters in place (a compiled optimizer step) ends the step as the optimizer's
+post hook does in eager code: an implied step barrier right after the call.
 
 Design: docs/design.md, "Compiled functions: dynamo graphs become CALL nodes" and "dynamo/replay.py".
 """
@@ -26,6 +28,7 @@ from ..frontend.tensor import LazyTensor
 from ..frontend.tracing import DeviceMismatchError
 from ..ir.node import DATA, Node
 from ..lock import LOCK
+from ..sync.api import compiled_update_done
 from ..capture import Capture, capture
 
 _TENSOR = object()   # marks a tensor slot in an output layout
@@ -33,11 +36,12 @@ _TENSOR = object()   # marks a tensor slot in an output layout
 
 class _Entry:
     """A captured signature: the program and where its tensor results go."""
-    __slots__ = ("capture", "layout")
+    __slots__ = ("capture", "layout", "updates_parameters")
 
-    def __init__(self, cap: Capture, layout: list) -> None:
+    def __init__(self, cap: Capture, layout: list, updates_parameters: bool) -> None:
         self.capture = cap
         self.layout = layout   # per graph output: _TENSOR, or the constant (None, an int) it is
+        self.updates_parameters = updates_parameters   # writes into a trainable nn.Parameter
 
 
 class CompiledGraph:
@@ -57,7 +61,7 @@ class CompiledGraph:
         inputs = _on_device(tensors)
         entry = self.entries.get(key)
         if entry is None:
-            entry = self.entries[key] = self._capture(args, inputs, positions)
+            entry = self.entries[key] = self._capture(args, inputs, positions, tensors)
         cap = entry.capture
         for pos, donate in cap.donor_directives:
             set_buffer_donation(inputs[pos], donate)
@@ -69,9 +73,12 @@ class CompiledGraph:
         for pos, node in zip(cap.mutated, updates):
             _write_back(tensors[pos], inputs[pos], node)
         it = iter(results)
-        return [next(it) if slot is _TENSOR else slot for slot in entry.layout]
+        outs = [next(it) if slot is _TENSOR else slot for slot in entry.layout]
+        if entry.updates_parameters:
+            compiled_update_done()
+        return outs
 
-    def _capture(self, args: list, inputs: list, positions: list) -> _Entry:
+    def _capture(self, args: list, inputs: list, positions: list, tensors: list) -> _Entry:
         layout: list = []
 
         def run(*placeholders):
@@ -91,7 +98,9 @@ class CompiledGraph:
         with torch.no_grad():   # AOTAutograd's graphs are already differentiated
             cap = capture(run, inputs, name=self.name)
         metrics.counter_add("CompiledGraphCaptures")
-        return _Entry(cap, layout)
+        updates = any(isinstance(tensors[pos], torch.nn.Parameter) and tensors[pos].requires_grad
+                      for pos in cap.mutated)
+        return _Entry(cap, layout, updates)
 
 
 def _signature(name: str, args: Sequence[Any]) -> tuple[list, list, tuple]:

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import config
 from .._jax import jax_devices
-from ..runtime import host_heap, placement
+from ..runtime import backend, placement
 
 DEVICE_TYPE = "lazyxla"
 # Filled on first use, not at import: asking JAX for its devices starts its backend,
@@ -22,9 +21,8 @@ def lazyxla_devices() -> list[torch.device]:
     if not DEVICES:
         count = 1 if placement.spmd_enabled() else len(jax_devices())
         DEVICES.extend(torch.device(DEVICE_TYPE, i) for i in range(count))
-        # Here rather than at import: the platform is known only once JAX's backend
-        # runs. On CPU, freed buffers then stay in the heap for the next step.
-        host_heap.tune(jax_devices()[0].platform, config.SETTINGS.heap_tuning)
+        # Here rather than at import: the platform is known only once JAX's backend runs.
+        backend.current()
     return DEVICES
 
 

@@ -17,7 +17,7 @@ import torch
 
 from ..runtime import memory
 from ..runtime.execute import wait_all
-from ..runtime.host_heap import release_free_heap
+from ..runtime import backend
 from .device import device_index, lazyxla_devices
 
 # Both lower-precision float types lower to XLA on every platform (bfloat16 natively
@@ -142,7 +142,7 @@ def empty_cache() -> None:
     """Let finished executions release their buffers and hand freed host heap back to the
     OS. JAX's device allocators keep their pools: nothing in JAX empties them."""
     wait_all()
-    release_free_heap()
+    backend.current().release_host_memory()
 
 
 class Stream:

@@ -36,7 +36,7 @@ def end_optimizer_step(*_hook_args) -> None:
 def _optimizer_step_done(optimizer, *_hook_args) -> None:
     """Global post hook: close the step window, then let the sync layer end the step
     (an implied step barrier, sync/barriers.py). Under torch.compile this is traced as a
-    constant no-op: compiled code places no barrier."""
+    constant no-op; the compiled step's graph ends the step instead (dynamo/replay.py)."""
     STATE.in_optimizer_step = False
     if not torch.compiler.is_compiling():
         optimizer_stepped(optimizer)

@@ -17,11 +17,12 @@ import math
 import torch
 
 from ..errors import IndexRangeError
-from .._jax import TORCH_TO_JAX, device_memory_bytes, jax_devices, jax_dtype
+from .._jax import TORCH_TO_JAX, jax_devices, jax_dtype
 from ..ir.bounded import BoundedTable
 from ..ir.build import OpSignature, getitem_node, scalar_node, traced_node
 from ..ir.node import DATA, Node
 from ..ir.ops import facts, register_fact
+from ..runtime import memory
 from ..runtime.device_data import donated_error
 from ..state import STATE
 from . import host_operands
@@ -343,7 +344,7 @@ def check_allocation(shape: tuple, dtype: torch.dtype) -> None:
     does, instead of a pending value that fails every later sync while it lives.
     Checked once per shape-inference cache entry, so against the smallest device."""
     nbytes = math.prod(shape) * dtype.itemsize
-    capacity = min(device_memory_bytes(i) for i in range(len(jax_devices())))
+    capacity = min(memory.capacity(i) for i in range(len(jax_devices())))
     if nbytes > capacity:
         raise torch.OutOfMemoryError(
             f"lazyxla: out of memory: tried to allocate {_gib(nbytes)} (a {dtype} tensor of shape "

@@ -25,13 +25,14 @@ class DeviceBuffer(Protocol):
 
 class Graph:
     __slots__ = ("device", "order", "outputs", "params", "scalars", "key", "root_slots",
-                 "out_shardings", "policy", "merged_scalars", "matmul_precision", "aliases")
+                 "out_shardings", "policy", "merged_scalars", "matmul_precision", "aliases",
+                 "packed_scalars")
 
     def __init__(self, device: int, order: list, outputs: tuple, params: list,
                  scalars: list, key: tuple, root_slots: tuple,
                  out_shardings: Optional[tuple] = None, policy: Any = None,
                  merged_scalars: Optional[dict] = None, matmul_precision: str = "highest",
-                 aliases: Optional[dict] = None) -> None:
+                 aliases: Optional[dict] = None, packed_scalars: bool = False) -> None:
         self.device = device
         self.order = order            # nodes in topological order
         # id(node) -> position in `order` of the DATA node read in its place (a value the host
@@ -40,6 +41,8 @@ class Graph:
         self.outputs = outputs        # positions in `order` of the distinct root nodes, ascending
         self.params: list[DeviceBuffer] = params
         self.scalars: list[Node] = scalars   # one per scalar operand
+        # scalars travel packed, one vector per kind (ir/scalars.py), rather than one operand each
+        self.packed_scalars = packed_scalars
         # equal scalars merged into one operand (sync/collect.py): id(scalar node) ->
         # index in `scalars`, for every scalar node; None: each node is its own operand
         self.merged_scalars = merged_scalars

@@ -1,10 +1,11 @@
 """Lifted scalars as a graph's operands: how they travel and how they are packed.
 
 Lifted scalars travel as float64, int64, bool or complex128 by their Python kind and are
-cast to the node's dtype inside. Up to SEPARATE_SCALARS_MAX of them are 0-d parameters
-of their own. Beyond that they come packed in one vector per kind, but only when they
-also outnumber the graph's outputs PACK_SCALARS_PER_OUTPUT to one (one long chain); when
-each output has a few of its own they stay separate.
+cast to the node's dtype inside. They come packed in one vector per kind present
+(`Graph.packed_scalars`) where the backend says so (on accelerators every operand from the
+host is a transfer of its own) and in a long chain: more than SEPARATE_SCALARS_MAX scalars
+that also outnumber the graph's outputs PACK_SCALARS_PER_OUTPUT to one. Otherwise each is a
+0-d parameter of its own.
 
 This is a fact about the graph, read by compile/program.py (which builds the program's
 parameters) and runtime/execute.py (which passes the values), so it sits in ir/, below both.
@@ -40,25 +41,24 @@ def long_chain(n_scalars: int, n_outputs: int) -> bool:
     return n_scalars > SEPARATE_SCALARS_MAX and n_scalars > PACK_SCALARS_PER_OUTPUT * n_outputs
 
 
-def _packed(graph: Graph) -> bool:
-    return long_chain(len(graph.scalars), len(graph.outputs))
-
-
 def _pack_layout(graph: Graph) -> tuple[list, list]:
-    """Packed scalars: (kind, element) of each scalar, and the length of each pack."""
+    """Packed scalars: (operand offset, element) of each scalar, and (kind, length) of each
+    pack, in kind order, kinds without scalars left out."""
     counts = [0] * len(SCALAR_DTYPES)
-    layout = []
+    elements = []
     for s in graph.scalars:
         k = scalar_kind(s)
-        layout.append((k, counts[k]))
+        elements.append((k, counts[k]))
         counts[k] += 1
-    return layout, counts
+    packs = [(k, n) for k, n in enumerate(counts) if n]
+    offset = {k: i for i, (k, _) in enumerate(packs)}
+    return [(offset[k], j) for k, j in elements], packs
 
 
 def scalar_slots(graph: Graph, n_params: int) -> dict:
     """id(scalar node) -> (operand position, element of the pack or None), for every
     scalar node of the graph (merged ones share their operand)."""
-    if not _packed(graph):
+    if not graph.packed_scalars:
         slots = {id(s): (n_params + i, None) for i, s in enumerate(graph.scalars)}
     else:
         layout, _ = _pack_layout(graph)
@@ -70,17 +70,17 @@ def scalar_slots(graph: Graph, n_params: int) -> dict:
 
 def scalar_avals(graph: Graph) -> list:
     """(shape, dtype) of each scalar operand of `graph`'s program."""
-    if not _packed(graph):
+    if not graph.packed_scalars:
         return [((), SCALAR_DTYPES[scalar_kind(s)]) for s in graph.scalars]
-    _, counts = _pack_layout(graph)
-    return [((n,), dt) for n, dt in zip(counts, SCALAR_DTYPES)]
+    _, packs = _pack_layout(graph)
+    return [((n,), SCALAR_DTYPES[k]) for k, n in packs]
 
 
 def scalar_args(graph: Graph) -> list:
     """`graph`'s scalar operands: Python numbers, or one array per kind when packed."""
-    if not _packed(graph):
+    if not graph.packed_scalars:
         return [_SCALAR_TYPES[scalar_kind(s)](s.data) for s in graph.scalars]
     values: list = [[] for _ in SCALAR_DTYPES]
     for s in graph.scalars:
         values[scalar_kind(s)].append(s.data)
-    return [np.asarray(v, dtype=dt) for v, dt in zip(values, SCALAR_DTYPES)]
+    return [np.asarray(v, dtype=SCALAR_DTYPES[k]) for k, v in enumerate(values) if v]

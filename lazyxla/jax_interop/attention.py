@@ -20,6 +20,7 @@ import torch
 from ..frontend.device import DEVICE_TYPE
 from ..frontend.tensor import LazyTensor
 from ..lower.attention import sdpa
+from ..runtime import backend
 from .call import call_jax
 
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default
@@ -45,7 +46,8 @@ def through_jax(query, key, value, attn_mask, dropout_p: float, enable_gqa: bool
 def _kernel(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
     if through_jax(query, key, value, attn_mask, dropout_p, enable_gqa):
         return call_jax(sdpa, query, key, value, is_causal=bool(is_causal),
-                        scale=None if scale is None else float(scale))
+                        scale=None if scale is None else float(scale),
+                        implementation=backend.current().attention_implementation(query.dtype))
     return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
 
 

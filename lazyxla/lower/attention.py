@@ -1,9 +1,8 @@
 """Scaled dot-product attention as a JAX function, in torch's layout.
 
-`jax.nn.dot_product_attention` with `implementation=None` is XLA's attention
-(jax 0.10). On GPUs, for bfloat16 and float16 (what cuDNN's flash attention
-takes), this asks for `implementation="cudnn"` and keeps XLA's where cuDNN
-refuses the call while tracing (head size, GPU generation, cuDNN version).
+`jax.nn.dot_product_attention` in the implementation the backend chose when the call was
+recorded (runtime/backend/: "cudnn" on GPUs for bfloat16 and float16, else "xla"); XLA's is
+kept where cuDNN refuses the call while tracing (head size, GPU generation, cuDNN version).
 jax_interop/attention.py routes `torch.nn.functional.scaled_dot_product_attention`
 here through `lx.call_jax` when no mask, dropout or dtype needs torch's math
 decomposition. (The cuDNN branch is not exercised by the CPU test suite.)
@@ -15,15 +14,14 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-_CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
 
-
-def sdpa(query, key, value, *, is_causal: bool = False, scale: Optional[float] = None):
+def sdpa(query, key, value, *, is_causal: bool = False, scale: Optional[float] = None,
+         implementation: str = "xla"):
     """Attention over (batch, heads, length, head_dim) arrays, as torch lays them out (JAX
     wants (batch, length, heads, head_dim)); key/value heads may divide query heads (GQA)."""
     q, k, v = (jnp.swapaxes(a, 1, 2) for a in (query, key, value))
     out = None
-    if jax.default_backend() == "gpu" and q.dtype in _CUDNN_DTYPES:
+    if implementation == "cudnn":
         try:
             out = jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=is_causal, implementation="cudnn")
         except (ValueError, NotImplementedError, RuntimeError):

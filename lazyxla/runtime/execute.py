@@ -19,7 +19,7 @@ from ..ir.scalars import scalar_args
 from ..lock import LOCK, check_not_forked
 from ..patches import x64
 from ..ir.graph import Graph
-from . import device_waits, memory, placement, ready_times, transfer
+from . import device_waits, memory, placement, ready_times, timeline, transfer
 
 _in_flight: list = []
 
@@ -81,8 +81,10 @@ def execute(graph: Graph, exe: Runnable, eager: bool = False) -> tuple:
             pass
         raise
     metrics.metric_add("EagerOpExecuteTime" if eager else "ExecuteTime", time.perf_counter_ns() - start)
-    if detailed:
-        ready_times.watch(start, outs)
+    if timeline.REC.on:
+        timeline.mark("dispatch", start, graph=exe.key_hex, arguments=len(args))
+    if detailed or timeline.REC.on:
+        ready_times.watch(start, outs, metric=detailed, label=f"graph {exe.key_hex}" if timeline.REC.on else "")
     metrics.counter_add("ExecuteComputation")
     if exe.donors:
         donated = 0

@@ -23,7 +23,8 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
-from .._jax import device_memory_bytes, jax_devices
+from .._jax import jax_devices
+from . import backend
 
 
 class _Ledger:
@@ -132,18 +133,19 @@ def stats(device: int) -> dict:
 
 def bytes_limit(device: int) -> int:
     override = _limit_override.get(device)
-    return override if override is not None else _device_limit(device)
+    return override if override is not None else capacity(device)
 
 
 @functools.lru_cache(maxsize=None)
-def _device_limit(device: int) -> int:
-    # fixed for the process; asked before every graph runs (check_fits)
-    return device_memory_bytes(device)
+def capacity(device: int) -> int:
+    """What local device `device` holds in all (the backend's figure, fixed for the process;
+    asked before every graph runs, by check_fits)."""
+    return backend.current().memory_limit(device)
 
 
 def backend_stats(device: int) -> Optional[dict]:
-    """What the backend's allocator reports (GPU, TPU); None where it reports nothing (CPU)."""
-    return jax_devices()[device].memory_stats() or None
+    """What the device's allocator reports (GPU, TPU); None where it reports nothing (CPU)."""
+    return backend.current().memory_stats(device)
 
 
 def live_buffers(device: int) -> list:

@@ -1,4 +1,5 @@
-"""`ExecuteReadyTime`: how long a graph really ran, from its launch until its outputs are ready.
+"""`ExecuteReadyTime`: how long a graph really ran, from its launch until its outputs are ready;
+and the host timeline's device track (runtime/timeline.py), measured the same way.
 
 `watch()` hands one waiter thread a graph's launch time and output arrays (about a
 microsecond); the waiter blocks in `jax.block_until_ready` with the GIL released and
@@ -17,7 +18,7 @@ import time
 import jax
 
 from .. import metrics
-from . import device_waits
+from . import device_waits, timeline
 
 METRIC = "ExecuteReadyTime"
 
@@ -34,11 +35,12 @@ class _Waiter:
 _WAITER = _Waiter()
 
 
-def watch(start_ns: int, outs) -> None:
-    """Record `METRIC` for a graph launched at `start_ns` once `outs` are ready."""
+def watch(start_ns: int, outs, metric: bool = True, label: str = "") -> None:
+    """Once `outs` are ready, record `METRIC` (if `metric`) and, while the host timeline
+    records, a device span `label` for a graph launched at `start_ns`."""
     w = _WAITER
     with w.cv:
-        w.queue.append((start_ns, outs))
+        w.queue.append((start_ns, outs, metric, label))
         w.unmeasured += 1
         if w.thread is None:
             w.thread = threading.Thread(target=_wait_loop, name="lazyxla-ready-times", daemon=True)
@@ -72,12 +74,15 @@ def _wait_loop() -> None:
         with w.cv:
             while not w.queue:
                 w.cv.wait()
-            start_ns, outs = w.queue.popleft()
+            start_ns, outs, metric, label = w.queue.popleft()
         with device_waits.waiting_thread():   # the exit handler lets this wait return first
             _wait_ready(outs)
-        elapsed = time.perf_counter_ns() - start_ns
+        ready = time.perf_counter_ns()
         del outs
-        metrics.metric_add(METRIC, elapsed)
+        if metric:
+            metrics.metric_add(METRIC, ready - start_ns)
+        if label:
+            timeline.span(label, start_ns, ready, timeline.DEVICE)
         with w.cv:
             w.unmeasured -= 1
             w.cv.notify_all()

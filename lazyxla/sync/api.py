@@ -39,7 +39,7 @@ from ..frontend.tracing import forget_lifted_scalars
 from ..frontend import sync_hooks
 from ..ir.graph import reads_donated
 from ..ir.node import DATA
-from ..runtime import host_heap, memory
+from ..runtime import backend, memory, timeline
 from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
 from ..state import STATE
@@ -88,6 +88,7 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
     forget_lifted_scalars()   # ops traced from here on start a new sharing pattern
     if not items:
         return None
+    started = timeline.start()
     try:
         graph, targets = collect(device, items, merge_scalars=True, leaves=leaves)
     except DonatedBufferError:
@@ -103,15 +104,22 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
         graph, targets = collect(device, items, merge_scalars=True, leaves=leaves)
     if any(type(d) is Placeholder for d in graph.params):
         raise placeholder_refusal()
+    timeline.mark("collect", started, nodes=len(graph.order))
+    started = timeline.start()
     aliasing = switches.aliasing_enabled(device)
     donors, decisions = plan_donors(graph, targets, live_storages(device), automatic=automatic, explicit=explicit,
                                     aliasing=aliasing, kind=kind, auto_owners=auto_owners, written=written)
+    timeline.mark("plan", started, donors=len(donors))
     if STATE.op_records and not eager:   # detailed records (lx.metrics.set_op_records)
         metrics.metric_add("TensorsGraphSize", len(graph.order))
     try:
+        started = timeline.start()
         exe = get_or_compile(graph, donors, eager)
+        timeline.mark("key and cache", started)
         outs = execute(graph, exe, eager)
+        started = timeline.start()
         install(graph, targets, outs)
+        timeline.mark("install", started, outputs=len(outs))
     except Exception as e:
         # Compile and execute change nothing before the executable has run (execute()
         # marks donors only after it returns, and install() follows), so the sync is
@@ -153,14 +161,21 @@ def sync(wait: bool = False) -> None:
 
 def _barrier(kind: str, explicit: bool) -> int:
     """Run all pending work, one graph per device (lock held); the number of IR nodes run."""
+    started = _sync_begins()
     STATE.traced_since_sync = 0
-    host_heap.after_step()
+    backend.current().after_barrier()
     nodes = 0
     for device in live_devices():
         if _run(device, _pending(live_storages(device)), automatic=True, explicit=explicit,
                 kind=kind, skip_donated=True) is not None:
             nodes += LastGraph.n_nodes
+    timeline.sync_ends(kind, started, nodes=nodes, line=timeline.user_line() if started else "")
     return nodes
+
+
+def _sync_begins() -> int:
+    """The host timeline's mark at a sync's start (0 while nothing is recorded)."""
+    return timeline.sync_begins(metrics.counter_value("TracedOps") or 0) if timeline.REC.on else 0
 
 
 def optimizer_stepped(optimizer) -> None:
@@ -174,6 +189,18 @@ def optimizer_stepped(optimizer) -> None:
         return
     _implied_barrier("optimizer.step")
 
+
+def compiled_update_done() -> None:
+    """A compiled graph updated trainable parameters in place (dynamo/replay.py): the end of
+    a compiled optimizer step, whose post hook dynamo traced as a no-op. The same implied
+    step barrier as `optimizer_stepped`'s, so a compiled training loop without lx.sync()
+    runs one step graph a step instead of growing one pending graph."""
+    if not barriers.implied_barriers_enabled() or capturing():
+        return
+    if scaler_step_open():
+        STATE.deferred_barrier = True
+        return
+    _implied_barrier("compiled optimizer step")
 
 
 def scaler_updated() -> None:
@@ -245,9 +272,11 @@ def sync_tensors(tensors, *, wait: bool = True, donate_inplace: bool = True) -> 
     """Partial sync of just `tensors`; never donates a buffer another live tensor needs."""
     tensors = _check_lazy(tensors, "sync_tensors")
     with _runtime_lock():
+        started = _sync_begins()
         for device, storages in _by_device(tensors).items():
             _run(device, _pending(storages), automatic=donate_inplace,
                  explicit=switches.explicit_donation_enabled(device), kind="partial sync")
+        timeline.sync_ends("partial sync", started, line=timeline.user_line() if started else "")
     if wait:
         wait_device_ops()
 
@@ -257,6 +286,7 @@ def host_values(tensors: list, allow_explicit: bool = True) -> list:
     unless explicit donation is enabled (and `allow_explicit`)."""
     tensors = _check_lazy(tensors, "host read")
     with LOCK:
+        started = _sync_begins()
         # Tensors that already hold device data are read before any graph runs: with
         # explicit donation enabled, the graph of this same read (e.g. for a view in
         # `[a, a[0]]`) may donate a marked buffer that was asked for.
@@ -306,6 +336,7 @@ def host_values(tensors: list, allow_explicit: bool = True) -> list:
             # a value the host computed (sync/host_split.py) may be a handle's host copy
             hosts.append(value.clone() if isinstance(value, torch.Tensor) else download(value, t.dtype))
         _recount_pending_ops()
+        timeline.sync_ends("host read", started, tensors=len(tensors), line=timeline.user_line() if started else "")
     return hosts
 
 

@@ -23,7 +23,7 @@ from ..ir.graph import Graph
 from ..ir.scalars import long_chain
 from ..ir.node import DATA, SCALAR, SHARDING_CONSTRAINT, Node
 from ..ir.walk import post_order
-from ..runtime import placement, storage_dtypes
+from ..runtime import backend, placement, storage_dtypes
 from ..runtime.device_data import donated_error
 
 
@@ -68,7 +68,8 @@ def collect(device: int, items: list, merge_scalars: bool = False,
     outputs = tuple(outputs[i] for i in by_position)
     targets = [(st, rank[slot]) for st, slot in targets]
     merged = None
-    if merge_scalars and long_chain(len(scalars), len(outputs)):
+    chain = long_chain(len(scalars), len(outputs))
+    if merge_scalars and chain:
         scalars, merged = _merge_equal_scalars(scalars, index, entries)
     policy = storage_dtypes.current()
     key = (device, tuple(entries), outputs)
@@ -80,8 +81,12 @@ def collect(device: int, items: list, merge_scalars: bool = False,
     if level != precision.DEFAULT_LEVEL:   # lowered at another matmul precision: another program
         key += (("matmul_precision", level),)
     aliases = {nid: index[nid] for nid in leaves if nid in index} if leaves else None
+    # a long chain packs by counts the key holds; the backend's packing is the key's to say
+    packed = chain or (backend.current().pack_scalars and len(scalars) > 1)
+    if packed and not chain:
+        key += ("packed scalars",)
     graph = Graph(device, order, outputs, params, scalars, key, tuple(rank), out_shardings, policy,
-                  merged, level, aliases)
+                  merged, level, aliases, packed)
     if config.SETTINGS.check_ir:   # LAZYXLA_CHECK_IR: every graph checked before it compiles
         check_graph(graph)
     return graph, targets

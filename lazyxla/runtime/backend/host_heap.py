@@ -1,4 +1,4 @@
-"""The process heap as device memory: glibc malloc settings and trimming.
+"""The CPU backend's heap: glibc malloc settings and trimming (runtime/backend/cpu.py uses it).
 
 On the CPU backend every XLA buffer is a block of the process heap, and a training
 step frees and allocates blocks of the same sizes every step. The settings here keep
@@ -6,8 +6,8 @@ freed blocks in the heap for the next step instead of giving them back to the OS
 faulted in again; the heap may thus stay well above what is live, and
 `release_free_heap` gives that back after each compile. Two ways, in order:
 
-* `tune_at_import` (`import lazyxla`, before JAX starts its backend), when the platform
-  will be CPU and the process has one malloc arena so far: every thread allocates from
+* `tune_at_import` (`import lazyxla`, before JAX starts its backend, when the CPU backend
+  is expected), when the process has one malloc arena so far: every thread allocates from
   the main heap (M_ARENA_MAX 1, M_MMAP_MAX 0) and it is never trimmed by itself, so
   blocks of any size are kept (mode ONE_HEAP); `after_step` gives back the free pages
   when a step made the heap grow (fragmentation).
@@ -17,17 +17,15 @@ faulted in again; the heap may thus stay well above what is live, and
   LAZYXLA_SPLIT_TEMPORARIES=0: one block, and graphs with more than that in temporaries
   stay in the persistent compile cache).
 
-LAZYXLA_HEAP_TUNING=0 keeps glibc's defaults, and so does any platform but CPU; where
-glibc is not the C library (musl, macOS) every function here does nothing.
+LAZYXLA_HEAP_TUNING=0 keeps glibc's defaults, and so does any platform but CPU (its backend
+calls `restore_defaults`); where glibc is not the C library (musl, macOS) every function here
+does nothing. The module imports nothing of lazyxla, torch or JAX, so tests can load it alone.
 
-Design: docs/design.md, "runtime/host_heap.py".
+Design: docs/design.md, "runtime/backend/host_heap.py".
 """
 from __future__ import annotations
 
 import ctypes
-import importlib.metadata
-import importlib.util
-import os
 from typing import Optional
 
 _M_TRIM_THRESHOLD = -1   # glibc's <malloc.h> parameter numbers
@@ -44,9 +42,6 @@ XLA_HEAP_LIMIT = 16 * 2**20   # XLA's temporaries in blocks below MMAP_THRESHOLD
 _DEFAULTS = ((_M_MMAP_MAX, 65536), (_M_TRIM_THRESHOLD, 128 * 2**10), (_M_TOP_PAD, 128 * 2**10),
              (_M_ARENA_MAX, 0))
 ONE_HEAP, SPLIT = "one heap", "split"
-# Accelerator PJRT plugins JAX would pick over CPU (jax._src.xla_bridge discovers them the same
-# ways: the `jax_plugins` entry points and namespace package, and libtpu for TPUs).
-_ACCELERATOR_MODULES = ("libtpu", "jax_plugins")
 
 
 class _Heap:
@@ -90,32 +85,20 @@ def _mallopt_all(settings) -> bool:
 
 
 def tune_at_import(enabled: bool = True) -> bool:
-    """Mode ONE_HEAP, before JAX's backend starts; True when it took. `enabled` is the
-    caller's LAZYXLA_HEAP_TUNING (this module reads no settings, so the tests can load
-    it alone, without importing torch or JAX).
+    """Mode ONE_HEAP, before JAX's backend starts, when the CPU backend is expected; True
+    when it took. `enabled` is the caller's LAZYXLA_HEAP_TUNING.
 
     Only while the main arena is the process's one arena: glibc binds a thread to an
     arena at its first malloc and M_ARENA_MAX stops only new arenas, so threads that
     allocated earlier (and the round robin of new threads over them) would keep blocks
     outside the main heap, where M_MMAP_MAX 0 does not keep the big ones."""
-    if _LIBC is None or not enabled or not will_run_on_cpu() or arena_count() != 1:
+    if _LIBC is None or not enabled or arena_count() != 1:
         return False
     if _mallopt_all(((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, NEVER_TRIM), (_M_TOP_PAD, TOP_PAD))):
         HEAP.mode = ONE_HEAP
         return True
     _mallopt_all(_DEFAULTS)
     return False
-
-
-def will_run_on_cpu() -> bool:
-    """Whether JAX will pick its CPU backend, asked without starting it: JAX_PLATFORMS
-    when set, else whether no accelerator plugin is installed."""
-    platforms = os.environ.get("JAX_PLATFORMS", "").strip()
-    if platforms:
-        return platforms.split(",")[0].strip().lower() == "cpu"
-    if any(importlib.util.find_spec(name) is not None for name in _ACCELERATOR_MODULES):
-        return False
-    return not importlib.metadata.entry_points(group="jax_plugins")
 
 
 def arena_count() -> int:
@@ -134,19 +117,11 @@ def arena_count() -> int:
     return text.count(b"<heap nr=")
 
 
-def tune(platform: str, enabled: bool = True) -> bool:
-    """At the first device use: keep freed buffers in the heap for reuse; True when a
-    tuning is in effect (ONE_HEAP from the import, or SPLIT now).
-
-    `platform` is lazyxla's JAX platform (`lx.platform()`). Only on "cpu" are device
-    buffers heap blocks; on a GPU or TPU they live in the device allocator, and the
-    settings would only make the host heap keep more memory for nothing, so they are
-    not applied there, and the import's are undone (`release_free_heap` still applies:
-    compiles run on the host)."""
-    if _LIBC is None or not enabled or platform != "cpu":
-        if HEAP.mode is not None and _LIBC is not None:
-            _mallopt_all(_DEFAULTS)
-        HEAP.mode = None
+def tune(enabled: bool = True) -> bool:
+    """At the first device use on CPU: keep freed buffers in the heap for reuse; True when
+    a tuning is in effect (ONE_HEAP from the import, or SPLIT now)."""
+    if _LIBC is None or not enabled:
+        restore_defaults()
         return False
     if HEAP.mode is ONE_HEAP:
         return True
@@ -154,6 +129,15 @@ def tune(platform: str, enabled: bool = True) -> bool:
                 (_M_TOP_PAD, TOP_PAD))
     HEAP.mode = SPLIT if _mallopt_all(settings) else None
     return HEAP.mode is not None
+
+
+def restore_defaults() -> None:
+    """Undo the import's tuning: on a GPU or TPU device buffers live in the device's
+    allocator, and the settings would only make the host heap keep more memory for nothing
+    (`release_free_heap` still applies there: compiles run on the host)."""
+    if HEAP.mode is not None and _LIBC is not None:
+        _mallopt_all(_DEFAULTS)
+    HEAP.mode = None
 
 
 def compiler_options(split: bool = True) -> dict:

@@ -1,0 +1,73 @@
+"""The backend interface, with what every platform shares as defaults.
+
+A backend owns what differs per platform: the XLA options graphs compile with and the token
+that keeps the compile cache right when they differ, what runs after a step barrier and
+after a compile, the device's memory limit and figures, the attention implementation given
+to lowering, and the host-overhead policies (how lifted scalars travel, the collector).
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import jax
+
+from .. import collector
+from ..collector import CollectorPolicy
+
+# XLA expands optimization barriers before CSE, which then merges an activation checkpoint's
+# re-run back into the forward (lazyxla/recompute.py): graphs with a barrier keep it to the end.
+_KEEP_BARRIERS = {"xla_disable_hlo_passes": "cse_barrier_expander"}
+
+
+class Backend:
+    """A platform's choices. Subclasses override what differs; the attributes are read on
+    hot paths, so they are plain fields, fixed once the backend has started."""
+    platform = ""
+    # Lifted scalars in one vector per kind (one host-to-device transfer each) rather than
+    # one operand apiece: on an accelerator each operand from the host is its own transfer.
+    pack_scalars = True
+    # Python's collector managed around step barriers (runtime/collector.py); None: left alone
+    collector: Optional[CollectorPolicy] = CollectorPolicy()
+    # what compiler_options adds for every graph, in every compile cache key (ir-independent)
+    compile_token: tuple = ()
+
+    def start(self) -> None:
+        """At the first device use, once the platform is known."""
+
+    def compiler_options(self, has_barriers: bool) -> dict:
+        """XLA options for one graph; any option not implied by the graph's key must be
+        covered by `compile_token`."""
+        return dict(_KEEP_BARRIERS) if has_barriers else {}
+
+    def after_barrier(self) -> None:
+        """At every step barrier, before its graphs run."""
+        collector.after_barrier(self.collector)
+
+    def after_compile(self) -> None:
+        """After each compile (a compile's scratch is host memory on every platform)."""
+        from . import host_heap   # glibc's trim; a no-op elsewhere
+        host_heap.release_free_heap()
+
+    def release_host_memory(self) -> None:
+        """`torch.lazyxla.empty_cache()`: hand freed host heap back to the OS."""
+        from . import host_heap
+        host_heap.release_free_heap()
+
+    def memory_limit(self, device: int) -> int:
+        """Bytes local device `device` can hold: its allocator's limit."""
+        stats = self.memory_stats(device) or {}
+        limit = stats.get("bytes_limit")
+        return int(limit) if limit else _physical_memory()
+
+    def memory_stats(self, device: int) -> Optional[dict]:
+        """What the device's allocator reports (bytes in use, peak, limit), None where nothing."""
+        return jax.local_devices()[device].memory_stats() or None
+
+    def attention_implementation(self, dtype) -> str:
+        """`jax.nn.dot_product_attention`'s implementation for inputs of `dtype`."""
+        return "xla"
+
+
+def _physical_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

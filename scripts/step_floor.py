@@ -1,0 +1,150 @@
+"""The least a Python `__torch_dispatch__` runtime can spend on one W2 training step's host side.
+
+    python scripts/step_floor.py [--size proxy|reference|gpt2] [--steps 30]
+
+Trains W2's GPT (lazyxla/workloads.py: forward, backward, foreach AdamW) three ways in one
+process and prints the median step in ms: eager CPU; `Floor`, a wrapper subclass whose
+`__torch_dispatch__` does only what any such runtime must (a cached shape lookup per op
+and a fresh wrapper per output; in-place ops return their target), so the figure is
+PyTorch's own Python dispatch, autograd and optimizer code for the step; and lazyxla's
+lazy step (tracing, the implied barrier's sync, no wait for the device). lazyxla's host
+time per step cannot fall below `Floor`'s without skipping the per-op dispatch itself.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from torch.nn import functional as F
+
+import lazyxla as lx
+from lazyxla import workloads as W
+
+SIZES = {"proxy": (dict(d=64, heads=4, layers=4, seq=32), 2),
+         "reference": ({}, 8),
+         "gpt2": (dict(vocab=50304, d=768, heads=12, layers=12, seq=512), 8)}
+_META = torch.device("meta")
+
+
+class Floor(torch.Tensor):
+    """A wrapper subclass that computes nothing (module docstring)."""
+    _plans: dict = {}
+
+    @staticmethod
+    def make(spec: tuple) -> "Floor":
+        shape, stride, offset, dtype = spec
+        t = torch.Tensor._make_wrapper_subclass(Floor, shape, strides=stride, storage_offset=offset,
+                                                dtype=dtype, device=_META)
+        t._spec = spec
+        return t
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        key = (func, _key(args), _key(kwargs) if kwargs else None)
+        plan = cls._plans.get(key)
+        if plan is None:
+            plan = cls._plans[key] = _plan(func, args, kwargs or {})
+        return _build(plan, args)
+
+
+def _key(value):
+    """What the output's shape can depend on: tensor specs and the other arguments' values."""
+    tp = type(value)
+    if tp is Floor:
+        return value._spec
+    if tp is list or tp is tuple:
+        return tuple(_key(v) for v in value)
+    if tp is dict:
+        return tuple((k, _key(v)) for k, v in value.items())
+    if isinstance(value, torch.Tensor):
+        return _spec_of(value)
+    if tp is float:   # a learning rate or bias correction: no output's shape depends on its value
+        return float
+    return value
+
+
+def _spec_of(t: torch.Tensor) -> tuple:
+    return (tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype)
+
+
+def _to_meta(value):
+    if isinstance(value, torch.Tensor):
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=_META)
+    if type(value) in (list, tuple):
+        return type(value)(_to_meta(v) for v in value)
+    return value
+
+
+def _plan(func, args, kwargs):
+    """Run `func` on meta tensors once. The plan: None, an input position (an op returning its
+    argument, in place), a spec for a new tensor, or a tuple/list of those."""
+    margs = [_to_meta(a) for a in args]
+    out = func(*margs, **{k: _to_meta(v) for k, v in kwargs.items()})
+    position = {id(m): i for i, m in enumerate(margs) if isinstance(m, torch.Tensor)}
+
+    def plan_of(o):
+        if isinstance(o, torch.Tensor):
+            return ("arg", position[id(o)]) if id(o) in position else ("new", _spec_of(o))
+        if type(o) in (list, tuple):
+            return ("seq", type(o), tuple(plan_of(x) for x in o))
+        return ("const", o)
+    return plan_of(out)
+
+
+def _build(plan, args):
+    kind = plan[0]
+    if kind == "new":
+        return Floor.make(plan[1])
+    if kind == "arg":
+        return args[plan[1]]
+    if kind == "seq":
+        return plan[1](_build(p, args) for p in plan[2])
+    return plan[1]
+
+
+def _train(device: str, size: str, steps: int, floor: bool = False) -> float:
+    overrides, batch = SIZES[size]
+    cfg = W.GPTConfig(**overrides)
+    torch.manual_seed(0)
+    model = W.gpt(cfg)
+    tokens = torch.randint(0, cfg.vocab, (batch, cfg.seq + 1), generator=torch.Generator().manual_seed(1))
+    x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    if floor:
+        for module in model.modules():
+            for name, p in list(module._parameters.items()):
+                if p is not None:
+                    module._parameters[name] = torch.nn.Parameter(Floor.make(_spec_of(p)))
+                    module._parameters[name]._spec = _spec_of(p)
+            for name, b in list(module._buffers.items()):
+                if b is not None:
+                    module._buffers[name] = Floor.make(_spec_of(b))
+        x, y = Floor.make(_spec_of(x)), Floor.make(_spec_of(y))
+    else:
+        model, x, y = model.to(device), x.to(device), y.to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True)
+    times = []
+    for i in range(5 + steps):
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        logits = model(x)
+        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).backward()
+        opt.step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[5:]) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="proxy")
+    parser.add_argument("--steps", type=int, default=30)
+    opts = parser.parse_args()
+    print(f"W2 {opts.size} step, host only, median of {opts.steps} (lazyxla on {lx.platform()}):")
+    print(f"  eager CPU            {_train('cpu', opts.size, opts.steps):8.2f} ms")
+    print(f"  Floor subclass       {_train('meta', opts.size, opts.steps, floor=True):8.2f} ms")
+    print(f"  lazyxla lazy         {_train(str(lx.device()), opts.size, opts.steps):8.2f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""The host's work per training step, counted (never timed): W2's GPT at the CPU-proxy size
+of a TPU step (d 64, 4 layers, seq 32, batch 2), lazy and compiled. A count that grows with
+the step is a bug even when the values are right."""
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+import lazyxla as lx
+from lazyxla import metrics, workloads
+from lazyxla.compile import cache
+from lazyxla.runtime import collector
+
+PROXY = workloads.GPTConfig(d=64, heads=4, layers=4, seq=32)
+
+
+def _w2(dev, compiled: bool = False):
+    torch.manual_seed(0)
+    model = workloads.gpt(PROXY)
+    tokens = torch.randint(0, PROXY.vocab, (2, PROXY.seq + 1), generator=torch.Generator().manual_seed(1))
+    eager = (model, tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+    lazy = workloads.gpt(PROXY)
+    lazy.load_state_dict(model.state_dict())
+    lazy = lazy.to(dev)
+    x, y = eager[1].to(dev), eager[2].to(dev)
+    opt = torch.optim.AdamW(lazy.parameters(), lr=3e-4, foreach=True)
+
+    def loss_of(x, y):
+        logits = lazy(x)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    step = opt.step
+    if compiled:
+        loss_of = torch.compile(loss_of, backend="lazyxla")
+        step = torch.compile(opt.step, backend="lazyxla")
+
+    def train_step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_of(x, y)
+        loss.backward()
+        step()
+        return loss
+    return train_step, eager
+
+
+def _eager_losses(eager, steps: int) -> list:
+    model, x, y = eager
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.fixture
+def fresh_collector():
+    collector.release()
+    yield
+    collector.release()
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+def test_a_steady_step_is_one_call_of_one_cached_executable(dev, fresh_compile_cache, compiled, monkeypatch):
+    train_step, eager = _w2(dev, compiled)
+    losses = [train_step() for _ in range(4)]
+    calls = []
+    real_call = cache.Executable.call
+
+    def counted(*args, **kwargs):   # execute() calls exe.call once per graph it runs
+        calls.append(1)
+        return real_call(*args, **kwargs)
+    for exe in list(cache._cache.values()):
+        exe.call = lambda *a, _c=exe.compiled: (calls.append(1), _c(*a))[1]
+    per_step = []
+    for _ in range(6):
+        metrics.clear_all()
+        calls.clear()
+        losses.append(train_step())
+        per_step.append((metrics.counter_value("ExecuteComputation"), len(calls),
+                         metrics.counter_value("UncachedCompile") or 0, metrics.counter_value("DynamoCompile") or 0,
+                         metrics.counter_value("TracedOps")))
+    assert len(set(per_step)) == 1, per_step          # nothing grows with the step
+    graphs, exe_calls, compiles, dynamo, traced = per_step[0]
+    assert (graphs, exe_calls, compiles, dynamo) == (1, 1, 0, 0)
+    assert traced <= (60 if compiled else 700)
+    expected = _eager_losses(eager, len(losses))
+    assert [round(l.item(), 4) for l in losses] == pytest.approx([round(v, 4) for v in expected], abs=2e-4)
+
+
+def test_no_older_collection_in_50_steady_steps(dev, fresh_collector):
+    if not gc.isenabled():
+        pytest.skip("the collector is disabled in this process")
+    train_step, _ = _w2(dev)
+    for _ in range(collector.CollectorPolicy().warmup_barriers + 2):
+        train_step()
+    assert collector.is_managed()
+    generations = []
+
+    def record(phase, info):
+        if phase == "start":
+            generations.append(info["generation"])
+    gc.callbacks.append(record)
+    try:
+        for _ in range(50):
+            train_step()
+    finally:
+        gc.callbacks.remove(record)
+    assert not [g for g in generations if g > 0]
+    assert len(generations) <= 50   # at most the barrier's own generation-0 collection a step
