@@ -17,8 +17,8 @@ it), so no module assembles a signature tuple of its own. The constructors:
 * the leaves and elements: `data_node`, `scalar_node`, `getitem_node`; `call_outputs`
   for a CALL node with one GETITEM per output.
 
-`ir/check.py` verifies, for nodes met at a sync, that one signature always stands for
-one structure.
+Where checking is on, `ir/check.py` verifies that one signature always stands for one
+structure (`structure` below, the key `op_node` interns).
 """
 from __future__ import annotations
 
