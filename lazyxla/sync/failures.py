@@ -38,6 +38,7 @@ from ..ir.node import DATA, SCALAR, Node, data_node
 from ..runtime import memory
 from ..runtime.device_data import DeviceData
 from ..runtime.execute import execute
+from ..state import STATE
 from .collect import collect
 
 LOWER, COMPILE, RUN = "lower", "compile", "run"
@@ -69,8 +70,7 @@ def contain(graph: Graph, items: list, error: Exception) -> Optional[Contained]:
     for st in live_storages(graph.device):
         value = st.value
         if value.op is not DATA and needs(value):
-            st.write(data_node(DeviceData(None, value.shape, value.dtype, graph.device, owner=st,
-                                          failure=carried)))
+            st.write(data_node(DeviceData(None, value.shape, value.dtype, graph.device, failure=carried)))
             poisoned += 1
     metrics.counter_add("FailedOp")
     rest = [item for item in items if not needs(item[0])]
@@ -158,8 +158,12 @@ def _what_failed(graph: Graph, position: Optional[int], stage: str, error: Excep
     else:
         node = graph.order[position]
         origin = getattr(node, "origin", None)
-        what = f"{node.op} " + (f"(made at {origin})" if origin else
-                                "(lx.debug.set_provenance(True) records the line that made each op)")
+        if origin:
+            what = f"{node.op} (made at {origin})"
+        elif STATE.provenance:   # on, yet unstamped: autograd's thread has no user frame
+            what = f"{node.op} (made outside your code, e.g. by the backward pass)"
+        else:
+            what = f"{node.op} (lx.debug.set_provenance(True) records the line that made each op)"
     return f"lazyxla: {what} failed to {stage}: {type(original).__name__}: {original}"
 
 
