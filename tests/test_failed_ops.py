@@ -5,6 +5,10 @@ the failed graph donates nothing. Values are compared with eager PyTorch on CPU.
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
+import sys
+import textwrap
 
 import jax
 import pytest
@@ -16,6 +20,7 @@ from lazyxla.ir.ops import overriding
 from lazyxla.runtime import memory
 
 aten = torch.ops.aten
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def refused(x):
@@ -184,3 +189,27 @@ def test_out_of_memory_does_not_poison(dev):
         assert counter("FailedOp") == 0
         assert lx.debug.tensor_info(big)["state"] == "pending"   # kept: free memory and retry
     assert big[:2].tolist() == [1.0, 1.0]
+
+
+def test_a_failed_op_on_one_device_does_not_stop_the_barrier_on_another():
+    script = textwrap.dedent("""
+        import jax, torch, lazyxla as lx
+        def refused(x):
+            return jax.ffi.ffi_call("lazyxla_test_no_such_target", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+        bad = lx.call_jax(refused, torch.ones(3, device=lx.device(0)))
+        good = torch.ones(3, device=lx.device(1)) * 7
+        try:
+            lx.sync()
+        except lx.FailedOpError as e:
+            assert "call[refused]" in str(e), e
+        else:
+            raise SystemExit("the barrier did not raise")
+        assert lx.debug.tensor_info(good)["state"] == "device data"   # device 1 ran in that barrier
+        assert good.tolist() == [7.0] * 3
+        lx.sync()
+        print("OK")
+    """)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout + proc.stderr
