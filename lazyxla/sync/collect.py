@@ -21,7 +21,7 @@ from ..ir.graph import Graph
 from ..ir.scalars import long_chain
 from ..ir.node import DATA, SCALAR, SHARDING_CONSTRAINT, Node
 from ..runtime import backend, placement, storage_dtypes
-from ..runtime.device_data import donated_error
+from ..runtime.device_data import unusable_error
 
 
 def collect(device: int, items: list, merge_scalars: bool = False,
@@ -165,8 +165,8 @@ def _visit(root: Node, index: dict, order: list, entries: list, params: list,
             data = node.data
             pi = param_index.get(id(data))
             if pi is None:
-                if data.donated_in is not None:
-                    raise donated_error(data)
+                if data.donated_in is not None or data.failure is not None:
+                    raise unusable_error(data)
                 pi = param_index[id(data)] = len(params)
                 params.append(data)
             entry = (node.sig, -1, pi) if data.sharding is None else (node.sig, -1, pi, data.sharding)
