@@ -79,9 +79,11 @@ def collect(device: int, items: list, merge_scalars: bool = False,
     if level != precision.DEFAULT_LEVEL:   # lowered at another matmul precision: another program
         key += (("matmul_precision", level),)
     aliases = {nid: index[nid] for nid in leaves if nid in index} if leaves else None
-    # a long chain packs by counts the key holds; the backend's packing is the key's to say
-    packed = chain or (backend.current().pack_scalars and len(scalars) > 1)
-    if packed and not chain:
+    # a long chain packs by counts the key holds (its merged scalars' count); the backend's
+    # packing is the key's to say
+    chain_packed = long_chain(len(scalars), len(outputs))
+    packed = chain_packed or (backend.current().pack_scalars and len(scalars) > 1)
+    if packed and not chain_packed:
         key += ("packed scalars",)
     return Graph(device, order, outputs, params, scalars, key, tuple(rank), out_shardings, policy,
                  merged, level, aliases, packed), targets
