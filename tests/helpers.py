@@ -129,6 +129,9 @@ def run_on_host_devices(script: str, devices: int = 8, timeout: int = 600):
 
 # -- the platform under the suite: CPU in CI, a TPU in issue 45's runs --------------------------
 
+EXPECTTEST_REASON = ("torch.testing._internal (PyTorch's OpInfo database) imports expecttest, "
+                     "which is not installed (pip install expecttest)")
+
 def child_env(**extra: str) -> dict[str, str]:
     """The environment of a child Python process that needs no accelerator: JAX on the CPU
     (JAX_PLATFORMS=cpu), this checkout first on PYTHONPATH, then `extra`. On a TPU machine

@@ -14,7 +14,6 @@ count per step is a benchmark figure (`minor_faults_per_step`)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -41,6 +40,7 @@ glibc_only = pytest.mark.skipif(host_heap._LIBC is None or not hasattr(host_heap
 # to the size of the last mmapped block freed.
 PROBE = """
 import ctypes, importlib.util, json, os, sys, threading
+from helpers import child_env
 case, mode = sys.argv[1], sys.argv[2]
 if mode == "import_after_thread":   # a thread that allocated before the import has an arena of its own
     t = threading.Thread(target=lambda: bytearray(10**6)); t.start(); t.join()
@@ -145,7 +145,7 @@ def _probe(case: str, mode: str) -> dict:
     """`mode`: "import" (`import lazyxla` and a device query, tuning on), "import_off" (the same with
     LAZYXLA_HEAP_TUNING=0), "import_after_thread" (a thread allocates first), "tuned" /
     "default" (host_heap.py alone, `tune()` called or not), "tuned_small_pad"."""
-    env = {**os.environ, "LAZYXLA_HEAP_TUNING": "0" if mode == "import_off" else "1", "JAX_PLATFORMS": "cpu"}
+    env = child_env(LAZYXLA_HEAP_TUNING="0" if mode == "import_off" else "1")
     args = [case, "import" if mode in ("import", "import_off") else mode, host_heap.__file__]
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(PROBE), *args], env=env,
                           capture_output=True, text=True, timeout=120)
