@@ -7,9 +7,10 @@ import textwrap
 
 import pytest
 
+from helpers import child_env
+
 PRELUDE = """
 import torch, lazyxla as lx
-from helpers import child_env
 dev = lx.device()
 """
 

@@ -22,6 +22,7 @@ import pytest
 
 from lazyxla.runtime import backend
 from lazyxla.runtime.backend import host_heap
+from helpers import child_env
 from lazyxla.runtime.backend import platforms as platforms_module
 
 @pytest.fixture(autouse=True)
@@ -40,7 +41,6 @@ glibc_only = pytest.mark.skipif(host_heap._LIBC is None or not hasattr(host_heap
 # to the size of the last mmapped block freed.
 PROBE = """
 import ctypes, importlib.util, json, os, sys, threading
-from helpers import child_env
 case, mode = sys.argv[1], sys.argv[2]
 if mode == "import_after_thread":   # a thread that allocated before the import has an arena of its own
     t = threading.Thread(target=lambda: bytearray(10**6)); t.start(); t.join()

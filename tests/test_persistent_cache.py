@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
+from helpers import child_env
+
 SCRIPT = """
 import json, warnings
-from helpers import child_env
 warnings.simplefilter("always")
 with warnings.catch_warnings(record=True) as caught:
     import torch, lazyxla as lx
