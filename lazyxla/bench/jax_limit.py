@@ -172,10 +172,13 @@ def trace(cell, settings) -> dict:
 RUNNERS = {"mlp": train, "gpt": train, "accum": train, "donate": donate, "trace": trace}
 
 
-def set_matmul_precision(level: str) -> None:
-    """Float32 matrix products at lazyxla's level of the run (plan.MATMUL_PRECISIONS, JAX's
-    names), for every step traced in this process."""
-    jax.config.update("jax_default_matmul_precision", level)
+def run(cell, settings) -> dict:
+    """The JAX limit's record of `cell`, its float32 products at the run's level
+    (--matmul-precision: lazyxla's levels are JAX's names), as lazyxla's cells compute."""
+    with jax.default_matmul_precision(settings.matmul_precision):
+        rec = RUNNERS[cell.workload](cell, settings)
+    rec["versions"] = versions()
+    return rec
 
 
 def versions() -> dict:
