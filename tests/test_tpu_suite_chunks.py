@@ -61,7 +61,11 @@ def test_record_durations_and_count_results(chunks, tmp_path):
     assert durations["tests/test_a.py"] == {"total": 7.0, "tests": {"tests/test_a.py::test_one": 4.0,
                                                                     "tests/test_a.py::TestK::test_two": 3.0}}
     assert durations["tests/ops/test_b.py"]["total"] == 4.0
-    assert durations["tests/test_tpu_suite_chunks.py"] == {"total": 0.0, "tests": {}}   # not in the run
+    junit.write_text(JUNIT.replace('time="4"', 'time="5"').replace("tests/test_a.py", "tests/test_c.py"))
+    chunks.record(junit, scale=2.0)   # another run's files replace theirs, the rest stays
+    durations = chunks.load_durations()
+    assert durations["tests/ops/test_b.py"]["total"] == 10.0 and durations["tests/test_a.py"]["total"] == 7.0
+    assert durations["tests/test_c.py"]["total"] == 14.0
     total, bad, reasons, seconds = chunks.counts([junit])
     assert dict(total) == {"passed": 2, "failed": 1, "skipped": 1, "errors": 1} and seconds == 12.5
     assert bad == ["FAILED tests.test_a.TestK::test_two", "ERROR tests.ops.test_b::test_four"]
