@@ -2,7 +2,6 @@
 bad inputs get clear errors at the call (docs/reliability.md)."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ import torch
 import lazyxla as lx
 from lazyxla.compile import cache
 from lazyxla.ir.ops import overriding
+from helpers import child_env
 
 aten = torch.ops.aten
 
@@ -251,7 +251,7 @@ def test_mismatched_lazy_devices_raise():
         assert c.tolist() == [2.0] * 3
         print("OK")
     """)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    env = child_env(XLA_FLAGS="--xla_force_host_platform_device_count=2")
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout + proc.stderr
 
