@@ -28,7 +28,7 @@ from .devices import host_operands_enabled, set_host_operands  # noqa: E402,F401
 from .donation import (  # noqa: E402,F401
     aliasing_enabled, explicit_donation, explicit_donation_enabled, get_buffer_donation, is_donated,
     set_aliasing, set_buffer_donation, set_explicit_donation)
-from .errors import CheckpointError, DonatedBufferError, ForkedRuntimeError, LoweringError  # noqa: E402,F401
+from .errors import CheckpointError, DonatedBufferError, FailedOpError, ForkedRuntimeError, LoweringError  # noqa: E402,F401
 from .frontend import registration as _frontend  # noqa: E402
 from .frontend.tensor import LazyTensor  # noqa: E402,F401
 from .jax_interop import call_jax, from_jax, jax_op, to_jax  # noqa: E402,F401
@@ -53,5 +53,5 @@ __all__ = [
     "set_aliasing", "aliasing_enabled", "set_storage_dtypes", "storage_dtypes", "set_matmul_precision", "matmul_precision",
     "graph_hash", "metrics", "debug", "experimental", "save", "optimization_barrier_", "utils",
     "spmd", "distributed", "data", "call_jax", "to_jax", "from_jax", "jax_op",
-    "DonatedBufferError", "LoweringError", "CheckpointError", "ForkedRuntimeError", "LazyTensor",
+    "DonatedBufferError", "LoweringError", "FailedOpError", "CheckpointError", "ForkedRuntimeError", "LazyTensor",
 ]

@@ -250,7 +250,8 @@ def tensor_info(t: torch.Tensor) -> dict:
     """What is behind lazy tensor `t`, without syncing or reading anything:
 
     `state`: "device data" (a buffer), "pending" (computation not run yet), "donated"
-    (its buffer was donated and is gone) or "view" (a view of a base tensor; the base's
+    (its buffer was donated and is gone), "failed" (it carries the error of an op that
+    failed, `lx.FailedOpError`) or "view" (a view of a base tensor; the base's
     state is `base_state`); `donate`: the donation flag of the buffer (None when there is
     no buffer); `buffer_id`: an id of the buffer, equal for tensors sharing it;
     `tensor_id`: an id of `t`'s storage, equal for a tensor and its views."""
@@ -262,6 +263,8 @@ def tensor_info(t: torch.Tensor) -> dict:
         base_state = "pending"
     elif base.data.donated_in is not None:
         base_state = "donated"
+    elif base.data.failure is not None:
+        base_state = "failed"
     else:
         base_state = "device data"
     data = base.data if base.op is DATA else None

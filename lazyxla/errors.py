@@ -8,6 +8,18 @@ class DonatedBufferError(RuntimeError):
 class LoweringError(RuntimeError):
     """An op could not be lowered to JAX, or the lowered graph failed to compile."""
 
+    # Position in the graph's topological order of the node whose lowering failed, set by
+    # compile/program.py; None when the failure is not one node's lowering (an XLA compile
+    # error): then sync/failures.py searches for the op.
+    node_position = None
+
+
+class FailedOpError(LoweringError):
+    """An op failed to lower, compile or run. Raised once by the sync whose graph held it, then
+    by every read or use of a tensor whose value needed it (the tensor carries the error
+    instead of a value until it is given a new one). A LoweringError, so code that caught
+    lowering failures still catches it (docs/reliability.md, "Failures stay contained")."""
+
 
 class IndexRangeError(IndexError, RuntimeError):
     """A dimension or index out of range, or a reduction without an identity (max, min)

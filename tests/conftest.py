@@ -23,6 +23,12 @@ import lazyxla as lx  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 
 
+def pytest_report_header(config) -> str:
+    """The platform under the suite: CPU in CI, an accelerator in issue 45's runs."""
+    import jax
+    return f"lazyxla platform: {lx.platform()} ({jax.devices()[0].device_kind})"
+
+
 def pytest_addoption(parser):
     parser.addoption("--check-ir", action="store_true",
                      help="check every graph a sync collects against the IR's rules (LAZYXLA_CHECK_IR)")

@@ -1,11 +1,18 @@
-"""Shared test helpers: compare lazyxla results with eager CPU PyTorch."""
+"""Shared test helpers: compare lazyxla results with eager CPU PyTorch, and what differs
+when the suite runs on an accelerator (child processes, sockets, precision)."""
 from __future__ import annotations
 
+import functools
+import os
+import socket
+import types
 from typing import Callable
 
 import torch
 
 import lazyxla as lx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def to_dev(value, dev):
@@ -114,19 +121,77 @@ def counter(name):
 def run_on_host_devices(script: str, devices: int = 8, timeout: int = 600):
     """Run Python `script` in a fresh interpreter with `devices` forced host devices (the
     device count is fixed when JAX starts) and this checkout's lazyxla; the finished process."""
-    import os
     import subprocess
     import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    env = child_env(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
     return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                          timeout=timeout, cwd=root)
+                          timeout=timeout, cwd=ROOT)
+
+
+# -- the platform under the suite: CPU in CI, a TPU in issue 45's runs --------------------------
+
+EXPECTTEST_REASON = ("torch.testing._internal (PyTorch's OpInfo database) imports expecttest, "
+                     "which is not installed (pip install expecttest)")
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a child Python process that needs no accelerator: JAX on the CPU
+    (JAX_PLATFORMS=cpu), this checkout first on PYTHONPATH, then `extra`. On a TPU machine
+    the suite's own process holds the chip once a test has used it, and a second process
+    that opens it fails ("libtpu multi-process lockfile"); on CPU it changes nothing."""
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": path, **extra}
+
+
+@functools.lru_cache(maxsize=None)
+def sockets_unavailable() -> str | None:
+    """Why no process here can reach another over TCP, or None: tried, not assumed (the
+    TPU machine of issue 45 has no TCP/UDP sockets at all)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen(1)
+            with socket.create_connection(server.getsockname(), timeout=5):
+                pass
+    except OSError as e:
+        return (f"this machine has no TCP sockets ({e}): processes that talk to each other "
+                "(jax.distributed, gloo, multi-host runs) cannot run here")
+    return None
+
+
+def needs_sockets(test):
+    """Skip `test` (a test function or class) where processes cannot talk over TCP."""
+    import pytest
+    reason = sockets_unavailable()
+    return pytest.mark.skipif(reason is not None, reason=reason or "")(test)
+
+
+def reduced_matmul_precision(level: str | None = None) -> bool:
+    """Whether float32 matrix products at JAX precision `level` (None: JAX's default, which
+    code written in JAX and `lx.call_jax` bodies get) lose bits on this platform: a TPU
+    runs "default" as one bf16 pass and "high" as three; XLA:CPU computes float32 in
+    float32 at every level."""
+    import jax
+    if lx.platform() == "cpu":
+        return False
+    level = level or jax.config.jax_default_matmul_precision or "default"
+    return level.lower() not in ("highest", "float32")
+
+
+def matmul_tolerance(expected: torch.Tensor, rtol: float, atol: float, level: str | None = None) -> dict:
+    """rtol/atol for comparing a float32 result of matrix products at `level` (see
+    `reduced_matmul_precision`) with eager CPU: as given where the platform computes them
+    in float32 (always on CPU); bf16's otherwise, relative to the result's scale, since
+    rounding the inputs to 8 bits errs in proportion to the products' magnitude, not to
+    each output element's (an output near 0 can be the sum of large products)."""
+    if not reduced_matmul_precision(level):
+        return {"rtol": rtol, "atol": atol}
+    scale = float(expected.detach().abs().max()) if expected.numel() else 0.0
+    bf16_rtol = 1.6e-2   # torch.testing's own bfloat16 rtol: 2**-6
+    return {"rtol": max(rtol, bf16_rtol), "atol": max(atol, bf16_rtol * scale)}
 
 
 def fake_buffer(shape: tuple = (2, 3), dtype: torch.dtype = torch.float32, stored_dtype=None):
     """What IR sees of a device buffer (ir/graph.DeviceBuffer), without one: for building
     graphs by hand (tests of ir/)."""
-    import types
     return types.SimpleNamespace(shape=shape, dtype=dtype, stored_dtype=stored_dtype or dtype,
                                  donated_in=None, sharding=None)

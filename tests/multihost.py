@@ -16,6 +16,8 @@ from typing import Optional
 
 import pytest
 
+from helpers import child_env, sockets_unavailable
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -61,6 +63,9 @@ class Hosts:
                           else ["127.0.0.1"] * count)
 
     def __enter__(self) -> "Hosts":
+        reason = sockets_unavailable()
+        if reason:
+            pytest.skip(reason)
         if not self.netns:
             return self
         reason = netns_unavailable()
@@ -102,10 +107,9 @@ class Hosts:
     def popen(self, i: int, argv: list, log: str, devices: int = 1, **env) -> subprocess.Popen:
         """Start `argv` on host `i`, on `devices` forced CPU devices, importing this lazyxla;
         its output goes to `log`.out and `log`.err."""
-        environ = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-                       JAX_PLATFORMS="cpu", PYTHONWARNINGS="ignore",
-                       PYTHONPATH=os.pathsep.join([ROOT, os.path.join(HERE, "fault_scripts"),
-                                                   os.environ.get("PYTHONPATH", "")]), **env)
+        environ = child_env(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", PYTHONWARNINGS="ignore",
+                            PYTHONPATH=os.pathsep.join([os.path.join(HERE, "fault_scripts"), child_env()["PYTHONPATH"]]),
+                            **env)
         prefix = ["ip", "netns", "exec", self._names[i]] if self.netns else []
         if self.netns:   # torch.distributed's gloo (DCP) would advertise 127.0.0.1, the host name's address
             environ["GLOO_SOCKET_IFNAME"] = "eth0"

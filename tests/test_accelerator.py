@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 import lazyxla as lx
 from lazyxla import patches
+from helpers import child_env
 
 MB = 2**20
 
@@ -125,6 +126,6 @@ def test_import_lazyxla_keeps_cpu_only_code_working():
         torch.accelerator.empty_cache(); torch.accelerator.synchronize()
         print("ok", torch.accelerator.memory_allocated())
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=child_env())
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "ok 0"

@@ -7,7 +7,6 @@ total donors, samples). Every scenario also compares values with eager CPU.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -17,7 +16,7 @@ import pytest
 import torch
 
 import lazyxla as lx
-from helpers import alias2, assert_close, counter, materialised, rand
+from helpers import alias2, assert_close, child_env, counter, materialised, rand
 
 aten = torch.ops.aten
 
@@ -326,8 +325,7 @@ _ALIASING_OFF_SCRIPT = textwrap.dedent("""
 
 
 def test_a13_aliasing_env_off_at_start():
-    env = dict(os.environ, LAZYXLA_ALIASING="0")
-    proc = subprocess.run([sys.executable, "-c", _ALIASING_OFF_SCRIPT], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", _ALIASING_OFF_SCRIPT], env=child_env(LAZYXLA_ALIASING="0"), capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().endswith("OK")

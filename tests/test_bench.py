@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from lazyxla.bench import plan, report
+import lazyxla as lx
+from helpers import child_env, matmul_tolerance
+from lazyxla.bench import flops, plan, report
 from lazyxla.bench.torch_backend import load_workloads, make_workload
 
 jax = pytest.importorskip("jax")
@@ -31,10 +33,107 @@ def test_jax_logits_and_loss_match_torch(name):
     wl = make_workload(load_workloads(), name, plan.QUICK)
     params = _params(wl.model)
     logits = jax_models.LOGITS[name](params, jnp.asarray(wl.inputs.numpy()))
-    expected = wl.model(wl.inputs).detach().numpy()
-    np.testing.assert_allclose(np.asarray(logits), expected, rtol=1e-4, atol=1e-4)
+    expected = wl.model(wl.inputs).detach()
+    torch.testing.assert_close(torch.from_numpy(np.array(logits)), expected,
+                               **matmul_tolerance(expected, rtol=1e-4, atol=1e-4))
     loss = jax_models.loss_fn(name)(params, jnp.asarray(wl.inputs.numpy()), jnp.asarray(wl.targets.numpy()))
-    assert abs(float(loss) - wl.loss(wl.model, wl.inputs, wl.targets).item()) < 1e-5
+    expected_loss = wl.loss(wl.model, wl.inputs, wl.targets).detach()
+    torch.testing.assert_close(torch.tensor(float(loss)), expected_loss,
+                               **matmul_tolerance(expected_loss, rtol=0, atol=1e-5))
+
+
+def test_jax_autocast_policy_is_torchs():
+    """The ops the bf16 JAX limit casts (jax_models.AUTOCAST_POLICY) have that policy in
+    PyTorch's autocast lists, which lazyxla's autocast uses; the ones it leaves alone are in
+    no list."""
+    from lazyxla.frontend.autocast_lists import read_lists
+    lists = dict(read_lists())
+    assert {op: lists.get(op) for op in jax_models.AUTOCAST_POLICY} == jax_models.AUTOCAST_POLICY
+    assert [op for op in jax_models.AUTOCAST_UNLISTED if op in lists or op.split(".")[0] in lists] == []
+
+
+@pytest.mark.parametrize("name", ["mlp", "gpt"])
+def test_bf16_jax_limit_matches_lazyxla_under_autocast(name, dev):
+    """The bf16 JAX limit computes what lazyxla computes under torch.autocast(bfloat16):
+    bf16 logits within bf16's rounding, the same loss within the report's amp tolerance,
+    and float32 gradients; not the float32 result (bf16 rounding shows)."""
+    wl = make_workload(load_workloads(), name, plan.QUICK.with_gpt_size("proxy"))
+    params = _params(wl.model)
+    x, y = jnp.asarray(wl.inputs.numpy()), jnp.asarray(wl.targets.numpy())
+    model = wl.model.to(dev)
+    with torch.autocast(dev.type, dtype=torch.bfloat16):
+        logits = model(wl.inputs.to(dev))
+        loss = wl.loss(model, wl.inputs.to(dev), wl.targets.to(dev))
+    jax_logits = jax_models.LOGITS[name](params, x, amp=jnp.bfloat16)
+    assert logits.dtype == torch.bfloat16 and jax_logits.dtype == jnp.bfloat16
+    expected = logits.detach().float().cpu()
+    torch.testing.assert_close(torch.from_numpy(np.array(jax_logits, np.float32)), expected,
+                               rtol=1.6e-2, atol=1.6e-2 * float(expected.abs().max()))
+    jax_loss, grads = jax.value_and_grad(jax_models.loss_fn(name, amp=jnp.bfloat16))(params, x, y)
+    assert abs(float(jax_loss) - loss.item()) <= report.LOSS_RTOL_AMP * abs(loss.item())
+    assert float(jax_loss) != float(jax_models.loss_fn(name)(params, x, y))
+    assert {g.dtype for g in jax.tree.leaves(grads)} == {jnp.dtype("float32")}
+
+
+# -- model FLOPs and MFU ---------------------------------------------------------------------
+
+def test_gpt_sizes_build_the_named_w2():
+    """--gpt-size picks W2's model and batch: the CPU proxy (d 64, 4 layers, seq 32,
+    batch 2, vocab 4096), the reference and GPT-2 small's shape (built by config only:
+    124M parameters)."""
+    from lazyxla.bench.__main__ import parse_args
+    assert parse_args(["--gpt-size", "gpt2"]).gpt_size == "gpt2" and parse_args([]).gpt_size is None
+    wl = make_workload(load_workloads(), "gpt", plan.FULL.with_gpt_size("proxy"))
+    cfg = wl.model.cfg
+    assert (cfg.vocab, cfg.d, cfg.heads, cfg.layers, cfg.seq) == (4096, 64, 4, 4, 32)
+    assert tuple(wl.inputs.shape) == tuple(wl.targets.shape) == (2, 32)
+    assert plan.GPT_SIZES["gpt2"] == ({"vocab": 50304, "d": 768, "heads": 12, "layers": 12, "seq": 512}, 8)
+    assert plan.FULL.with_gpt_size("reference") == plan.FULL
+    with pytest.raises(ValueError, match="unknown GPT size 'huge'"):
+        plan.FULL.with_gpt_size("huge")
+
+
+def test_model_flops_count_matmul_parameters_and_attention():
+    """6 * N * tokens + 12 * layers * d * seq * tokens, N without the lookup-only tables:
+    W2's token and position embeddings are left out, its untied head counted; GPT-2's head
+    is its token table (tied), which counts."""
+    wl = make_workload(load_workloads(), "gpt", plan.FULL.with_gpt_size("proxy"))
+    n = sum(p.numel() for name, p in wl.model.named_parameters() if not name.startswith(("tok.", "pos.")))
+    tokens = 2 * 32
+    assert flops.model_flops_per_step(wl.model, wl.inputs) == 6 * n * tokens + 12 * 4 * 64 * 32 * tokens
+    mlp = make_workload(load_workloads(), "mlp", plan.FULL)
+    assert flops.model_flops_per_step(mlp.model, mlp.inputs) == 6 * sum(p.numel() for p in mlp.model.parameters()) * 128
+    pytest.importorskip("transformers")
+    from lazyxla.bench.hf_models import build
+    gpt2 = build("gpt2")
+    n = sum(p.numel() for p in gpt2.parameters()) - gpt2.transformer.wpe.weight.numel()
+    ids = torch.zeros(2, 8, dtype=torch.long)
+    assert flops.model_flops_per_step(gpt2, ids) == 6 * n * 16 + 12 * 2 * 32 * 8 * 16
+
+
+def test_report_mfu_beside_each_step_on_accelerators_only():
+    """MFU = model FLOPs / median step / the device kind's peak; n/a on CPU and for a kind
+    the table does not know."""
+    peak = flops.PEAK_FLOPS["TPU v5 lite"]
+    recs = [_fake("gpt", "lazyxla", 10.0, model_flops_per_step=0.25 * peak * 0.010,
+                  versions={"device_kind": "TPU v5 lite"}),
+            _fake("gpt", "jax", 5.0, model_flops_per_step=0.25 * peak * 0.010, versions={"device_kind": "TPU v5 lite"}),
+            _fake("mlp", "lazyxla", 10.0, model_flops_per_step=1e9, versions={"device_kind": "cpu"}),
+            _fake("mlp", "eager", 10.0, model_flops_per_step=1e9, versions={"device_kind": "TPU v9 imaginary"})]
+    text = report.render(recs, {"mode": "quick"})
+    assert "| gpt | lazyxla | 10.0 | 10.0 | 2.00x | 25.0% |" in text
+    assert "| gpt | jax | 5.0 | 5.0 | 1.00x | 50.0% |" in text
+    assert "| mlp | lazyxla | 10.0 | 10.0 | — | n/a |" in text and "| mlp | eager | 10.0 | 10.0 | — | n/a |" in text
+    assert "TPU v5 lite: 197 TFLOP/s" in text and "TPU v9 imaginary: unknown (n/a)" in text
+
+
+def test_chart_is_optional(tmp_path, monkeypatch):
+    """Without matplotlib no chart is drawn and the note says how to get it."""
+    from lazyxla.bench import chart
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # `import matplotlib` raises ImportError
+    path, note = chart.chart_or_note([_fake("mlp", "jax", 1.0)], str(tmp_path), "t")
+    assert path is None and "pip install matplotlib" in note and f"lazyxla.bench.chart {tmp_path}" in note
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize("name", ["mlp", "gpt"])
@@ -111,15 +210,24 @@ def test_jax_accum_step_equals_one_full_batch_step():
         assert not np.allclose(np.asarray(p_acc[k]), np.asarray(params[k]), rtol=0, atol=1e-5), k
 
 
-def test_cells_amp_adds_autocast_rows_for_torch_training_only():
+def test_cells_amp_adds_mixed_precision_rows_for_training_only():
     cs = plan.cells(("mlp", "donate"), ("lazyxla", "eager", "jax"), amp="bf16")
     assert [c.label for c in cs] == ["mlp/lazyxla", "mlp/eager", "mlp/jax", "mlp[amp-bf16]/lazyxla",
-                                     "mlp[amp-bf16]/eager", "donate[alias-on]/lazyxla",
+                                     "mlp[amp-bf16]/eager", "mlp[amp-bf16]/jax", "donate[alias-on]/lazyxla",
                                      "donate[alias-off]/lazyxla", "donate[alias-on]/eager", "donate[alias-on]/jax",
                                      "donate[alias-off]/jax"]
     assert cs[3].amp == "bf16" and cs[0].amp is None and cs[3].aliasing
     with pytest.raises(ValueError, match="unknown amp dtype 'fp8'"):
         plan.cells(amp="fp8")
+
+
+def test_report_amp_rows_compare_with_the_bf16_jax_limit():
+    recs = [_fake("gpt", "lazyxla", 30.0, "amp-bf16", losses=[2.01]), _fake("gpt", "jax", 10.0, "amp-bf16",
+                                                                           losses=[2.0]),
+            _fake("gpt", "eager", 90.0, "amp-bf16", losses=[2.1]), _fake("gpt", "jax", 20.0, losses=[2.0])]
+    text = report.render(recs, {"mode": "quick"})
+    assert "| gpt[amp-bf16] | lazyxla | 30.0 | 30.0 | 3.00x |" in text   # against the bf16 limit, not float32's
+    assert report.checks(recs) == ["gpt[amp-bf16]/eager: step-0 loss differs from jax by 5.0e-02 (relative)"]
 
 
 def test_report_amp_rows_compare_losses_with_eager_under_autocast():
@@ -164,11 +272,12 @@ def test_report_ratios_loss_check_and_failures(tmp_path):
 
 # -- end to end ----------------------------------------------------------------------------
 
-def _run(tmp_path, *args, timeout=600):
+def _run(tmp_path, *args, timeout=600, **env):
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "lazyxla.bench", "--quick", "--no-progress", "--out", str(out),
-                           *args], capture_output=True, text=True, timeout=timeout)
+                           *args], capture_output=True, text=True, timeout=timeout, env=child_env(**env))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    (out / "stdout.txt").write_text(proc.stdout)
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert (out / "results.md").read_text().startswith("# lazyxla benchmark (quick mode)")
     return out, {(r["workload"], r["variant"], r["system"]): r for r in records}
@@ -230,19 +339,48 @@ def test_quick_all_workloads(tmp_path):
 
 @pytest.mark.slow
 def test_quick_amp_bf16_mlp(tmp_path):
-    """--amp bf16: W1 also trains under autocast on lazyxla and eager, in rows of its
-    own; lazyxla compiles nothing after warm-up and runs nothing on the host."""
-    out, recs = _run(tmp_path, "--workloads", "mlp", "--systems", "lazyxla,eager", "--amp", "bf16")
-    assert sorted(recs) == sorted((("mlp", v, s) for v in ("", "amp-bf16") for s in ("lazyxla", "eager")))
-    amp_lx, amp_eager = recs[("mlp", "amp-bf16", "lazyxla")], recs[("mlp", "amp-bf16", "eager")]
-    for r in (amp_lx, amp_eager):
+    """--amp bf16: W1 also trains in bf16 mixed precision on lazyxla and eager (autocast)
+    and the JAX limit (autocast's lists written out), in rows of its own; lazyxla compiles
+    nothing after warm-up and runs nothing on the host; every step's loss agrees with the
+    bf16 JAX limit's within the report's amp tolerance. --matmul-precision reaches lazyxla
+    and the JAX limit (float32 on CPU at every level: float32 losses still agree)."""
+    out, recs = _run(tmp_path, "--workloads", "mlp", "--systems", "lazyxla,eager,jax", "--amp", "bf16",
+                     "--matmul-precision", "default")
+    assert sorted(recs) == sorted((("mlp", v, s) for v in ("", "amp-bf16") for s in ("lazyxla", "eager", "jax")))
+    amp = {s: recs[("mlp", "amp-bf16", s)] for s in ("lazyxla", "eager", "jax")}
+    for r in amp.values():
         assert r["ok"], r.get("error")
         assert r["amp"] == "bf16" and len(r["losses"]) == 5
-    assert amp_lx["compiles_per_step"] == 0 and amp_lx["fallbacks_per_step"] == 0
-    assert abs(amp_lx["losses"][0] - amp_eager["losses"][0]) <= 1e-2 * abs(amp_eager["losses"][0])
+        assert r["model_flops_per_step"] == recs[("mlp", "", "jax")]["model_flops_per_step"] == 6 * 5_824_522 * 128
+    assert amp["lazyxla"]["compiles_per_step"] == 0 and amp["lazyxla"]["fallbacks_per_step"] == 0
+    for r in (amp["lazyxla"], amp["eager"]):
+        for a, b in zip(r["losses"], amp["jax"]["losses"]):
+            assert abs(a - b) <= report.LOSS_RTOL_AMP * abs(b)
     # bf16 rounding shows: the autocast loss is not the float32 one to the last bit
-    assert amp_lx["losses"][0] != recs[("mlp", "", "lazyxla")]["losses"][0]
-    assert "| mlp[amp-bf16] | lazyxla |" in (out / "results.md").read_text()
+    assert amp["lazyxla"]["losses"][0] != recs[("mlp", "", "lazyxla")]["losses"][0]
+    assert amp["jax"]["losses"][0] != recs[("mlp", "", "jax")]["losses"][0]
+    assert abs(recs[("mlp", "", "lazyxla")]["losses"][0] - recs[("mlp", "", "jax")]["losses"][0]) <= 1e-6
+    text = (out / "results.md").read_text()
+    assert "| mlp[amp-bf16] | jax |" in text and "matmul precision: default" in text
+    assert "| mlp[amp-bf16] | lazyxla |" in text and "MFU" in text
+
+
+def test_quick_proxy_gpt_without_matplotlib(tmp_path):
+    """--gpt-size proxy trains the CPU proxy of a TPU step; without matplotlib the run
+    writes everything but the chart and says how to draw it."""
+    hidden = tmp_path / "hidden" / "matplotlib"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('hidden by tests/test_bench.py')\n")
+    out, recs = _run(tmp_path, "--workloads", "gpt", "--systems", "jax", "--gpt-size", "proxy",
+                     PYTHONPATH=os.pathsep.join([str(hidden.parent), child_env()["PYTHONPATH"]]))
+    r = recs[("gpt", "", "jax")]
+    assert r["ok"], r.get("error")
+    wl = make_workload(load_workloads(), "gpt", plan.QUICK.with_gpt_size("proxy"))
+    assert r["n_params"] == sum(p.numel() for p in wl.model.parameters())
+    assert r["model_flops_per_step"] == flops.model_flops_per_step(wl.model, wl.inputs)
+    assert not (out / "bench.png").exists() and (out / "results.md").exists() and (out / "meta.json").exists()
+    assert "gpt size: proxy" in (out / "results.md").read_text()
+    assert "no chart: matplotlib is not installed" in (out / "stdout.txt").read_text()
 
 
 def test_quick_compiled_training_matches_lazy_mode(tmp_path):

@@ -2,7 +2,6 @@
 eager's generate() gives, rounds keep the fastest figures, and the bench runs end to end."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -11,6 +10,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 from lazyxla.bench import generate, jax_decode  # noqa: E402
+from helpers import child_env
 
 
 @pytest.mark.parametrize("name", ["llama", "gpt2"])
@@ -53,7 +53,7 @@ def test_rounds_keep_the_fastest_figures_and_compare_tokens():
 @pytest.mark.slow
 def test_bench_runs_end_to_end():
     # lazyxla's defaults, not the suite's (tests/conftest.py turns host reads off)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYXLA_HOST_")}
+    env = {k: v for k, v in child_env().items() if not k.startswith("LAZYXLA_HOST_")}
     done = subprocess.run([sys.executable, "-m", "lazyxla.bench.generate", "--models", "llama", "--tokens", "3",
                            "--systems", "lazyxla,compiled,jax"], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -20,6 +20,7 @@ EXAMPLES = os.path.join(REPO, "tests", "compat_examples")
 HARNESS = os.path.join(EXAMPLES, "small_model")
 sys.path.insert(0, HARNESS)
 from reference import FLAGS, losses  # noqa: E402
+from helpers import child_env
 
 STEPS = 12   # the closure of step 10 prints at step 11's opening barrier
 
@@ -28,7 +29,7 @@ def _run(cwd, script, *args, pythonpath=(), timeout=900, **env):
     path = os.pathsep.join([*pythonpath, REPO])
     out = subprocess.run([sys.executable, "-m", "lazyxla.compat", os.path.join(EXAMPLES, script), *args],
                          capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                         env=dict(os.environ, PYTHONPATH=path, **env))
+                         env=child_env(PYTHONPATH=path, **env))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-4000:]
     return out.stdout
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import child_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UPSTREAM = os.path.join(REPO, "tests", "compat_upstream")
@@ -50,9 +51,9 @@ def _results(out: str) -> tuple:
 @pytest.mark.slow
 def test_upstream_test_operations_passes_190_of_196(tmp_path):
     pytest.importorskip("absl", reason="upstream's test file imports absl (pip install absl-py)")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     out = subprocess.run([sys.executable, "-m", "lazyxla.compat", os.path.join(UPSTREAM, "test_operations.py"),
-                          "--verbosity", "2"], capture_output=True, text=True, timeout=1800, cwd=UPSTREAM, env=env)
+                          "--verbosity", "2"], capture_output=True, text=True, timeout=1800, cwd=UPSTREAM,
+                         env=child_env())
     text = out.stdout + out.stderr
     assert re.search(r"^Ran \d+ tests? in ", text, re.M), text[-5000:]
     ran, skipped, failed = _results(text)

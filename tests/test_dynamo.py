@@ -1,7 +1,6 @@
 """torch.compile(backend="lazyxla") (lazyxla/dynamo/): values against eager CPU,
 counters for traced ops, compiles and donors; SPEC-donation §4 E (scenarios 39-44)."""
 import copy
-import os
 import re
 import subprocess
 import sys
@@ -12,7 +11,7 @@ import pytest
 import torch
 
 import lazyxla as lx
-from helpers import assert_close, counter, materialised, rand
+from helpers import assert_close, child_env, counter, materialised, rand
 
 donor_ = torch.ops.lazyxla.set_buffer_donor_
 
@@ -565,7 +564,7 @@ _TWO_DEVICES = textwrap.dedent("""
 
 
 def test_tensors_on_two_devices_raise():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    env = child_env(XLA_FLAGS="--xla_force_host_platform_device_count=2")
     out = subprocess.run([sys.executable, "-c", _TWO_DEVICES, _two_devices("lazyxla:0", "lazyxla:1")], env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]

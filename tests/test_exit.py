@@ -1,12 +1,13 @@
 """Interpreter exit with pending work or in-flight executions neither hangs nor crashes."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from helpers import child_env
 
 PRELUDE = """
 import torch, lazyxla as lx
@@ -96,9 +97,8 @@ SCRIPTS = {
 
 def _run(body: str, timeout: int = 180):
     script = PRELUDE + textwrap.dedent(body)
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+                          timeout=timeout, env=child_env(PYTHONWARNINGS="ignore"))
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import torch
+from helpers import child_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -21,8 +22,7 @@ SCRIPTS = os.path.join(HERE, "fault_scripts")
 def _run(api: str, ckpt, out, kill: str = "") -> subprocess.CompletedProcess:
     script = os.path.join(SCRIPTS, f"resume_{api}.py")
     launcher = [sys.executable, "-m", "lazyxla.compat"] if api == "torch_xla" else [sys.executable]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, SCRIPTS, os.environ.get("PYTHONPATH", "")]),
-               PYTHONWARNINGS="ignore")
+    env = child_env(PYTHONPATH=os.pathsep.join([SCRIPTS, child_env()["PYTHONPATH"]]), PYTHONWARNINGS="ignore")
     return subprocess.run([*launcher, script, "--ckpt", str(ckpt), "--out", str(out), "--kill", kill],
                           capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
 

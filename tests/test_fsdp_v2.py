@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import lazyxla.compat as compat
+from helpers import child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "torch_xla_fsdp_v2_gpt2.py")
@@ -22,8 +23,7 @@ FOUR = "--xla_force_host_platform_device_count=4"
 
 
 def _env() -> dict:
-    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
-    return dict(os.environ, PYTHONPATH=path, XLA_FLAGS=FOUR)
+    return child_env(XLA_FLAGS=FOUR)
 
 
 def _cpu_losses(steps: int, seed: int = 0) -> list:
@@ -66,6 +66,7 @@ _TRAINER_NEEDS = ("set_replication", "mesh_reduce")   # xm names accelerate and 
 def test_hf_trainer_fsdp_v2_path_matches_cpu():
     """transformers' Trainer with fsdp_config xla_fsdp_v2 (examples/hf_trainer_fsdp_v2.py,
     with its scheduler workaround) under lazyxla.compat, against the same Trainer on the CPU."""
+    pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate")
     from lazyxla.compat.torch_xla.core import xla_model
     missing = [n for n in _TRAINER_NEEDS if n not in vars(xla_model)]
     if missing:

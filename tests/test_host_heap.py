@@ -14,7 +14,6 @@ count per step is a benchmark figure (`minor_faults_per_step`)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -23,6 +22,7 @@ import pytest
 
 from lazyxla.runtime import backend
 from lazyxla.runtime.backend import host_heap
+from helpers import child_env
 from lazyxla.runtime.backend import platforms as platforms_module
 
 @pytest.fixture(autouse=True)
@@ -145,7 +145,7 @@ def _probe(case: str, mode: str) -> dict:
     """`mode`: "import" (`import lazyxla` and a device query, tuning on), "import_off" (the same with
     LAZYXLA_HEAP_TUNING=0), "import_after_thread" (a thread allocates first), "tuned" /
     "default" (host_heap.py alone, `tune()` called or not), "tuned_small_pad"."""
-    env = {**os.environ, "LAZYXLA_HEAP_TUNING": "0" if mode == "import_off" else "1", "JAX_PLATFORMS": "cpu"}
+    env = child_env(LAZYXLA_HEAP_TUNING="0" if mode == "import_off" else "1")
     args = [case, "import" if mode in ("import", "import_off") else mode, host_heap.__file__]
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(PROBE), *args], env=env,
                           capture_output=True, text=True, timeout=120)

@@ -13,6 +13,7 @@ import torch
 
 import lazyxla as lx
 from lazyxla import metrics
+from helpers import child_env
 
 MB = 2**20
 
@@ -114,6 +115,6 @@ def test_view_reads_keep_peak_rss_flat():
     if not os.path.exists("/proc/self/clear_refs"):
         pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak RSS")
     out = subprocess.run([sys.executable, "-c", _RSS_CHILD], capture_output=True, text=True, timeout=300,
-                         check=True)
+                         check=True, env=child_env())
     delta, _ = out.stdout.strip().splitlines()[-1].split(" ", 1)
     assert float(delta) < 48, out.stdout

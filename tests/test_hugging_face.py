@@ -5,12 +5,12 @@ number of graphs per optimizer step."""
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
 
 import pytest
+from helpers import child_env
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -20,7 +20,7 @@ WARMUP = 2   # optimizer steps that may compile (the first step, then the first 
 
 
 def _run(args: list, tmp_path, env: dict | None = None) -> dict:
-    full_env = {**os.environ, **(env or {})}
+    full_env = child_env(**(env or {}))
     full_env.pop("LAZYXLA_HOST_READ_MAX_ELEMENTS", None)   # lazyxla's defaults, as users run it
     full_env.pop("LAZYXLA_HOST_BOOKKEEPING_MAX_ELEMENTS", None)
     out = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True,

@@ -6,7 +6,7 @@ import torch
 
 from lazyxla.ir.build import data_node, op_node
 from lazyxla.ir.node import Node
-from lazyxla.ir.walk import is_leaf, post_order
+from lazyxla.ir.walk import is_leaf, post_order, reaching
 
 from helpers import fake_buffer
 
@@ -64,3 +64,12 @@ def test_a_walk_can_end_early():
     walk = post_order([top])
     assert next(walk) is x and any(n is left for n in walk)
     assert next(walk) is right   # the generator resumes where the caller left it
+
+
+def test_reaching_answers_for_many_roots_from_one_walk():
+    x, y, left, right, top = _diamond()
+    z = data_node(fake_buffer((3,)))
+    apart = _add(z, z)
+    reaches = reaching({id(left)}, skip=is_leaf)
+    assert reaches(top) and reaches(left) and not reaches(right) and not reaches(apart)
+    assert reaching({id(x)}, skip=is_leaf)(right)   # a target is found even where leaves are skipped

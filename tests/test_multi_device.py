@@ -1,10 +1,10 @@
 """Two local devices (JAX's CPU backend split in two): one graph per device per
 sync, per-device donation switches, cross-device copies. Runs in a subprocess
 because the device count is fixed when JAX starts."""
-import os
 import subprocess
 import sys
 import textwrap
+from helpers import child_env
 
 SCRIPT = textwrap.dedent("""
     import torch, lazyxla as lx
@@ -46,7 +46,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_two_devices():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    env = child_env(XLA_FLAGS="--xla_force_host_platform_device_count=2")
     out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "OK" in out.stdout

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import os
 import pathlib
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import torch
 import lazyxla as lx
 from lazyxla import patches
 from lazyxla.frontend.tensor import LazyTensor
+from helpers import child_env
 
 PACKAGE = pathlib.Path(lx.__file__).parent
 
@@ -192,5 +192,5 @@ _FIRST_OPS_WITHOUT_DYNAMO = textwrap.dedent("""
 
 def test_first_ops_do_not_import_dynamo_until_it_is_used():
     out = subprocess.run([sys.executable, "-c", _FIRST_OPS_WITHOUT_DYNAMO], capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "LAZYXLA_CACHE_DIR": ""})
+                         timeout=300, env=child_env(LAZYXLA_CACHE_DIR=""))
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]

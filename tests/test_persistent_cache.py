@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from helpers import child_env
+
 SCRIPT = """
 import json, warnings
 warnings.simplefilter("always")
@@ -25,7 +27,7 @@ EXPECTED = [[6.5, 15.5], [15.5, 51.5]]
 
 
 def _run(**env_extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("LAZYXLA_CACHE_DIR", "XDG_CACHE_HOME")}
+    env = {k: v for k, v in child_env().items() if k not in ("LAZYXLA_CACHE_DIR", "XDG_CACHE_HOME")}
     env.update(env_extra)
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

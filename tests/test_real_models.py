@@ -28,6 +28,7 @@ transformers = pytest.importorskip(
     reason="transformers is an optional test dependency: pip install -e '.[test]'")
 from lazyxla.bench import hf_models  # noqa: E402
 from lazyxla.bench.hf_models import batch  # noqa: E402
+from helpers import child_env
 
 STEPS = 5
 WARM = 2  # step 0 compiles the graph(s); steps WARM.. must be steady state
@@ -286,7 +287,7 @@ def test_exception_in_unpack_hook_reaches_the_caller():
     import subprocess
     import sys
     proc = subprocess.run([sys.executable, "-c", _UNPACK_HOOK_RAISES],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=child_env())
     if proc.returncode < 0 and "terminate called" in proc.stderr:
         raise BackwardAborted(proc.stderr[-2000:])
     assert proc.returncode == 0 and "RAISED raised in unpack" in proc.stdout, proc.stderr[-4000:]

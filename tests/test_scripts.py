@@ -2,21 +2,20 @@
 (values are timings, so only their presence is checked)."""
 from __future__ import annotations
 
-import os
 import pathlib
 import re
 import subprocess
 import sys
 
 import pytest
+from helpers import child_env
 
 SCRIPTS = pathlib.Path(__file__).resolve().parent.parent / "scripts"
 
 
 def _run(name: str, *args: str) -> str:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, str(SCRIPTS / name), *args], capture_output=True, text=True,
-                          timeout=300, env=env)
+                          timeout=300, env=child_env())
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 

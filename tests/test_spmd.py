@@ -6,19 +6,14 @@ import subprocess
 import sys
 
 import pytest
+from helpers import child_env, needs_sockets
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.dirname(HERE)
 
 
-def _env(**extra) -> dict:
-    """This checkout's lazyxla in the subprocess, whatever is installed."""
-    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
-    return dict(os.environ, PYTHONPATH=path, **extra)
-
-
 def _run_group(group: str) -> None:
-    env = _env(XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env = child_env(XLA_FLAGS="--xla_force_host_platform_device_count=8")
     out = subprocess.run([sys.executable, os.path.join(HERE, "spmd_checks.py"), group], env=env,
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
@@ -62,8 +57,9 @@ def test_marking_needs_spmd_mode(dev):
 
 
 @pytest.mark.slow
+@needs_sockets
 def test_two_processes_data_parallel():
-    env = _env()
+    env = child_env()
     env.pop("XLA_FLAGS", None)   # the launcher sets each process's device count
     out = subprocess.run([sys.executable, "-m", "lazyxla.examples.spmd_data_parallel", "--processes", "2",
                           "--devices-per-process", "4", "--steps", "3", "--check"],

@@ -14,14 +14,10 @@ import tempfile
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from helpers import child_env, needs_sockets
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-
-
-def _env(**extra) -> dict:
-    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
-    return dict(os.environ, PYTHONPATH=path, **extra)
 
 
 def _mlp():
@@ -77,15 +73,16 @@ def test_model_and_adamw_state_round_trip_and_training_continues(dev, tmp_path):
 
 def test_sharded_save_and_resharding_load_on_four_devices():
     out = subprocess.run([sys.executable, os.path.abspath(__file__)], capture_output=True, text=True,
-                         timeout=600, cwd=ROOT, env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=4"))
+                         timeout=600, cwd=ROOT, env=child_env(XLA_FLAGS="--xla_force_host_platform_device_count=4"))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     assert "OK sharded" in out.stdout
 
 
 @pytest.mark.slow
+@needs_sockets
 def test_two_processes_save_and_another_mesh_loads_and_trains_like_eager():
     out = subprocess.run([sys.executable, "-m", "lazyxla.examples.spmd_checkpoint", "--check"], capture_output=True,
-                         text=True, timeout=900, cwd=ROOT, env=_env())
+                         text=True, timeout=900, cwd=ROOT, env=child_env())
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-4000:]
     assert "losses equal eager across the checkpoint" in out.stdout
 

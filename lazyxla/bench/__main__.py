@@ -9,7 +9,8 @@ import platform
 import subprocess
 import sys
 
-from .plan import AMP_DTYPES, AMP_SYSTEMS, DEFAULT_WORKLOADS, FULL, LONG_WORKLOADS, QUICK, SYSTEMS, WORKLOADS, cells
+from .plan import (AMP_DTYPES, AMP_SYSTEMS, DEFAULT_WORKLOADS, FULL, GPT_SIZES, LONG_WORKLOADS, MATMUL_PRECISIONS,
+                   QUICK, SYSTEMS, WORKLOADS, cells)
 
 
 def _csv(value: str, allowed: tuple) -> tuple:
@@ -40,6 +41,22 @@ def _load() -> str:
         return ""
 
 
+def _default_jobs(quick: bool) -> int:
+    """Cells at once when --jobs is not given: 2 in quick mode on CPU, else 1. An
+    accelerator admits one process at a time (a second one cannot open a TPU), so the
+    platform is asked in a child of its own, unless JAX_PLATFORMS already says cpu."""
+    if not quick:
+        return 1
+    if os.environ.get("JAX_PLATFORMS", "").split(",")[0] == "cpu":
+        return 2
+    try:
+        probe = subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"],
+                               capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return 1
+    return 2 if probe.stdout.strip() == "cpu" else 1
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m lazyxla.bench", description=__doc__)
     ap.add_argument("--quick", action="store_true",
@@ -58,8 +75,16 @@ def parse_args(argv=None):
     ap.add_argument("--warmup", type=int, help="override the number of warm-up steps")
     ap.add_argument("--timeout", type=int, help="seconds per cell before it is recorded as failed")
     ap.add_argument("--amp", choices=AMP_DTYPES,
-                    help=f"also train mlp/gpt on {' and '.join(AMP_SYSTEMS)} under torch.autocast with this dtype "
-                         "(own rows, variant amp-DTYPE)")
+                    help=f"also train mlp/gpt on {', '.join(AMP_SYSTEMS)} in this dtype's mixed precision: "
+                         "torch.autocast, and the JAX limit written to autocast's op lists (own rows, variant "
+                         "amp-DTYPE)")
+    ap.add_argument("--gpt-size", choices=GPT_SIZES,
+                    help="W2's (and W5's) model and batch: proxy (d 64, 4 layers, seq 32, batch 2: the CPU proxy of a "
+                         "TPU step), reference (d 256, 4 layers, seq 128, batch 8), gpt2 (GPT-2 small: d 768, "
+                         "12 layers, 12 heads, seq 512, batch 8, vocab 50304); default reference (quick in --quick)")
+    ap.add_argument("--matmul-precision", choices=MATMUL_PRECISIONS, default="highest",
+                    help="float32 matrix products on lazyxla and the JAX limit alike (default highest, lazyxla's; "
+                         "default = the platform's fastest, one bf16 pass on a TPU)")
     ap.add_argument("--spmd", action="store_true",
                     help="also train W2 in SPMD mode on 8 forced host devices, data parallel and FSDP, on lazyxla "
                          "and a hand-written JAX jit with the same shardings (variants spmd-dp, spmd-fsdp)")
@@ -70,10 +95,12 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     settings = QUICK if args.quick else FULL
+    if args.gpt_size:
+        settings = settings.with_gpt_size(args.gpt_size)
     overrides = {k: v for k, v in (("steps", args.steps), ("warmup", args.warmup), ("hf_steps", args.steps),
-                                   ("hf_warmup", args.warmup), ("timeout_s", args.timeout)) if v is not None}
-    if overrides:
-        settings = type(settings).from_dict({**settings.to_dict(), **overrides})
+                                   ("hf_warmup", args.warmup), ("timeout_s", args.timeout),
+                                   ("matmul_precision", args.matmul_precision)) if v is not None}
+    settings = type(settings).from_dict({**settings.to_dict(), **overrides})
     systems = args.systems
     skipped = []
     if "torch_xla" in systems and not args.torch_xla_python:
@@ -83,18 +110,19 @@ def main(argv=None) -> int:
     if not todo:
         print("nothing to run", file=sys.stderr)
         return 2
-    jobs = args.jobs or (2 if args.quick else 1)
+    jobs = args.jobs or _default_jobs(args.quick)
 
     # deferred: argument errors and --help answer before the runner's modules load
     from .orchestrate import run_all
     from .report import checks, render
-    from .chart import save_chart
+    from .chart import chart_or_note
 
     os.makedirs(args.out, exist_ok=True)
     meta = {"mode": settings.mode, "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "commit": _git_commit(), "host": platform.node(), "cpus": len(os.sched_getaffinity(0)),
             "python": sys.version.split()[0], "warmup": settings.warmup, "steps": settings.steps,
-            "jobs": jobs, "amp": args.amp, "spmd": args.spmd, "skipped": ", ".join(skipped), "load before": _load()}
+            "jobs": jobs, "gpt size": settings.gpt_size, "matmul precision": settings.matmul_precision,
+            "amp": args.amp, "spmd": args.spmd, "skipped": ", ".join(skipped), "load before": _load()}
     records = run_all(todo, settings, args.out, args.torch_xla_python, jobs=jobs, progress=not args.no_progress)
     meta["load after"] = _load()
     text = render(records, meta)
@@ -102,10 +130,12 @@ def main(argv=None) -> int:
         f.write(text + "\n")
     with open(os.path.join(args.out, "meta.json"), "w") as f:
         json.dump({**meta, "settings": settings.to_dict()}, f, indent=1)
-    chart = save_chart(records, os.path.join(args.out, "bench.png"), f"lazyxla benchmark ({settings.mode})")
+    chart, note = chart_or_note(records, args.out, f"lazyxla benchmark ({settings.mode})")
     print(text)
     print(f"\nwrote {os.path.join(args.out, 'results.jsonl')}, {os.path.join(args.out, 'results.md')}"
           + (f", {chart}" if chart else ""))
+    if note:
+        print(note)
     for problem in checks(records):
         print(f"warning: {problem}", file=sys.stderr)
     return 0

@@ -1,7 +1,15 @@
-"""The PNG chart: step time and peak memory per workload and system."""
+"""The PNG chart: step time and peak memory per workload and system. Optional: without
+matplotlib the run writes everything else and says how to draw the chart afterwards,
+from its results.jsonl (`python -m lazyxla.bench.chart OUT_DIR`)."""
 from __future__ import annotations
 
+import json
+import os
+import sys
+
 from .plan import SYSTEMS
+
+CHART = "bench.png"
 
 COLORS = {"lazyxla": "#d62728", "lazyxla_compiled": "#9467bd", "eager": "#7f7f7f", "jax": "#1f77b4", "torch_xla": "#ff7f0e"}
 
@@ -55,3 +63,33 @@ def save_chart(records, path: str, title: str = "lazyxla benchmark") -> str | No
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def chart_or_note(records, out_dir: str, title: str) -> tuple[str | None, str | None]:
+    """(path of the chart drawn into `out_dir`, None), or (None, a note saying how to get
+    it) where matplotlib is not installed; (None, None) when no cell succeeded."""
+    try:
+        # optional: matplotlib, needed for the chart only
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return None, (f"no chart: matplotlib is not installed (optional). Install it (`python -m pip install "
+                      f"matplotlib`), then draw it from the results: python -m lazyxla.bench.chart {out_dir}")
+    return save_chart(records, os.path.join(out_dir, CHART), title), None
+
+
+def main(argv=None) -> int:
+    """Draw OUT_DIR/bench.png from OUT_DIR/results.jsonl of an earlier run."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m lazyxla.bench.chart OUT_DIR", file=sys.stderr)
+        return 2
+    out_dir = argv[0]
+    with open(os.path.join(out_dir, "results.jsonl")) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    path = save_chart(records, os.path.join(out_dir, CHART))
+    print(f"wrote {path}" if path else "no cell succeeded: no chart")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,6 +6,8 @@ import os
 
 import numpy as np
 
+from .flops import model_flops_per_step
+
 
 def export_workload(name: str, settings, out_dir: str) -> str:
     """Write `name`'s state_dict, inputs and targets to `out_dir/<name>.npz`; return the path."""
@@ -13,6 +15,7 @@ def export_workload(name: str, settings, out_dir: str) -> str:
     from .torch_backend import load_workloads, make_workload
     wl = make_workload(load_workloads(), name, settings)
     arrays = {k: v.detach().cpu().numpy() for k, v in wl.model.state_dict().items()}
+    arrays["__model_flops__"] = np.asarray(model_flops_per_step(wl.model, wl.inputs))
     if wl.name == "gpt":   # W2 and W5
         arrays["__heads__"] = np.asarray(wl.model.cfg.heads)
     if name == "accum":

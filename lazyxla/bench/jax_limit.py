@@ -11,6 +11,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from . import measure as M
 from .export import load_workload
 from .jax_models import OPTIMIZERS, make_train_step, train_step_fn
+from .plan import AMP_DTYPES
 
 
 def _memory(compiled) -> dict:
@@ -47,6 +48,9 @@ def train(cell, settings) -> dict:
     if "micro" in meta:   # W5: micro-batches along a new leading dimension, as the torch loops do
         x, y = (t.reshape(int(meta["micro"]), -1, *t.shape[1:]) for t in (x, y))
     hyper = {"heads": int(meta["heads"])} if "heads" in meta else {}
+    if cell.amp:   # autocast's mixed precision written out (jax_models.py)
+        hyper["amp"] = getattr(jnp, AMP_DTYPES[cell.amp])
+    rec = {"model_flops_per_step": float(meta["model_flops"]), "amp": cell.amp}
     del arrays, meta
     init, _ = OPTIMIZERS[cell.workload]
     state = init(params)
@@ -56,7 +60,7 @@ def train(cell, settings) -> dict:
         params, state, x, y = jax.device_put((params, state, x, y), shardings)
     step = make_train_step(cell.workload, shardings=shardings, **hyper)
     jax.block_until_ready((params, state, x, y))
-    rec = {"rss_base_mb": round(M.rss_mb(), 1), "n_params": sum(int(p.size) for p in params.values())}
+    rec.update({"rss_base_mb": round(M.rss_mb(), 1), "n_params": sum(int(p.size) for p in params.values())})
     losses, step_s, trace_s, compiles, warmup_peak = [], [], [], [], 0.0
     warmup_s, warmup_compiles, faults = [], [], []
     for i in range(settings.warmup + settings.steps):
@@ -168,5 +172,15 @@ def trace(cell, settings) -> dict:
 RUNNERS = {"mlp": train, "gpt": train, "accum": train, "donate": donate, "trace": trace}
 
 
+def run(cell, settings) -> dict:
+    """The JAX limit's record of `cell`, its float32 products at the run's level
+    (--matmul-precision: lazyxla's levels are JAX's names), as lazyxla's cells compute."""
+    with jax.default_matmul_precision(settings.matmul_precision):
+        rec = RUNNERS[cell.workload](cell, settings)
+    rec["versions"] = versions()
+    return rec
+
+
 def versions() -> dict:
-    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "platform": jax.default_backend()}
+    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "platform": jax.default_backend(),
+            "device_kind": jax.devices()[0].device_kind}

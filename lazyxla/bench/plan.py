@@ -1,7 +1,7 @@
 """What a run measures: settings per mode and the list of cells (stdlib only)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 WORKLOADS = ("mlp", "gpt", "accum", "donate", "trace", "gpt2-124m")
 # W6, Hugging Face GPT-2 small at its real size: a step takes seconds and compiled mode's
@@ -18,10 +18,11 @@ COMPILED_WORKLOADS = ("mlp", "gpt", "gpt2-124m")
 # Python loop of backward() calls it replaces; every other system runs its own best form
 # (eager and PyTorch/XLA the loop, the JAX limit lax.scan).
 ACCUM_VARIANTS = ("api", "python-loop")
-# --amp: the PyTorch-side training loops again under torch.autocast (variant "amp-<dtype>");
-# the JAX limit and PyTorch/XLA stay float32 only.
-AMP_DTYPES = {"bf16": "bfloat16"}   # --amp value -> torch dtype name
-AMP_SYSTEMS = ("lazyxla", "eager")
+# --amp: the training loops again under torch.autocast (variant "amp-<dtype>"), and the JAX
+# limit with autocast's mixed precision written out (jax_models.py: float32 parameters and
+# optimizer, matrix products in the lower dtype); PyTorch/XLA stays float32 only.
+AMP_DTYPES = {"bf16": "bfloat16"}   # --amp value -> torch and JAX dtype name
+AMP_SYSTEMS = ("lazyxla", "eager", "jax")
 AMP_WORKLOADS = ("mlp", "gpt")
 AMP_PREFIX = "amp-"
 # --spmd: W2 on SPMD_DEVICES forced host devices, lazyxla's SPMD mode beside a hand-written
@@ -32,6 +33,22 @@ SPMD_VARIANTS = ("spmd-dp", "spmd-fsdp")
 SPMD_SYSTEMS = ("lazyxla", "jax")
 SPMD_WORKLOADS = ("gpt",)
 SPMD_DEVICES = 8
+# --gpt-size: W2's model and batch (W5 trains the same model). (GPTConfig fields, batch);
+# None = lazyxla/workloads.py's reference GPT (vocab 4096, d 256, 4 heads, 4 layers,
+# seq 128) and its batch of 8. "proxy" is the CPU proxy of a TPU step (issue 44): so little
+# device work that the host's share of a step shows as it does on a TPU. "gpt2" is GPT-2
+# small's shape; its vocabulary 50257 padded to 50304 (a multiple of 128, as nanoGPT does)
+# so the embedding and head matrices tile the TPU's 128-wide matrix unit evenly, and as
+# scripts/step_phases.py measures it. "quick" is --quick's 1-layer GPT (compile time in CI).
+GPT_SIZES = {
+    "quick": ({"vocab": 512, "d": 64, "heads": 4, "layers": 1, "seq": 32}, 8),
+    "proxy": ({"vocab": 4096, "d": 64, "heads": 4, "layers": 4, "seq": 32}, 2),
+    "reference": (None, 8),
+    "gpt2": ({"vocab": 50304, "d": 768, "heads": 12, "layers": 12, "seq": 512}, 8),
+}
+# --matmul-precision: lazyxla's levels (lx.set_matmul_precision), which are JAX's; the JAX
+# limit runs at the same one, so float32 rows compare at one precision on every platform
+MATMUL_PRECISIONS = ("highest", "high", "default")
 
 
 @dataclass(frozen=True)
@@ -44,9 +61,13 @@ class Settings:
     trace_ops: int = 2000     # W4 chained elementwise ops per step
     trace_shape: tuple = (64, 64)
     timeout_s: int = 1800     # per cell
-    # W2's model: None = the reference GPTConfig; quick mode shrinks it (compile time)
+    # W2's model (GPT_SIZES): the size's name, its GPTConfig fields (None = the reference
+    # GPTConfig) and batch; `with_gpt_size` sets all three
+    gpt_size: str = "reference"
     gpt_config: dict | None = None
-    gpt_batch: int | None = None
+    gpt_batch: int = 8
+    # float32 matrix products in lazyxla and the JAX limit ("highest": lazyxla's default)
+    matmul_precision: str = "highest"
     # W5: W2's model trained on accum_micro micro-batches of accum_batch sequences a step
     accum_micro: int = 8
     accum_batch: int = 8
@@ -65,11 +86,18 @@ class Settings:
         return cls(**d)
 
 
+    def with_gpt_size(self, name: str) -> "Settings":
+        """These settings with W2's model and batch of GPT_SIZES[name]."""
+        if name not in GPT_SIZES:
+            raise ValueError(f"unknown GPT size {name!r}; choose from {', '.join(GPT_SIZES)}")
+        config, batch = GPT_SIZES[name]
+        return replace(self, gpt_size=name, gpt_config=config, gpt_batch=batch)
+
+
 FULL = Settings()
 # Quick mode checks that the suite runs (CI); its numbers are not the benchmark.
 QUICK = Settings(mode="quick", warmup=2, steps=3, donate_mb=64, trace_ops=200, timeout_s=300,
-                 gpt_config={"vocab": 512, "d": 64, "heads": 4, "layers": 1, "seq": 32}, gpt_batch=8,
-                 accum_micro=2, accum_batch=2, hf_arch="gpt2", hf_warmup=1, hf_steps=2)
+                 accum_micro=2, accum_batch=2, hf_arch="gpt2", hf_warmup=1, hf_steps=2).with_gpt_size("quick")
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,12 @@
 the JAX limit, the losses side by side, and the failures."""
 from __future__ import annotations
 
+from .flops import PEAK_FLOPS, mfu
 from .plan import AMP_PREFIX, SYSTEMS, TRAINING
 
 LOSS_RTOL = 1e-3
-# --amp rows compare with eager under the same autocast: one bf16 rounding is 2**-8
+# --amp rows compare with the bf16 JAX limit (else eager under autocast): one bf16
+# rounding is 2**-8
 LOSS_RTOL_AMP = 1e-2
 MB = 2**20
 
@@ -97,28 +99,50 @@ def _loss_reference(records, workload: str, cells: dict) -> tuple:
 
 def _training_cells(records):
     """(row label, record, the JAX limit's record of that workload) for W1/W2, in table
-    order; the JAX limit is float32 only, so --amp rows are timed against it too."""
+    order; a variant without a JAX limit of its own (W5's) is timed against the plain one."""
     for w, label, cells, _ in _training_groups(records):
         jax = cells.get("jax") or _by(records, w).get("jax", {})   # --spmd rows: the same mesh's
         for r in _ordered(cells):
             yield label, r, jax
 
 
+def device_kind(r: dict) -> str | None:
+    return _get(r, "versions", "device_kind")
+
+
+def _mfu(r: dict) -> str:
+    """The record's model FLOPs utilisation at its median step, "n/a" where the device's
+    peak is unknown (CPU)."""
+    value = mfu(r.get("model_flops_per_step"), _get(r, "step_ms", "median"), device_kind(r))
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def mfu_note(records) -> str:
+    """What the MFU column divides by, for the devices of this run."""
+    kinds = sorted({k for r in records if (k := device_kind(r)) and k != "cpu"})
+    peaks = ", ".join(f"{k}: {PEAK_FLOPS[k] / 1e12:g} TFLOP/s" if k in PEAK_FLOPS else f"{k}: unknown (n/a)"
+                      for k in kinds)
+    return ("MFU: model FLOPs per step (6 · N · tokens + 12 · layers · d · seq · tokens, lazyxla/bench/flops.py) "
+            "/ median step time / the device's peak bf16 FLOP/s" + (f" ({peaks})" if peaks else "") +
+            "; float32 products count against the bf16 peak (one pass at the platform's default precision, "
+            "several at \"highest\"); n/a on CPU.")
+
+
 def training_table(records) -> str:
-    """W1/W2 speed: step time against the JAX limit, tracing, compiles, graphs."""
+    """W1/W2 speed: step time against the JAX limit, MFU, tracing, compiles, graphs."""
     rows = []
     for w, r, jax in _training_cells(records):
         if not r.get("ok"):
-            rows.append([w, r["system"]] + ["—"] * 11 + ["FAILED (see below)"])
+            rows.append([w, r["system"]] + ["—"] * 12 + ["FAILED (see below)"])
             continue
         rows.append([
             w, r["system"], _f(_get(r, "step_ms", "median")), _f(_get(r, "step_ms", "min")),
-            _ratio(_get(r, "step_ms", "median"), _get(jax, "step_ms", "median")),
+            _ratio(_get(r, "step_ms", "median"), _get(jax, "step_ms", "median")), _mfu(r),
             _f(_get(r, "trace_ms", "median")), _f(r.get("first_step_s"), 2), _f(r.get("warmup_compiles")),
             _f(r.get("compiles_per_step"), 2), _f(r.get("graphs_per_step"), 2),
             _f(r.get("traced_ops_per_step"), 0), _f(r.get("fallbacks_per_step"), 1),
             _f(len(r.get("losses") or [])), "ok"])
-    header = ["workload", "system", "step ms (median)", "step ms (min)", "× JAX", "trace ms", "first step s",
+    header = ["workload", "system", "step ms (median)", "step ms (min)", "× JAX", "MFU", "trace ms", "first step s",
               "warm-up compiles", "compiles/step", "graphs/step", "traced ops/step", "host fallbacks/step",
               "steps run", "status"]
     return _table(header, rows)
@@ -256,6 +280,7 @@ def render(records, meta: dict) -> str:
              " · ".join(f"{k}: {v}" for k, v in meta.items() if k != "mode" and v not in (None, "")), ""]
     if any(r["workload"] in TRAINING for r in records):
         parts += ["## W1 mlp / W2 gpt / W5 accum (W2 over micro-batches): training step", "", training_table(records), "",
+                  mfu_note(records), "",
                   "### Memory", "", training_memory_table(records), "",
                   "### Losses (all systems train the same)", "", loss_table(records), ""]
     if any(r["workload"] == "donate" for r in records):

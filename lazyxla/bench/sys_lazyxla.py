@@ -42,6 +42,9 @@ class LazyxlaBackend(TorchBackend):
     def set_aliasing(self, enabled: bool) -> None:
         self.lx.set_aliasing(enabled)
 
+    def set_matmul_precision(self, level: str) -> None:
+        self.lx.set_matmul_precision(level)
+
     def mark_step(self) -> None:
         self.lx.sync()
 
@@ -78,7 +81,7 @@ class LazyxlaBackend(TorchBackend):
         # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
         import jax
         return {"torch": self.torch.__version__, "jax": jax.__version__, "lazyxla": self.lx.__version__,
-                "platform": self.lx.platform()}
+                "platform": self.lx.platform(), "device_kind": jax.devices()[0].device_kind}
 
 
 class CompiledBackend(LazyxlaBackend):

@@ -29,6 +29,10 @@ class TorchBackend:
         if not enabled:
             raise ValueError(f"{self.name} has no aliasing switch")
 
+    def set_matmul_precision(self, level: str) -> None:
+        """Precision of float32 matrix products (plan.MATMUL_PRECISIONS). Eager CPU
+        PyTorch computes them in float32 whatever the level."""
+
     def mark_step(self) -> None:
         """The step barrier (sync) that ends tracing; asynchronous where possible."""
 
@@ -66,9 +70,9 @@ class TorchBackend:
 
 
 def make_workload(wmod, name: str, settings):
-    """`wmod.make(name)`, except for W2 when the settings shrink the GPT (quick
-    mode) and for W5 (W2's model on all micro-batches of a step at once): then
-    `wmod.make`'s GPT recipe (seeds, batch layout) with that config and batch."""
+    """`wmod.make(name)`, except for W2 at another size than the reference
+    (plan.GPT_SIZES) and for W5 (W2's model on all micro-batches of a step at once):
+    then `wmod.make`'s GPT recipe (seeds, batch layout) with that config and batch."""
     if name == "accum":
         return _gpt(wmod, settings.gpt_config, settings.accum_micro * settings.accum_batch)
     if name == "gpt2-124m":
@@ -77,7 +81,7 @@ def make_workload(wmod, name: str, settings):
         return CausalLMWorkload(name, settings.hf_arch)
     if name != "gpt" or not settings.gpt_config:
         return wmod.make(name)
-    return _gpt(wmod, settings.gpt_config, settings.gpt_batch or 8)
+    return _gpt(wmod, settings.gpt_config, settings.gpt_batch)
 
 
 def _gpt(wmod, config: dict | None, batch: int):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 
 from . import measure as M
+from .flops import model_flops_per_step
 from .plan import AMP_DTYPES, HF_WORKLOADS
 from .torch_backend import make_workload
 
@@ -58,6 +59,7 @@ def train(backend, cell, settings) -> dict:
     ended by the system's step barrier and timed until the device finished. W5's
     batch is split into `accum_micro` micro-batches along a new leading dimension."""
     wl = make_workload(backend.workloads(), cell.workload, settings)
+    flops = model_flops_per_step(wl.model, wl.inputs)
     dev = backend.device
     model = backend.place_model(wl.model.to(dev))
     x, y = wl.inputs, wl.targets
@@ -70,7 +72,7 @@ def train(backend, cell, settings) -> dict:
     backend.mark_step()
     backend.wait()
     rec = {"rss_base_mb": round(M.rss_mb(), 1), "optimizer": type(opt).__name__,
-           "foreach": backend.foreach, "amp": cell.amp,
+           "foreach": backend.foreach, "amp": cell.amp, "model_flops_per_step": flops,
            "n_params": sum(p.numel() for p in model.parameters())}
     losses, step_s, trace_s, per_step, warmup_peak = [], [], [], [], 0.0
     first, warmup_s, warmup_compiles, faults = {}, [], [], []

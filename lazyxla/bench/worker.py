@@ -37,12 +37,11 @@ def run_cell(cell: Cell, settings: Settings) -> dict:
     if cell.system == "jax":
         # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
         from . import jax_limit
-        rec = jax_limit.RUNNERS[cell.workload](cell, settings)
-        rec["versions"] = jax_limit.versions()
-        return rec
+        return jax_limit.run(cell, settings)
     # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
     from . import torch_loops
     backend = _torch_backend(cell.system)(cell)
+    backend.set_matmul_precision(settings.matmul_precision)
     rec = torch_loops.RUNNERS[cell.workload](backend, cell, settings)
     rec["versions"] = backend.versions()
     return rec

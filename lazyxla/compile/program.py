@@ -99,12 +99,14 @@ def _resolve(value, env: list, packs: PackReader):
     return value
 
 
-def _rule_for(node: Node) -> Callable:
+def _rule_for(node: Node, position: int) -> Callable:
     if type(node.op) is Subprogram:
         return node.op.rule
     rule = LOWERINGS.get(node.op)
     if rule is None:
-        raise LoweringError(f"lazyxla: no lowering for {node.op}")
+        error = LoweringError(f"lazyxla: no lowering for {node.op}")
+        error.node_position = position
+        raise error
     return rule
 
 
@@ -142,7 +144,7 @@ def build(graph: Graph) -> tuple[Callable, int]:
         elif op is GETITEM:
             instrs.append((Kind.GETITEM, index[id(node.inputs[0])], node.args[1], None, None))
         else:
-            rule, ctx = _rule_for(node), Ctx(node, storage, precision)
+            rule, ctx = _rule_for(node, position), Ctx(node, storage, precision)
             compute = opmath(ctx.jdtype) if packed and getattr(rule, "casts_to_compute", False) \
                 and not isinstance(ctx.jdtype, tuple) else None
             if compute is not None and jnp.issubdtype(compute, jnp.complexfloating):
@@ -164,8 +166,14 @@ def build(graph: Graph) -> tuple[Callable, int]:
             elif kind is Kind.REUSE:
                 env.append(env[a])
             else:
-                env.append(_apply(a, ctx, _resolve(b, env, packs),
-                                  {k: _resolve(v, env, packs) for k, v in c.items()}))
+                try:
+                    env.append(_apply(a, ctx, _resolve(b, env, packs),
+                                      {k: _resolve(v, env, packs) for k, v in c.items()}))
+                except LoweringError as e:
+                    # which node failed, for the sync that contains it (sync/failures.py);
+                    # set last by the outermost program when programs nest (CALL nodes)
+                    e.node_position = len(env)
+                    raise
         return tuple(_resolve(_Ref(p), env, packs) for p in outputs)
 
     return program, n_params

@@ -14,7 +14,7 @@ import torch
 
 from .. import metrics
 from ..ir.node import DATA, Node
-from ..runtime.device_data import donated_error
+from ..runtime.device_data import unusable_error
 from ..lock import LOCK
 from ..state import STATE
 from .device import DEVICES
@@ -70,11 +70,11 @@ class LazyTensor(torch.Tensor):
         if view is None:
             return st.value
         base = st.value
-        if base.op is DATA and base.data.donated_in is not None:
-            # The base was donated: so is every view of it. Checked before the view
-            # cache, whose node still points at the dead buffer and would otherwise
-            # reach a graph and break every later sync.
-            raise donated_error(base.data)
+        if base.op is DATA and (base.data.donated_in is not None or base.data.failure is not None):
+            # The base was donated (or its graph failed): so is every view of it. Checked
+            # before the view cache, whose node still points at the dead buffer (or the
+            # failed pending work) and would otherwise reach a graph and break every later sync.
+            raise unusable_error(base.data)
         cache = self._vcache
         if cache[0] == st.version:
             return cache[1]
@@ -83,10 +83,11 @@ class LazyTensor(torch.Tensor):
         return node
 
     def checked_value(self) -> Node:
-        """`lazy_value()`, raising `DonatedBufferError` if it is a donated buffer."""
+        """`lazy_value()`, raising `DonatedBufferError` if it is a donated buffer and
+        `FailedOpError` if it carries a failed graph's error."""
         node = self.lazy_value()
-        if node.op is DATA and node.data.donated_in is not None:
-            raise donated_error(node.data)
+        if node.op is DATA and (node.data.donated_in is not None or node.data.failure is not None):
+            raise unusable_error(node.data)
         return node
 
     def write(self, node: Node) -> None:

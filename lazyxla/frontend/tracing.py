@@ -23,7 +23,7 @@ from ..ir.build import OpSignature, getitem_node, scalar_node, traced_node
 from ..ir.node import DATA, Node
 from ..ir.ops import facts, register_fact
 from ..runtime import memory
-from ..runtime.device_data import donated_error
+from ..runtime.device_data import unusable_error
 from ..state import STATE
 from . import host_operands
 from .device import DEVICE_TYPE
@@ -70,8 +70,8 @@ def forget_lifted_scalars() -> None:
 
 def _tensor_operand(t: LazyTensor, parts: list, inputs: list, devs: list, offset_free: bool) -> Node:
     node = t.lazy_value()
-    if node.op is DATA and node.data.donated_in is not None:
-        raise donated_error(node.data)
+    if node.op is DATA and (node.data.donated_in is not None or node.data.failure is not None):
+        raise unusable_error(node.data)
     key = t._mkey
     parts.append(_offset_free_key(key) if offset_free and key[2] else key)
     inputs.append(node)

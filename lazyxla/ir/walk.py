@@ -1,8 +1,9 @@
 """Graphs walked one way: `post_order`, the one traversal every IR walker uses.
 
 Collecting a sync's graph, the implied-barrier and donation walks, the host split and
-host replay of a read, provenance stamping, `lx.debug.ir_nodes` and the IR checker all
-walk pending IR through it. Pending graphs are thousands of nodes deep (a long step, a
+host replay of a read, failure containment, provenance stamping, `lx.debug.ir_nodes` and
+the IR checker all walk pending IR through it (`reaching` builds on it: which of many
+pending values need one of some nodes). Pending graphs are thousands of nodes deep (a long step, a
 decoding loop), so the walk is iterative. It is a generator: the caller does its
 per-node work between yields and may stop early (`any(...)`). Collect runs it on every
 sync, so it does per node what collect's own walk did (one tuple pushed, one dict test
@@ -10,9 +11,29 @@ per operand), plus the resumption of the generator.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Mapping, Optional
+from typing import Callable, Collection, Iterable, Iterator, Mapping, Optional
 
 from .node import DATA, SCALAR, Node
+
+
+def reaching(targets: Collection[int], skip: Optional[Callable[[Node], bool]] = None) -> Callable[[Node], bool]:
+    """`reaches(root)`: whether `root`'s IR holds a node whose id is in `targets` (`root`
+    itself included). Successive calls share one walk and its answers, so asking it of
+    every live storage walks each node once (pending values share most of their nodes).
+    `skip(node)`: nodes known to reach none (leaves), left out of the walk."""
+    walked: dict = {}
+    found: set = set()   # ids of walked nodes that reach a target
+
+    def outside(node: Node) -> bool:
+        return id(node) in targets or (skip is not None and skip(node))
+
+    def reaches(root: Node) -> bool:
+        for node in post_order([root], walked, stop=outside):
+            if any(id(i) in targets or id(i) in found for i in node.inputs):
+                found.add(id(node))
+        return id(root) in targets or id(root) in found
+
+    return reaches
 
 
 def is_leaf(node: Node) -> bool:

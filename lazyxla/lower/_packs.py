@@ -35,8 +35,11 @@ class PackReader:
             if value is None:
                 value = self._parts[(operand, dtype)] = cast(self._flat[operand], dtype)
             return value
-        parts = self._parts.get((operand, dtype))
-        if parts is None:
-            pack = self._flat[operand]
-            parts = self._parts[(operand, dtype)] = lax.split(cast(pack, dtype), (1,) * pack.shape[0])
-        return lax.reshape(parts[element], ())
+        value = self._parts.get((operand, element, dtype))
+        if value is None:   # each element reshaped once, however many rules read it
+            parts = self._parts.get((operand, dtype))
+            if parts is None:
+                pack = self._flat[operand]
+                parts = self._parts[(operand, dtype)] = lax.split(cast(pack, dtype), (1,) * pack.shape[0])
+            value = self._parts[(operand, element, dtype)] = lax.reshape(parts[element], ())
+        return value

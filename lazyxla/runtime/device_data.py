@@ -10,7 +10,9 @@ lazyxla also holds the buffer, `"lx.to_jax"` / `"lx.from_jax"`: never donated);
 `DonatedBufferError`); `call_donor` (`donate` applies at any sync); `sharding` (SPMD
 only); `host` (an upload not placed yet, placed by `array` on demand); `stored_dtype`
 (the buffer's dtype); `host_copy` (a downloaded CPU copy, valid for the handle's life);
-`charged` (its charge in the memory ledger, None once released).
+`charged` (its charge in the memory ledger, None once released); `failure` (None, or the
+message of the failed graph whose result this handle stands for: then `array` is None, nothing
+is charged, and every use raises `FailedOpError`; sync/failures.py makes these).
 
 Design: docs/design.md, "runtime/device_data.py".
 """
@@ -21,18 +23,18 @@ from typing import Optional
 
 import torch
 
-from ..errors import DonatedBufferError
+from ..errors import DonatedBufferError, FailedOpError
 from . import memory
 from .device_put import place
 
 
 class DeviceData:
     __slots__ = ("_array", "shape", "dtype", "stored_dtype", "device", "read_only", "donate",
-                 "external", "donated_in", "owner", "call_donor", "sharding", "host", "charged", "host_copy", "__weakref__")
+                 "external", "donated_in", "owner", "call_donor", "sharding", "host", "charged", "host_copy", "failure", "__weakref__")
 
     def __init__(self, array, shape: tuple, dtype: torch.dtype, device: int,
                  owner=None, read_only: bool = False, sharding=None, host=None,
-                 stored_dtype: Optional[torch.dtype] = None) -> None:
+                 stored_dtype: Optional[torch.dtype] = None, failure: Optional[str] = None) -> None:
         self._array = array
         self.sharding = sharding
         self.host = host
@@ -47,8 +49,11 @@ class DeviceData:
         self.call_donor = False
         self.donated_in: Optional[str] = None
         self.owner = weakref.ref(owner) if owner is not None else None
-        self.charged = memory.charges(shape, self.stored_dtype, device, sharding)
-        memory.charge(self, self.charged)
+        self.failure = failure
+        self.charged = None
+        if failure is None:   # a failed result has no buffer to charge
+            self.charged = memory.charges(shape, self.stored_dtype, device, sharding)
+            memory.charge(self, self.charged)
 
     def __del__(self) -> None:
         charged = self.charged
@@ -92,9 +97,9 @@ class DeviceData:
         return self.owner() if self.owner is not None else None
 
     def live_array(self):
-        """The buffer, or a clear error if it was donated."""
-        if self.donated_in is not None:
-            raise donated_error(self)
+        """The buffer, or a clear error if it was donated or its graph failed."""
+        if self.donated_in is not None or self.failure is not None:
+            raise unusable_error(self)
         return self.array
 
     def mark_donated(self, graph_key: str) -> None:
@@ -109,7 +114,8 @@ class DeviceData:
             array.delete()
 
     def __repr__(self) -> str:
-        state = f"donated in graph {self.donated_in}" if self.donated_in else "live"
+        state = (f"donated in graph {self.donated_in}" if self.donated_in else
+                 "failed" if self.failure is not None else "live")
         where = "" if self.sharding is None else f", sharding={self.sharding}"
         if self.stored_dtype != self.dtype:
             where += f", stored as {self.stored_dtype}"
@@ -125,3 +131,11 @@ def donated_error(data: DeviceData) -> DonatedBufferError:
         "(or call lx.set_buffer_donation(t, False) before the sync), or clone it before the sync "
         "that donates it."
     )
+
+
+def unusable_error(data: DeviceData) -> RuntimeError:
+    """What a use of a handle without a buffer raises: the failure it carries (a fresh error
+    each time, so tracebacks do not pile up on one object), else `DonatedBufferError`."""
+    if data.failure is not None:
+        return FailedOpError(data.failure)
+    return donated_error(data)

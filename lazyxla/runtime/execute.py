@@ -76,7 +76,8 @@ def execute(graph: Graph, exe: Runnable, eager: bool = False) -> tuple:
         for data in lost:
             data.mark_donated(exe.key_hex + " (failed execution)")
         try:
-            e.lazyxla_lost_buffers = len(lost)  # for the message sync adds
+            # for sync's message; its presence also tells sync/failures.py the graph failed to run
+            e.lazyxla_lost_buffers = len(lost)
         except AttributeError:
             pass
         raise

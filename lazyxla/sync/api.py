@@ -30,7 +30,7 @@ from .. import config
 from ..alias import switches
 from ..alias.planner import plan_donors
 from ..compile.cache import Executable, get_or_compile, key_hex
-from ..errors import DonatedBufferError
+from ..errors import DonatedBufferError, FailedOpError
 from ..frontend.grad_scaler import close_scaler_step, scaler_step_open
 from ..frontend.storage import is_wide_read, live_devices, live_storages
 from ..frontend.optim import end_optimizer_step
@@ -43,7 +43,7 @@ from ..runtime import backend, memory, timeline
 from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
 from ..state import STATE
-from . import barriers, host_eval, host_split
+from . import barriers, failures, host_eval, host_split
 from .placeholders import Placeholder, capturing, placeholder_refusal
 from .collect import collect
 from .install import install
@@ -121,6 +121,18 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
         install(graph, targets, outs)
         timeline.mark("install", started, outputs=len(outs))
     except Exception as e:
+        contained = None if memory.is_out_of_memory(e) else failures.contain(graph, items, e)
+        if contained is not None:
+            # The tensors that needed the failed op now carry its error (sync/failures.py);
+            # the rest of the sync runs as its own graph, and the error is raised once.
+            try:
+                _run(device, contained.rest, automatic=automatic, explicit=explicit, kind=kind,
+                     skip_donated=skip_donated, eager=eager, auto_owners=auto_owners, written=written,
+                     leaves=leaves)
+            except Exception as later:  # noqa: BLE001 - reported with the first failure
+                contained.error.add_note(f"lazyxla: the rest of the {kind} then failed too: "
+                                         f"{type(later).__name__}: {later}")
+            raise contained.error from e
         # Compile and execute change nothing before the executable has run (execute()
         # marks donors only after it returns, and install() follows), so the sync is
         # all or nothing: say so, keep the original error type.
@@ -165,11 +177,17 @@ def _barrier(kind: str, explicit: bool) -> int:
     STATE.traced_since_sync = 0
     backend.current().after_barrier()
     nodes = 0
+    failed: Optional[FailedOpError] = None
     for device in live_devices():
-        if _run(device, _pending(live_storages(device)), automatic=True, explicit=explicit,
-                kind=kind, skip_donated=True) is not None:
-            nodes += LastGraph.n_nodes
+        try:
+            if _run(device, _pending(live_storages(device)), automatic=True, explicit=explicit,
+                    kind=kind, skip_donated=True) is not None:
+                nodes += LastGraph.n_nodes
+        except FailedOpError as e:   # contained (sync/failures.py): the other devices still run
+            failed = failed or e
     timeline.sync_ends(kind, started, nodes=nodes, line=timeline.user_line() if started else "")
+    if failed is not None:
+        raise failed
     return nodes
 
 

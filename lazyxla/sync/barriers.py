@@ -26,8 +26,8 @@ from .. import config, metrics
 from ..frontend.provenance import user_frame
 from ..frontend.tensor import LazyTensor
 from ..frontend.storage import live_storages
-from ..ir.node import DATA, Node
-from ..ir.walk import is_leaf, post_order
+from ..ir.node import DATA
+from ..ir.walk import is_leaf, post_order, reaching
 from ..state import STATE
 
 RECORDS_KEPT = 64
@@ -95,30 +95,15 @@ def sharing_items(device: int, roots: list, own: set) -> list:
     `own` (ids), whose pending IR shares a computed node with `roots`.
 
     Leaves (device data, lifted scalars) do not count as shared work. One walk marks the
-    read's nodes; the walks over the storages' IR share one index, so each node is walked
-    once over all storages, and mark the nodes that reach a marked one. All stop at leaves
-    (and at the read's nodes), so the cost is the size of the pending graph once, whatever
-    the number of storages."""
+    read's nodes; `reaching` (ir/walk.py) then asks of each storage's IR whether it holds
+    a marked node, in walks that share one index. Both stop at leaves, so the cost is the
+    size of the pending graph once, whatever the number of storages."""
     read = _computed_nodes(roots)
     if not read:
         return []
-
-    def outside(node: Node) -> bool:
-        return is_leaf(node) or id(node) in read
-
-    walked: dict = {}
-    reaching: set = set()   # ids of walked nodes whose IR holds a node of the read
-    found = []
-    for st in live_storages(device):
-        value = st.value
-        if value.op is DATA or id(st) in own:
-            continue
-        for node in post_order([value], walked, stop=outside):
-            if any(id(i) in read or id(i) in reaching for i in node.inputs):
-                reaching.add(id(node))
-        if id(value) in read or id(value) in reaching:
-            found.append((value, st))
-    return found
+    shares = reaching(read, skip=is_leaf)
+    return [(st.value, st) for st in live_storages(device)
+            if st.value.op is not DATA and id(st) not in own and shares(st.value)]
 
 
 def pending_nodes(roots: list) -> int:

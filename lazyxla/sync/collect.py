@@ -24,7 +24,7 @@ from ..ir.scalars import long_chain
 from ..ir.node import DATA, SCALAR, SHARDING_CONSTRAINT, Node
 from ..ir.walk import post_order
 from ..runtime import backend, placement, storage_dtypes
-from ..runtime.device_data import donated_error
+from ..runtime.device_data import unusable_error
 
 
 def collect(device: int, items: list, merge_scalars: bool = False,
@@ -81,9 +81,11 @@ def collect(device: int, items: list, merge_scalars: bool = False,
     if level != precision.DEFAULT_LEVEL:   # lowered at another matmul precision: another program
         key += (("matmul_precision", level),)
     aliases = {nid: index[nid] for nid in leaves if nid in index} if leaves else None
-    # a long chain packs by counts the key holds; the backend's packing is the key's to say
-    packed = chain or (backend.current().pack_scalars and len(scalars) > 1)
-    if packed and not chain:
+    # a long chain packs by counts the key holds (its merged scalars' count); the backend's
+    # packing is the key's to say
+    chain_packed = long_chain(len(scalars), len(outputs))
+    packed = chain_packed or (backend.current().pack_scalars and len(scalars) > 1)
+    if packed and not chain_packed:
         key += ("packed scalars",)
     graph = Graph(device, order, outputs, params, scalars, key, tuple(rank), out_shardings, policy,
                   merged, level, aliases, packed)
@@ -159,8 +161,8 @@ def _visit(roots: list, index: dict, order: list, entries: list, params: list, s
             data = node.data
             pi = param_index.get(id(data))
             if pi is None:
-                if data.donated_in is not None:
-                    raise donated_error(data)
+                if data.donated_in is not None or data.failure is not None:
+                    raise unusable_error(data)
                 pi = param_index[id(data)] = len(params)
                 params.append(data)
             entry = (node.sig, -1, pi) if data.sharding is None else (node.sig, -1, pi, data.sharding)

@@ -23,10 +23,14 @@ import hashlib
 
 import pytest
 import torch
-from torch.testing._internal.common_methods_invocations import op_db
 
-from opinfo_harness import EXPECTED_FAIL, FAIL, HOST, NO_SAMPLES, RESULTS, entry_name, run_entry
-from opinfo_skips import EXPECTED_FAILS, FULL_RUN_FAILS, HOST_OPS, SKIPS
+from helpers import EXPECTTEST_REASON
+
+pytest.importorskip("expecttest", reason=EXPECTTEST_REASON)
+from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
+
+from opinfo_harness import EXPECTED_FAIL, FAIL, HOST, NO_SAMPLES, RESULTS, entry_name, run_entry  # noqa: E402
+from opinfo_skips import EXPECTED_FAILS, FULL_RUN_FAILS, HOST_OPS, SKIPS  # noqa: E402
 
 DEFAULT_SAMPLES = 2
 SLOW_SAMPLES = 10

@@ -62,9 +62,10 @@ def _get_xla_tensor_debug_info(tensor: torch.Tensor) -> str:
     if not _is_lazyxla(tensor):
         return "Not a XLATensor\n"
     info = lx.debug.tensor_info(tensor)
-    handle = {"donated": "Deleted", "pending": "None"}.get(info["base_state"], str(info.get("buffer_id")))
+    handle = {"donated": "Deleted", "failed": "Deleted", "pending": "None"}.get(info["base_state"],
+                                                                           str(info.get("buffer_id")))
     device = _device_name(tensor.device.index or 0)
-    if info["base_state"] == "donated":   # no IR left to show: the buffer is gone
+    if info["base_state"] in ("donated", "failed"):   # no IR left to show: no buffer (lx.FailedOpError)
         shape = _xla_shape(info["shape"], info["dtype"])
         ir, data = "None", "XLAData: None"
     else:

@@ -13,6 +13,7 @@ from typing import Optional
 import jax
 
 from .. import collector
+from . import host_heap
 from ..collector import CollectorPolicy
 
 # XLA expands optimization barriers before CSE, which then merges an activation checkpoint's
@@ -46,12 +47,10 @@ class Backend:
 
     def after_compile(self) -> None:
         """After each compile (a compile's scratch is host memory on every platform)."""
-        from . import host_heap   # glibc's trim; a no-op elsewhere
-        host_heap.release_free_heap()
+        host_heap.release_free_heap()   # glibc's trim; a no-op elsewhere
 
     def release_host_memory(self) -> None:
         """`torch.lazyxla.empty_cache()`: hand freed host heap back to the OS."""
-        from . import host_heap
         host_heap.release_free_heap()
 
     def memory_limit(self, device: int) -> int:

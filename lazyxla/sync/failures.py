@@ -1,0 +1,169 @@
+"""Failures stay contained: a graph that fails to lower, compile or run poisons only the
+tensors that needed the failing op.
+
+Before, a failed graph stayed pending and every later sync compiled it again and failed
+again (on a TPU, one op XLA refused there failed 247 later tests). Now the sync that ran it
+(sync/api.py `_run`) hands the error here, which
+1. finds the op: a lowering error names its node (compile/program.py sets
+   `LoweringError.node_position`); for an XLA compile or run error the op is searched
+   by bisecting the graph's topological order, compiling (and, for a run error, running)
+   the sub-graph of each prefix without donors: about log2(nodes) + 1 probes, only on
+   this path, and remembered per graph key for compile errors so a step that fails the
+   same way every time searches once;
+2. gives every live pending tensor of the device whose value needs that op a handle with
+   no buffer that carries the error (`DeviceData.failure`): reading or using it raises
+   `lx.FailedOpError`, a step barrier no longer collects it, and writing a whole new
+   value into it (`copy_`, `.data =`) makes it an ordinary tensor again;
+3. returns the rest of the sync's roots, which `_run` then runs as their own graph, and
+   the error it raises once.
+The failed graph itself changed nothing: `execute()` marks donors only after the call
+returns, so no input is donated and every input keeps its value. Out-of-memory errors
+never come here (`_run` keeps them retryable: freeing memory may let the same graph run).
+
+Design: docs/design.md, "sync/failures.py"; the rule: docs/reliability.md.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import jax
+
+from .. import metrics
+from ..compile.cache import compile_graph
+from ..errors import FailedOpError, LoweringError
+from ..frontend.storage import live_storages
+from ..ir.bounded import BoundedTable
+from ..ir.graph import Graph, positions
+from ..ir.build import data_node
+from ..ir.node import DATA, SCALAR
+from ..ir.walk import reaching
+from ..runtime import memory
+from ..runtime.device_data import DeviceData
+from ..runtime.execute import execute
+from ..state import STATE
+from .collect import collect
+
+LOWER, COMPILE, RUN = "lower", "compile", "run"
+_LEAVES = (DATA, SCALAR)
+# graph key -> position of the op that made it fail to compile (None: no single op)
+_compile_culprits = BoundedTable(256)
+
+
+class Contained(NamedTuple):
+    error: FailedOpError   # what the sync raises, once
+    rest: list             # the sync's (root, storage) items that did not need the op
+
+
+def contain(graph: Graph, items: list, error: Exception) -> Optional[Contained]:
+    """Contain `error`, raised lowering, compiling or running `graph` (the graph of `items`),
+    or None when it is no such failure (the sync then raises it as it is)."""
+    stage = _stage(error)
+    if stage is None:
+        return None
+    position = _culprit(graph, error, stage)
+    seeds = ({id(graph.order[position])} if position is not None
+             else {id(graph.order[p]) for p in graph.outputs})
+    what = _what_failed(graph, position, stage, error)
+    needs = reaching(seeds)   # whether computing a value needs the failed op
+    carried = (f"{what}\nThis tensor's value needed that op, so it holds this error instead of a "
+               "value. To use the tensor again, give it a new value (t.copy_(new), t.data = new, or "
+               "assign a new tensor), or compute it again without the op.")
+    poisoned = 0
+    for st in live_storages(graph.device):
+        value = st.value
+        if value.op is not DATA and needs(value):
+            st.write(data_node(DeviceData(None, value.shape, value.dtype, graph.device, failure=carried)))
+            poisoned += 1
+    metrics.counter_add("FailedOp")
+    rest = [item for item in items if not needs(item[0])]
+    lost = getattr(error, "lazyxla_lost_buffers", 0)
+    inputs = (f"The backend consumed {lost} donated buffer(s) before failing: their tensors raise "
+              "DonatedBufferError; every other input keeps its value." if lost else
+              "The failed graph donated nothing and every input keeps its value.")
+    return Contained(FailedOpError(
+        f"{what}\n{poisoned} tensor(s) needed it: they hold this error and raise it when read or used "
+        f"(lx.FailedOpError); the {len(rest)} other result(s) of this sync are computed. {inputs}"), rest)
+
+
+def _stage(error: Exception) -> Optional[str]:
+    """Where `graph` failed: its lowering, its XLA compile, or its run; None for any other
+    error (a placement refusal, an internal error), which stays the sync's to raise."""
+    if isinstance(error, LoweringError):
+        return COMPILE if error.node_position is None else LOWER
+    # runtime/execute.py tags every error of the executable's own call with the number of
+    # donated buffers a backend consumed before failing
+    return RUN if hasattr(error, "lazyxla_lost_buffers") else None
+
+
+def _culprit(graph: Graph, error: Exception, stage: str) -> Optional[int]:
+    """Position in `graph.order` of the op that failed, or None when no single op fails
+    alone (the whole graph is then the culprit)."""
+    if stage == LOWER:
+        return error.node_position
+    if stage == RUN and error.lazyxla_lost_buffers:
+        # The backend consumed donated inputs before failing (XLA:CPU does): sub-graphs
+        # reading them can no longer run, so the search has nothing to run; the whole
+        # graph is the culprit.
+        return None
+    if stage == COMPILE and graph.key in _compile_culprits:
+        return _compile_culprits[graph.key]
+    position = _search(graph, stage)
+    if stage == COMPILE:   # a compile error depends on the graph's structure only
+        _compile_culprits.put(graph.key, position)
+    return position
+
+
+def _search(graph: Graph, stage: str) -> Optional[int]:
+    """Bisect the topological order for the shortest prefix whose sub-graph fails: its last
+    node is the op (an op that fails makes every sub-graph computing it fail)."""
+    order = graph.order
+    index = positions(graph)
+    leaves = {nid: order[p] for nid, p in graph.aliases.items()} if graph.aliases else None
+
+    def fails(k: int) -> bool:
+        used = {index[id(i)] for node in order[:k] for i in node.inputs}
+        roots = [node for p, node in enumerate(order[:k]) if node.op not in _LEAVES and p not in used]
+        return bool(roots) and _probe_fails(graph.device, roots, leaves, stage)
+
+    if not fails(len(order)):
+        return None
+    passes, failing = 0, len(order)
+    while failing - passes > 1:
+        middle = (passes + failing) // 2
+        if fails(middle):
+            failing = middle
+        else:
+            passes = middle
+    return failing - 1
+
+
+def _probe_fails(device: int, roots: list, leaves: Optional[dict], stage: str) -> bool:
+    """Whether the graph computing `roots` fails to compile (or to run, for a run error),
+    donating nothing. Running out of memory is no verdict on the op: a pass."""
+    metrics.counter_add("FailedOpProbe")
+    sub, _ = collect(device, [(node, None) for node in roots], leaves=leaves)
+    try:
+        exe = compile_graph(sub, (), "FailedOpProbeTime")
+        if stage == RUN:
+            jax.block_until_ready(execute(sub, exe))
+    except Exception as e:  # noqa: BLE001 - any failure of the probe is the verdict
+        return not memory.is_out_of_memory(e)
+    return False
+
+
+def _what_failed(graph: Graph, position: Optional[int], stage: str, error: Exception) -> str:
+    """The first line of the error: the op, the user's line (with provenance on), the stage
+    and the original error (the backend's own, under lazyxla's wrapping)."""
+    original = error.__cause__ if isinstance(error, LoweringError) and error.__cause__ is not None else error
+    if position is None:
+        what = f"a graph of {len(graph.order)} nodes (no single op in it fails alone)"
+    else:
+        node = graph.order[position]
+        origin = getattr(node, "origin", None)
+        if origin:
+            what = f"{node.op} (made at {origin})"
+        elif STATE.provenance:   # on, yet unstamped: autograd's thread has no user frame
+            what = f"{node.op} (made outside your code, e.g. by the backward pass)"
+        else:
+            what = f"{node.op} (lx.debug.set_provenance(True) records the line that made each op)"
+    return f"lazyxla: {what} failed to {stage}: {type(original).__name__}: {original}"
