@@ -77,7 +77,9 @@ def test_backends_keep_their_compiled_programs_apart(dev):
         cpu = backend.select("cpu")
         with backend_as("tpu") as tpu:
             assert tpu.compile_token == () and tpu.compiler_options(False) == {}
-            assert tpu.compiler_options(True) == {"xla_disable_hlo_passes": "cse_barrier_expander"}
+            # the TPU expands barriers itself; keeping them refused the graph (issue 45)
+            assert tpu.compiler_options(True) == {}
+        assert cpu.compiler_options(True)["xla_disable_hlo_passes"] == "cse_barrier_expander"
         assert cache.compiler_options.__module__ == "lazyxla.compile.cache"
         assert cpu.compiler_options(False) == dict(cpu.compile_token)
 

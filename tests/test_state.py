@@ -9,7 +9,7 @@ import torch
 
 import lazyxla as lx
 from lazyxla.ir.node import DATA
-from lazyxla.state import MODES, STATE
+from lazyxla.state import FROM_TORCH, MODES, STATE
 
 
 def test_public_setters_write_to_the_state(dev):
@@ -52,7 +52,8 @@ def test_values_are_checked_before_anything_changes():
         lx.experimental.eager_mode(1)
     with pytest.raises(AttributeError, match="not a run-time mode"):
         STATE.set("traced_since_sync", 3)   # bookkeeping, not a mode
-    assert STATE.matmul_precision == "highest" and set(STATE.modes()) == set(MODES)
+    assert STATE.matmul_precision is FROM_TORCH and lx.matmul_precision() == "highest"
+    assert set(STATE.modes()) == set(MODES)
 
 
 def test_watchers_follow_the_mode():
