@@ -16,6 +16,8 @@ Two uses:
   python -m pytest -p aot_compile tests/...    # with scripts/tpu on PYTHONPATH: every graph
                                                # the tests compile, also for the TPU; those
                                                # the TPU refuses go to $AOT_TPU_REPORT
+                                               # (where libtpu aborts the process, the
+                                               # graph is in $AOT_TPU_REPORT.current)
 """
 from __future__ import annotations
 
@@ -67,11 +69,14 @@ def _also_for_tpu(compile_graph):
     def compile_both(graph: Graph, donors: tuple, metric: str = "CompileTime"):
         executable = compile_graph(graph, donors, metric)
         if graph.out_shardings is None:   # single-device graphs: SPMD ones need a mesh of chips
+            ops = " ".join(sorted({str(n.op) for n in graph.order}))[:2000]
+            # the graph being compiled, for when libtpu aborts the process
+            with open(_report_path() + ".current", "w") as f:
+                f.write(f"{_current[0]}\t{ops}\n")
             try:
                 compile_for_tpu(graph, donors)
             except Exception as e:   # noqa: BLE001  (recorded: what the TPU refuses is the finding)
-                ops = sorted({str(n.op) for n in graph.order})
-                _refused.append((_current[0], str(e).splitlines()[0][:300], " ".join(ops)[:2000]))
+                _refused.append((_current[0], str(e).splitlines()[0][:300], ops))
         return executable
     return compile_both
 
@@ -84,8 +89,12 @@ def pytest_runtest_setup(item) -> None:
     _current[0] = item.nodeid
 
 
+def _report_path() -> str:
+    return os.environ.get("AOT_TPU_REPORT", "aot_tpu_report.tsv")
+
+
 def pytest_sessionfinish(session) -> None:
-    path = os.environ.get("AOT_TPU_REPORT", "aot_tpu_report.tsv")
+    path = _report_path()
     with open(path, "w") as f:
         for row in _refused:
             f.write("\t".join(row) + "\n")
