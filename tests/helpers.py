@@ -2,6 +2,7 @@
 when the suite runs on an accelerator (child processes, sockets, precision)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import socket
@@ -187,3 +188,14 @@ def matmul_tolerance(expected: torch.Tensor, rtol: float, atol: float, level: st
     scale = float(expected.detach().abs().max()) if expected.numel() else 0.0
     bf16_rtol = 1.6e-2   # torch.testing's own bfloat16 rtol: 2**-6
     return {"rtol": max(rtol, bf16_rtol), "atol": max(atol, bf16_rtol * scale)}
+
+
+@contextlib.contextmanager
+def backend_as(platform: str):
+    """`platform`'s backend policies (runtime/backend/) over JAX's CPU devices for the block."""
+    from lazyxla.runtime import backend
+    saved = backend._CURRENT.backend
+    try:
+        yield backend.select(platform)
+    finally:
+        backend._CURRENT.backend = saved

@@ -3,7 +3,6 @@ what differs per platform. The TPU and GPU backends are selected here over JAX's
 devices; what they choose must still compute eager PyTorch's values."""
 from __future__ import annotations
 
-import contextlib
 import gc
 
 import pytest
@@ -15,16 +14,7 @@ from lazyxla.ir import scalars
 from lazyxla.runtime import backend, collector
 from lazyxla.sync.api import pending_graphs
 
-from helpers import assert_close
-
-
-@contextlib.contextmanager
-def backend_as(platform: str):
-    saved = backend._CURRENT.backend
-    try:
-        yield backend.select(platform)
-    finally:
-        backend._CURRENT.backend = saved
+from helpers import assert_close, backend_as
 
 
 def test_the_platform_is_read_once_and_named_by_the_backend():

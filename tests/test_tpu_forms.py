@@ -1,9 +1,8 @@
 """Forms the TPU needs, checked on the CPU (issue 45).
 
-- What a graph is compiled with depends on the platform (compile/cache.py compiler_options):
-  XLA:CPU keeps optimization barriers to the end (else CSE merges a checkpoint's re-run back
-  into the forward); the TPU must expand them itself, its emitter has no opt-barrier ("HLO
-  opt-barrier is not implemented on TPU").
+- Optimization barriers are kept to the end by an option on XLA:CPU only (runtime/backend/,
+  tests/test_backends.py): the TPU must expand them itself, its emitter has no opt-barrier
+  ("HLO opt-barrier is not implemented on TPU").
 - No complex128 <-> complex64 convert (the TPU compiler aborts the process on one): complex
   Python scalars are read as complex64 in complex64 graphs, other such casts go part by part.
 
@@ -18,12 +17,10 @@ import pytest
 import torch
 
 import lazyxla as lx
-from lazyxla.compile.cache import compiler_options
 from lazyxla.sync.api import pending_graphs
 
-from helpers import assert_close
+from helpers import assert_close, backend_as
 
-KEEP_BARRIERS = ("xla_disable_hlo_passes", "cse_barrier_expander")
 needs_libtpu = pytest.mark.skipif(not os.environ.get("TPU_LIBRARY_PATH"),
                                   reason="needs libtpu (TPU_LIBRARY_PATH) for its compile-only TPU client")
 
@@ -39,13 +36,6 @@ def _barrier_graph(dev):
     return graph, donors
 
 
-def test_barriers_are_kept_by_option_on_cpu_only(dev):
-    graph, _ = _barrier_graph(dev)
-    assert KEEP_BARRIERS in compiler_options(graph, "cpu").items()
-    assert compiler_options(graph, "tpu") == {} and compiler_options(graph, "gpu") == {}
-    lx.sync()
-
-
 def _complex_converts(hlo: str) -> list:
     """HLO converts from one complex type to another."""
     return re.findall(r"= c\d+\[[^\]]*\]\S* convert\(c\d+", hlo)
@@ -58,10 +48,12 @@ def _complex_scalar_graph(dev):
     return z, [lazy * 2j, torch.full_like(lazy, 1.5 - 2j), lazy.real * 1j]
 
 
-def test_complex_scalars_and_casts_have_no_complex_converts(dev):
-    z, results = _complex_scalar_graph(dev)
-    hlo = lx.debug.hlo_text(results)
-    assert "c128[]" in hlo and _complex_converts(hlo) == []   # the scalars enter as complex128
+@pytest.mark.parametrize("platform", ["cpu", "tpu"])   # scalars one operand each, packed
+def test_complex_scalars_and_casts_have_no_complex_converts(dev, platform):
+    with backend_as(platform):
+        z, results = _complex_scalar_graph(dev)
+        hlo = lx.debug.hlo_text(results)
+    assert "c128[" in hlo and _complex_converts(hlo) == []   # the scalars enter as complex128
     for got, expected in zip(results, [z * 2j, torch.full_like(z, 1.5 - 2j), z.real * 1j]):
         assert got.dtype == expected.dtype
         assert_close(got, expected)

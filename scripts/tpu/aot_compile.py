@@ -32,7 +32,9 @@ from jax.sharding import SingleDeviceSharding
 from lazyxla.compile import cache, precision
 from lazyxla.compile.program import build
 from lazyxla.ir.graph import Graph
+from lazyxla.ir.node import OPT_BARRIER
 from lazyxla.patches import in_x64
+from lazyxla.runtime.backend import TpuBackend
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,15 +49,18 @@ def tpu_device():
 
 def compile_for_tpu(graph: Graph, donors: tuple):
     """`graph` compiled as lazyxla would compile it on a TPU: its program, avals placed on
-    the compile-only chip, the TPU's compiler options. Raises what the TPU compiler raises."""
+    the compile-only chip, the TPU backend's compiler options. Raises what the TPU compiler
+    raises. One difference: lifted scalars stay as the CPU collected them, one operand each
+    (a TPU's graph packs them in one vector per kind, runtime/backend/)."""
     jitted = cache._Jitted.of(graph, donors)   # its avals; its outputs are placed on the CPU
     sharding = SingleDeviceSharding(tpu_device())
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in jitted.avals]
     fn = jax.jit(build(graph)[0], donate_argnums=donors, keep_unused=True)
     with in_x64(), precision.lowering(graph.matmul_precision):
         lowered = fn.trace(*avals).lower()
+    has_barriers = any(node.op is OPT_BARRIER for node in graph.order)
     with in_x64():
-        return lowered.compile(cache.compiler_options(graph, "tpu") or None)
+        return lowered.compile(TpuBackend().compiler_options(has_barriers) or None)
 
 
 # -- the pytest plugin: every graph a test compiles, also for the TPU -------------------
