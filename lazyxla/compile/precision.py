@@ -32,9 +32,7 @@ it, about 0.2 us), never per op.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
-
-from typing import Optional
+from typing import Iterator, Optional
 
 import jax
 import torch
