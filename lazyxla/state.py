@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 
 FROM_SETTINGS = "from settings"   # storage_dtypes: LAZYXLA_STORAGE_DTYPES decides
 PRECISIONS = ("default", "high", "highest")
+FROM_TORCH = "from torch"   # matmul_precision: torch.set_float32_matmul_precision decides
 
 
 def _flag(name: str, value: Any) -> bool:
@@ -32,8 +33,11 @@ def _flag(name: str, value: Any) -> bool:
 
 
 def _precision(name: str, value: Any) -> str:
+    if value is None or value is FROM_TORCH:   # None: follow torch's switch again
+        return FROM_TORCH
     if value not in PRECISIONS:
-        raise ValueError(f"lazyxla: matmul precision {value!r} is not one of {', '.join(map(repr, PRECISIONS))}")
+        raise ValueError(f"lazyxla: matmul precision {value!r} is not one of {', '.join(map(repr, PRECISIONS))} "
+                         "(or None: follow torch.set_float32_matmul_precision)")
     return value
 
 
@@ -56,7 +60,7 @@ MODES: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "eager": (_flag, False),
     "op_records": (_flag, False),
     "provenance": (_flag, False),
-    "matmul_precision": (_precision, "highest"),
+    "matmul_precision": (_precision, FROM_TORCH),
     "storage_dtypes": (_any, FROM_SETTINGS),
     "aliasing": (_table, {}),
     "explicit_donation": (_table, {None: False}),

@@ -2,6 +2,7 @@
 when the suite runs on an accelerator (child processes, sockets, precision)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import socket
@@ -195,3 +196,14 @@ def fake_buffer(shape: tuple = (2, 3), dtype: torch.dtype = torch.float32, store
     graphs by hand (tests of ir/)."""
     return types.SimpleNamespace(shape=shape, dtype=dtype, stored_dtype=stored_dtype or dtype,
                                  donated_in=None, sharding=None)
+
+
+@contextlib.contextmanager
+def backend_as(platform: str):
+    """`platform`'s backend policies (runtime/backend/) over JAX's CPU devices for the block."""
+    from lazyxla.runtime import backend
+    saved = backend._CURRENT.backend
+    try:
+        yield backend.select(platform)
+    finally:
+        backend._CURRENT.backend = saved

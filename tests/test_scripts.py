@@ -30,3 +30,10 @@ def test_floor_script_prints_its_rows(name, args, rows):
     out = _run(name, *args)
     for row in rows:
         assert re.search(re.escape(row) + r"\s*:?\s+[0-9.]+ us", out), (row, out)
+
+
+def test_tpu_lowering_check_passes_on_cpu():
+    """scripts/tpu/lowering_check.py, which the TPU runs: its barrier and complex checks
+    pass here too (the W2 timing sections are the TPU's)."""
+    out = _run("tpu/lowering_check.py", "--only", "barrier,complex")
+    assert "FAIL" not in out and out.rstrip().endswith("PASS all: 0 check(s) failed"), out

@@ -6,6 +6,7 @@ XLA_USE_32BIT_LONG and `_get_xla_tensors_text` through lazyxla.compat."""
 from __future__ import annotations
 
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ import torch
 
 import lazyxla as lx
 import lazyxla.compat as compat
-from lazyxla import config
+from lazyxla import config, workloads
 from lazyxla.runtime import storage_dtypes
 from helpers import run_on_host_devices
 
@@ -118,6 +119,49 @@ def test_training_equals_a_bf16_model(dev, policy):
         assert p_l.dtype == torch.float32 and buffer(p_l).stored_dtype == torch.bfloat16
         assert torch.equal(p_l.detach().cpu(), p_x.detach().cpu().float())
         torch.testing.assert_close(p_l.detach().cpu(), p_e.detach().float(), rtol=0, atol=4e-3)
+
+
+def _w2_losses_lazy_and_eager(dev, steps: int = 3) -> tuple:
+    """W2's model (lazyxla/workloads.py: token and position embeddings, causal attention,
+    cross-entropy over token ids, AdamW) at a small size: its losses on `dev` and eager's,
+    its token ids, and the HLO of its second step's forward and backward."""
+    torch.manual_seed(0)
+    cfg = workloads.GPTConfig(vocab=64, d=32, heads=2, layers=2, seq=16)
+    ref = workloads.GPT(cfg)
+    lazy = copy.deepcopy(ref).to(dev)
+    tokens = torch.randint(0, cfg.vocab, (2, cfg.seq + 1))
+    wl = workloads.Workload("gpt", ref, tokens[:, :-1], tokens[:, 1:])
+    opt_ref, opt_lazy = wl.optimizer(ref.parameters()), wl.optimizer(lazy.parameters())
+    x, y = wl.inputs.to(dev), wl.targets.to(dev)
+    got, exp = [], []
+    for step in range(steps):
+        for model, opt, inputs, targets, out in ((ref, opt_ref, wl.inputs, wl.targets, exp),
+                                                 (lazy, opt_lazy, x, y, got)):
+            opt.zero_grad()
+            loss = wl.loss(model, inputs, targets)
+            loss.backward()
+            if step == 1 and model is lazy:
+                text = lx.debug.hlo_text()
+            opt.step()
+            out.append(loss.item())
+    return got, exp, x, text
+
+
+def _s64_arrays(hlo: str) -> list:
+    """HLO instructions with a 64-bit integer array (scalar parameters aside: Python ints)."""
+    return [line for line in hlo.splitlines() if re.search(r"[su]64\[\d", line)]
+
+
+def test_w2_with_int64_held_as_int32_trains_like_eager(dev, policy):
+    """LAZYXLA_STORAGE_DTYPES="int64=int32": token ids and every index computation in 32
+    bits (64-bit integers are emulated on a TPU), the same losses as eager's int64 run."""
+    policy({torch.int64: torch.int32})
+    got, exp, tokens, hlo = _w2_losses_lazy_and_eager(dev)
+    assert tokens.dtype == torch.int64 and buffer(tokens).array.dtype == np.dtype("int32")
+    assert _s64_arrays(hlo) == []
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(exp), rtol=1e-5, atol=1e-5)
+    policy(None)
+    assert _s64_arrays(_w2_losses_lazy_and_eager(dev, steps=2)[3])   # without: int64 indices
 
 
 def test_the_policy_is_part_of_the_graph_key(dev, policy, fresh_compile_cache):
@@ -253,6 +297,14 @@ def test_upstream_32bit_long(torch_xla, monkeypatch):
     assert "u32[2]{0} xla::device_data()" in _device_line(torch_xla, torch.uint64, torch.add)[2]
     x = torch.tensor([2**31 - 1], device="xla")
     assert (x + 1).cpu().tolist() == [-2**31]
+
+
+@pytest.mark.filterwarnings("ignore:XLA_")
+def test_upstream_32bit_long_trains_w2_like_eager(torch_xla, monkeypatch):
+    monkeypatch.setenv("XLA_USE_32BIT_LONG", "1")
+    got, exp, tokens, hlo = _w2_losses_lazy_and_eager(torch_xla.device())
+    assert buffer(tokens).array.dtype == np.dtype("int32") and _s64_arrays(hlo) == []
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(exp), rtol=1e-5, atol=1e-5)
 
 
 def test_ir_text_of_device_data_and_multi_output_nodes(torch_xla):

@@ -148,6 +148,7 @@ def install(force: bool = False) -> None:
     if names is not None:   # installed again: importing torch_xla will not run its code
         names.enable()
         sys.modules[_ALIAS + "._dtype_env"].install()
+        sys.modules[_ALIAS + ".backends"].install()
         sys.modules[_ALIAS + "._patched_functions"].install()
         import lazyxla
         lazyxla.metrics.set_op_records(True)
@@ -163,6 +164,7 @@ def uninstall() -> None:
     if names is not None:
         names.disable()   # "xla" device names stop meaning lazyxla's
         sys.modules[_ALIAS + "._dtype_env"].uninstall()   # and XLA_USE_BF16 & co. stop applying
+        sys.modules[_ALIAS + ".backends"].uninstall()   # lazyxla's precision follows torch's again
         sys.modules[_ALIAS + "._patched_functions"].uninstall()   # torch's clip_grad_norm_ back
         import lazyxla
         lazyxla.metrics.set_op_records(False)

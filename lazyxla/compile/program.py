@@ -14,6 +14,7 @@ from enum import IntEnum
 from typing import Callable, Optional
 
 import jax.numpy as jnp
+import torch
 from jax import lax
 
 from .._jax import jax_dtype
@@ -125,6 +126,7 @@ def build(graph: Graph) -> tuple[Callable, int]:
     packed = {k: v for k, v in scalar_slot.items() if merged or v[1] is not None}
     storage = graph.policy.storage if graph.policy is not None else None
     precision = LEVELS[graph.matmul_precision]   # the level the graph was collected at
+    scalar_dtype = _scalar_read_dtype(graph)
     instrs = []
     scalar_reads: dict = {}   # (operand, element, dtype) -> its first read's position in env
     for position, node in enumerate(graph.order):
@@ -137,7 +139,7 @@ def build(graph: Graph) -> tuple[Callable, int]:
                            None, None))
         elif op is SCALAR:
             operand, element = scalar_slot[id(node)]
-            read = (operand, element, jax_dtype(node.dtype))
+            read = (operand, element, scalar_dtype(node.dtype))
             first = scalar_reads.setdefault(read, position)
             # merged scalars (sync/collect.py) share an operand: read and cast it once
             instrs.append((Kind.SCALAR, *read, None) if first == position else (Kind.REUSE, first, None, None, None))
@@ -177,6 +179,23 @@ def build(graph: Graph) -> tuple[Callable, int]:
         return tuple(_resolve(_Ref(p), env, packs) for p in outputs)
 
     return program, n_params
+
+
+def _scalar_read_dtype(graph: Graph) -> Callable:
+    """The JAX dtype each lifted scalar is read as: its own, except that complex Python
+    scalars (complex128) are read as complex64 in a graph without a complex128 tensor.
+    Same values: by eager's wrapped-number rule the scalar takes the dtype of the op's
+    tensors, so every op that reads it would convert it to complex64 anyway. Read this way
+    the program has no complex128 <-> complex64 convert, on which the TPU compiler aborts
+    the process (lower/_util.py complex_cast; the read itself converts part by part)."""
+    if not any(n.dtype == torch.complex128 for n in graph.scalars) or any(
+            n.op is not SCALAR and torch.complex128 in (n.dtype if n.nout else (n.dtype,)) for n in graph.order):
+        return jax_dtype
+    return _complex_scalars_narrowed
+
+
+def _complex_scalars_narrowed(dtype: torch.dtype):
+    return jnp.complex64 if dtype == torch.complex128 else jax_dtype(dtype)
 
 
 def _apply(rule: Callable, ctx: Ctx, args: tuple, kwargs: dict):

@@ -77,11 +77,24 @@ def cast(x, dt):
         if t is int and not -2**63 <= x < 2**63:
             return jnp.asarray(x, dt)   # a uint64 constant (see _is_big_int)
         x = np.asarray(x, _PY_DTYPES[t])
-    if _kind(x.dtype) == "c" and _kind(dt) != "c":
+    if _kind(x.dtype) == "c":
         if _kind(dt) == "b":
             return lax.ne(x, lax.full_like(x, 0))
-        x = lax.real(x)
+        if _kind(dt) != "c":
+            x = lax.real(x)
+        elif x.dtype != dt:
+            return complex_cast(x, dt)
     return lax.convert_element_type(x, dt)
+
+
+def complex_cast(x, dt):
+    """Complex `x` as complex `dt`, part by part: the values of one convert (each part is
+    rounded on its own either way), in a form the TPU compiles. Its compiler aborts the
+    process on a complex64 <-> complex128 convert ("Unsupported CVT X{64|128} expansion from
+    c128[] to f32[]", libtpu 0.0.42), which every complex Python scalar (lifted as
+    complex128) meets in a complex64 graph; real, imag and float converts it handles."""
+    part = np.finfo(dt).dtype
+    return lax.complex(lax.convert_element_type(lax.real(x), part), lax.convert_element_type(lax.imag(x), part))
 
 
 def binary(prim, x, y):

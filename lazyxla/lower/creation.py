@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from ._util import exact_div
+from ._util import cast, exact_div
 from .registry import register
 
 aten = torch.ops.aten
@@ -48,7 +48,7 @@ def _to_copy(ctx, x, **kwargs):
         if ctx.dtype == torch.bool:
             return x != 0     # true where either part is non-zero
         x = jnp.real(x)       # eager drops the imaginary part (with a warning); JAX will refuse the cast
-    return x.astype(ctx.jdtype)
+    return cast(x, ctx.jdtype)   # complex64 <-> complex128 part by part, as the TPU needs
 
 
 @register(aten.arange.start_step)

@@ -28,6 +28,8 @@ if "XLA_ENABLE_PARAM_ALIASING" in os.environ and not config.is_set("aliasing"):
 
 # XLA_USE_BF16 / XLA_DOWNCAST_BF16 / XLA_USE_32BIT_LONG, read at the first tensor they govern.
 _dtype_env.install()
+# Upstream's matmul precision before any call: "default" (backends/__init__.py).
+backends.install()
 
 # "xla" devices name lazyxla's wherever torch takes a device (_device_names.py).
 _device_names.enable()

@@ -16,11 +16,6 @@ from .. import collector
 from . import host_heap
 from ..collector import CollectorPolicy
 
-# XLA expands optimization barriers before CSE, which then merges an activation checkpoint's
-# re-run back into the forward (lazyxla/recompute.py): graphs with a barrier keep it to the end.
-_KEEP_BARRIERS = {"xla_disable_hlo_passes": "cse_barrier_expander"}
-
-
 class Backend:
     """A platform's choices. Subclasses override what differs; the attributes are read on
     hot paths, so they are plain fields, fixed once the backend has started."""
@@ -39,7 +34,7 @@ class Backend:
     def compiler_options(self, has_barriers: bool) -> dict:
         """XLA options for one graph; any option not implied by the graph's key must be
         covered by `compile_token`."""
-        return dict(_KEEP_BARRIERS) if has_barriers else {}
+        return {}
 
     def after_barrier(self) -> None:
         """At every step barrier, before its graphs run."""

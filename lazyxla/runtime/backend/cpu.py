@@ -7,6 +7,14 @@ from ... import config
 from . import host_heap
 from .base import Backend, _physical_memory
 
+# XLA:CPU expands optimization barriers before CSE, which then merges an activation
+# checkpoint's re-run back into the forward (lazyxla/recompute.py): graphs with a barrier keep
+# it to the end. Only here: the TPU's compiler has no code for a barrier that reaches its
+# emitter and refused every such graph ("HLO opt-barrier is not implemented on TPU", issue 45;
+# reproduced with libtpu's compile-only client, scripts/tpu/aot_compile.py); its pipeline
+# expands barriers itself.
+_KEEP_BARRIERS = {"xla_disable_hlo_passes": "cse_barrier_expander"}
+
 
 class CpuBackend(Backend):
     platform = "cpu"
@@ -26,7 +34,7 @@ class CpuBackend(Backend):
         self.compile_token = tuple(sorted(host_heap.compiler_options(config.SETTINGS.split_temporaries).items()))
 
     def compiler_options(self, has_barriers: bool) -> dict:
-        options = super().compiler_options(has_barriers)
+        options = dict(_KEEP_BARRIERS) if has_barriers else {}
         options.update(self.compile_token)
         return options
 
