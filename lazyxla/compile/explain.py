@@ -52,10 +52,12 @@ def _describe(entry) -> str:
     return f"{op_text(head)}({', '.join(parts)}) reading nodes {entry[1] if len(entry) == 2 else '?'}"
 
 
-def _tail(key: tuple, i: int):
-    """Key element after the outputs (sync/collect.py): 3, the requested output shardings;
-    4, the storage dtype policy's token; None when absent."""
-    return key[i] if len(key) > i else None
+# what a change of each named part of a graph key (sync/collect.py) means to the user
+_PART_CHANGES = {"output shardings": "other output shardings were requested",
+                 "storage dtype policy": "under another storage dtype policy (lx.set_storage_dtypes)",
+                 "matmul precision": "at another matmul precision (lx.set_matmul_precision, "
+                                     "torch.set_float32_matmul_precision)",
+                 "packed scalars": "its scalars travel otherwise (the backend's packing)"}
 
 
 def _origin_from(order: Optional[list], n: int) -> str:
@@ -89,11 +91,10 @@ def explain(key: tuple, donors: tuple, order: Optional[list] = None) -> str:
         if n == len(old_entries) == len(entries):
             if best_key[2] != outputs:
                 return f"same {n} nodes as an earlier graph, but it returns different outputs"
-            if _tail(best_key, 3) != _tail(key, 3):
-                return f"same {n} nodes as an earlier graph, but other output shardings were requested"
-            if _tail(best_key, 4) != _tail(key, 4):
-                return (f"same {n} nodes as an earlier graph, but under another storage dtype policy "
-                        "(lx.set_storage_dtypes)")
+            old_parts, new_parts = dict(best_key[3:]), dict(key[3:])
+            for part in sorted(set(old_parts) | set(new_parts)):
+                if old_parts.get(part) != new_parts.get(part):
+                    return f"same {n} nodes as an earlier graph, but {_PART_CHANGES.get(part, 'another ' + part)}"
             return (f"same graph as an earlier one ({n} nodes); only the donor set changed: "
                     f"{list(best_donors)} -> {list(donors)}")
         if n >= len(entries):

@@ -27,6 +27,11 @@ from ..runtime import backend, placement, storage_dtypes
 from ..runtime.device_data import unusable_error
 
 
+# names of the parts of a graph key after its structure
+OUT_SHARDINGS, STORAGE_POLICY, MATMUL_PRECISION, PACKED_SCALARS = (
+    "output shardings", "storage dtype policy", "matmul precision", "packed scalars")
+
+
 def collect(device: int, items: list, merge_scalars: bool = False,
             leaves: Optional[dict] = None) -> tuple[Graph, list]:
     """The graph computing `items` (`(root node, storage or None)` pairs, all on `device`),
@@ -72,21 +77,23 @@ def collect(device: int, items: list, merge_scalars: bool = False,
     if merge_scalars and chain:
         scalars, merged = _merge_equal_scalars(scalars, index, entries)
     policy = storage_dtypes.current()
+    # the structure, then what else makes another program, each part named (compile/explain.py
+    # says which one differs)
     key = (device, tuple(entries), outputs)
-    if out_shardings is not None or policy is not None:
-        key += (out_shardings,)
+    if out_shardings is not None:
+        key += ((OUT_SHARDINGS, out_shardings),)
     if policy is not None:   # the graph computes in the policy's storage dtypes
-        key += (policy.token,)
+        key += ((STORAGE_POLICY, policy.token),)
     level = precision.matmul_precision()
     if level != precision.DEFAULT_LEVEL:   # lowered at another matmul precision: another program
-        key += (("matmul_precision", level),)
+        key += ((MATMUL_PRECISION, level),)
     aliases = {nid: index[nid] for nid in leaves if nid in index} if leaves else None
     # a long chain packs by counts the key holds (its merged scalars' count); the backend's
     # packing is the key's to say
     chain_packed = long_chain(len(scalars), len(outputs))
     packed = chain_packed or (backend.current().pack_scalars and len(scalars) > 1)
     if packed and not chain_packed:
-        key += ("packed scalars",)
+        key += ((PACKED_SCALARS, True),)
     graph = Graph(device, order, outputs, params, scalars, key, tuple(rank), out_shardings, policy,
                   merged, level, aliases, packed)
     if config.SETTINGS.check_ir:   # LAZYXLA_CHECK_IR: every graph checked before it compiles

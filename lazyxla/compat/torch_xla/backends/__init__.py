@@ -30,6 +30,8 @@ def get_mat_mul_precision() -> str:
 
 def install() -> None:
     """Upstream's level before any call, unless lazyxla's own level was set already."""
+    if _installed[0]:   # again (a reload of torch_xla): the level is install()'s or a later call's
+        return
     previous = lx.set_matmul_precision(UPSTREAM_DEFAULT)
     if previous is not None:   # chosen by the user before torch_xla's import: it stays
         lx.set_matmul_precision(previous)
