@@ -71,7 +71,7 @@ def check_lost(hosts: Hosts, logs, ckpt, devices: int, victim: int) -> float:
         if victim != 0:
             # the coordinator survives: lazyxla's watchdog names the process
             assert code == 75, err[-3000:]
-            assert f"process {victim} of {hosts.count} sent no heartbeat for {HEARTBEAT} s" in err
+            assert f"process {victim} of {hosts.count} sent no heartbeat for {HEARTBEAT} s" in err, err[-3000:]
         else:
             # the coordinator died: JAX's client aborts at once (SIGABRT), or lazyxla's
             # watchdog is first

@@ -25,6 +25,7 @@ from typing import Any, Optional
 
 EXIT_STATUS = 75          # EX_TEMPFAIL: a restart may succeed
 _KEY = "lazyxla/heartbeat/{}"
+_DONE = "done"            # the heartbeat of a process that ended normally (Watchdog.stop)
 
 
 class ProcessLostError(RuntimeError):
@@ -52,7 +53,9 @@ class Watchdog:
         self._last_ok = now                       # the end of the last round of key-value calls that worked
         self._failing_since: Optional[float] = None   # the first failed round since then
         self._round_started: Optional[float] = None   # a round in progress (a call may hang)
-        self._stop = threading.Event()
+        self._stop = threading.Event()       # no more judging
+        self._halt = threading.Event()       # no more beating
+        self._finished: set = set()          # processes whose heartbeat reads _DONE
         self.error: Optional[str] = None
         self.in_excepthook = False     # the main thread is ending on an uncaught error: leave it be
         self._main = threading.main_thread().ident
@@ -65,13 +68,22 @@ class Watchdog:
         return self
 
     def stop(self) -> None:
-        """Stop judging (a normal exit); the beats go on so that the others do not take this
-        process for lost while it waits for them at JAX's shutdown barrier."""
+        """A normal exit (atexit, before JAX's shutdown barrier): stop judging, stop beating,
+        and store `_DONE` as this process's heartbeat, which tells the others' judges that
+        it finished rather than died while it waits for them at the barrier. The beater is
+        joined here, while Python still runs: a daemon thread still inside a key-value call
+        when the interpreter finalizes aborts the process when the call returns."""
         self._stop.set()
+        self._halt.set()
+        self._threads[0].join(timeout=self.timeout)
+        try:
+            self.client.key_value_set(_KEY.format(self.process), _DONE, allow_overwrite=True)
+        except Exception:   # noqa: BLE001  (the coordinator is gone: the others' judges see that)
+            pass
 
     def _beat(self) -> None:
         counter = 0
-        while True:
+        while not self._halt.is_set():
             counter += 1
             self._round_started = time.monotonic()
             try:
@@ -83,14 +95,16 @@ class Watchdog:
                         if "NOT_FOUND" not in str(e):
                             raise
                         continue
-                    if value != self._seen[p][0]:
+                    if value == _DONE:
+                        self._finished.add(p)
+                    elif value != self._seen[p][0]:
                         self._seen[p] = (value, time.monotonic())
                 self._last_ok, self._failing_since = time.monotonic(), None
             except Exception:   # the coordinator is unreachable: the judge decides when it is lost
                 if self._failing_since is None:
                     self._failing_since = time.monotonic()
             self._round_started = None
-            time.sleep(self.interval)
+            self._halt.wait(self.interval)
 
     def _judge(self) -> None:
         while not self._stop.wait(self.interval):
@@ -103,7 +117,8 @@ class Watchdog:
                 return
             # judged on what this process read: a beater of its own that could not run (a busy
             # machine) blames nobody
-            lost = sorted(p for p, (_, moved) in self._seen.items() if self._last_ok - moved > self.timeout)
+            lost = sorted(p for p, (_, moved) in self._seen.items()
+                          if p not in self._finished and self._last_ok - moved > self.timeout)
             if lost:
                 names = ", ".join(str(p) for p in lost)
                 self._fail(f"process{'es' if len(lost) > 1 else ''} {names} of {self.count} sent no heartbeat "
