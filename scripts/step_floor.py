@@ -139,11 +139,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="proxy")
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--systems", default="eager,floor,lazyxla",
+                        help="comma-separated: eager (CPU), floor (the Floor subclass), lazyxla (lazy mode)")
     opts = parser.parse_args()
+    runs = {"eager": ("eager CPU", lambda: _train("cpu", opts.size, opts.steps)),
+            "floor": ("Floor subclass", lambda: _train("meta", opts.size, opts.steps, floor=True)),
+            "lazyxla": ("lazyxla lazy", lambda: _train(str(lx.device()), opts.size, opts.steps))}
+    systems = opts.systems.split(",")
+    unknown = sorted(set(systems) - set(runs))
+    if unknown:
+        parser.error(f"unknown systems {unknown}; choose from {sorted(runs)}")
     print(f"W2 {opts.size} step, host only, median of {opts.steps} (lazyxla on {lx.platform()}):")
-    print(f"  eager CPU            {_train('cpu', opts.size, opts.steps):8.2f} ms")
-    print(f"  Floor subclass       {_train('meta', opts.size, opts.steps, floor=True):8.2f} ms")
-    print(f"  lazyxla lazy         {_train(str(lx.device()), opts.size, opts.steps):8.2f} ms")
+    for name in systems:
+        label, train = runs[name]
+        print(f"  {label:<20} {train():8.2f} ms")
 
 
 if __name__ == "__main__":
