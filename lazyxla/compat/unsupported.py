@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Callable, NoReturn
 
+from .modules import MODULES
+
 ALIAS = "lazyxla.compat.torch_xla"   # the package that stands in for torch_xla
 
 
@@ -43,7 +45,6 @@ def unsupported_names(module_name: str) -> Callable[[str], object]:
     def __getattr__(name: str) -> object:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(f"module {upstream!r} has no attribute {name!r}")
-        from .install import MODULES
         if f"{upstream}.{name}" in MODULES:
             # `from torch_xla.amp import syncfree`: a provided submodule not imported yet.
             # Imported under its lazyxla name, which resolves before install() (a spawned
