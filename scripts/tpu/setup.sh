@@ -7,4 +7,4 @@ if [ ! -d /tmp/site/torch ]; then
     --index-url file:///opt/pypi/simple --target /tmp/site \
     torch==2.13.0 --find-links /opt/wheels transformers tqdm psutil ${LAZYXLA_TPU_EXTRA_PACKAGES:-} 2>&1 | grep -E "ERROR"
 fi
-export PYTHONPATH=$PYTHONPATH:$PWD:/tmp/site
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD:/tmp/site
