@@ -20,8 +20,9 @@ from typing import Callable, Optional
 import torch
 
 from .. import config, metrics
+from ..ir.bounded import BoundedTable
 from ..ir.build import data_node
-from ..ir.node import DATA, GETITEM, SCALAR, Node
+from ..ir.node import DATA, GETITEM, SCALAR, SIG_TABLE_CAP, Node
 from ..ir.walk import post_order
 from ..runtime import placement, storage_dtypes
 from ..runtime.transfer import download, staged
@@ -57,13 +58,27 @@ def _integral(node: Node) -> bool:
     return all(d in _INTEGRAL for d in node.dtype)
 
 
+# signature id -> (integral outputs, elements, a GETITEM or an op the host replays): what
+# `_bookkeeping` asks of a node alone depends only on its signature (op, static arguments,
+# operand and output avals), so a decode loop classifies each signature once instead of
+# every node of every token (ids are never reused: a forgotten one is asked again).
+_SIG_CLASS = BoundedTable(SIG_TABLE_CAP // 4)
+
+
+def _sig_class(node: Node) -> tuple:
+    known = _SIG_CLASS.get(node.sig)
+    if known is None:
+        known = _SIG_CLASS.put(node.sig, (_integral(node), host_eval.numel(node),
+                                          node.op is GETITEM or host_eval.replayable_op(node)))
+    return known
+
+
 def _bookkeeping(node: Node, limit: int) -> bool:
     """Whether the host may compute `node` (module docstring); leaves excluded."""
-    if not _integral(node) or host_eval.numel(node) > limit:
+    integral, elements, replayable = _sig_class(node)
+    if not integral or elements > limit or not replayable:
         return False
-    if not all(i.op is SCALAR or _integral(i) for i in node.inputs):
-        return False
-    return node.op is GETITEM or host_eval.replayable_op(node)
+    return all(i.op is SCALAR or _integral(i) for i in node.inputs)
 
 
 def split_read(roots: list) -> Optional[Split]:

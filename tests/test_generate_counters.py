@@ -1,0 +1,156 @@
+"""Hugging Face generate() with a static cache, counted per token (issue 46): after warm-up a
+token is one call of one cached executable, compiled mode (`torch.compile(model.forward)`)
+and lazy mode alike; every layer's K and V are donated by every graph that runs the model
+step, by default and with host replays off, and under the TPU backend's policies; the
+tokens equal eager PyTorch's. Counters and values only (docs/design.md "A decode token
+is one executable call")."""
+import pytest
+import torch
+
+import lazyxla as lx
+from lazyxla import metrics
+from lazyxla.compile import cache
+
+from helpers import backend_as
+
+transformers = pytest.importorskip("transformers")
+LAYERS = 2
+BATCH, PROMPT, TOKENS = 2, 8, 6
+KV_HEADS, HEAD_DIM = 2, 8
+
+
+def _llama():
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
+                                   num_hidden_layers=LAYERS, num_attention_heads=4,
+                                   num_key_value_heads=KV_HEADS, max_position_embeddings=128)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def _gpt2():
+    torch.manual_seed(0)
+    # 4 heads of 8: the static cache holds 4 K/V heads per layer
+    cfg = transformers.GPT2Config(vocab_size=128, n_embd=32, n_layer=LAYERS, n_head=4, n_positions=128,
+                                  bos_token_id=1, eos_token_id=1)
+    return transformers.GPT2LMHeadModel(cfg).eval()
+
+
+MODELS = {"llama": (_llama, KV_HEADS), "gpt2": (_gpt2, 4)}
+
+
+def _prompt(seed: int = 1) -> torch.Tensor:
+    return torch.randint(2, 128, (BATCH, PROMPT), generator=torch.Generator().manual_seed(seed))
+
+
+def _generate(model, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model.generate(ids.to(model.device), max_new_tokens=TOKENS, min_new_tokens=TOKENS,
+                              do_sample=False, cache_implementation="static").cpu()
+
+
+def _kv_bytes(heads: int) -> int:
+    """Bytes of one layer's K (or V) of the static cache (float32; generate() sizes it for
+    the prompt and every new token but the last, whose K and V nothing reads)."""
+    return BATCH * heads * (PROMPT + TOKENS - 1) * HEAD_DIM * 4
+
+
+def _donating_graphs(heads: int) -> int:
+    """Executed graphs that donated at least every layer's K and V (DonatedBytes samples)."""
+    data = metrics.metric_data("DonatedBytes")
+    return 0 if data is None else sum(value >= 2 * LAYERS * _kv_bytes(heads) for _, value in data[2])
+
+
+def _alias_counts() -> list:
+    data = metrics.metric_data("InputOutputAliasCount")
+    return [] if data is None else [int(value) for _, value in data[2]]
+
+
+def _check_steady_tokens(model, ref: torch.Tensor, heads: int) -> None:
+    """A second generate() of the warmed-up model: tokens as eager, one executable call a
+    token (prefill included), no compile, no new executable, K and V donated each token."""
+    executables = cache.cache_size()
+    metrics.clear_all()
+    assert torch.equal(_generate(model, _prompt()), ref)
+    assert metrics.counter_value("ExecuteComputation") == TOKENS
+    assert metrics.counter_value("CachedCompile") == TOKENS
+    assert metrics.counter_value("UncachedCompile") is None
+    assert metrics.counter_value("DynamoCompile") is None
+    assert cache.cache_size() == executables
+    # every decode token; the prefill fills a cache generate() has just made (pending zeros):
+    # it has no buffer to donate
+    assert _donating_graphs(heads) == TOKENS - 1
+    report = lx.debug.donation_report()
+    assert report is not None
+    kv = [p for p in report.params if p["donated"] and len(p["shape"]) == 4]
+    assert len(kv) == 2 * LAYERS
+
+
+def _warm_up(model, ref: torch.Tensor, heads: int) -> None:
+    """The first generate(): the decode graph's compile records every layer's K and V as
+    donors (InputOutputAliasCount: one sample per compile)."""
+    metrics.clear_all()
+    assert torch.equal(_generate(model, _prompt()), ref)
+    assert max(_alias_counts()) >= 2 * LAYERS, _alias_counts()
+    assert _donating_graphs(heads) == TOKENS - 1
+
+
+@pytest.mark.usefixtures("host_replay")
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+def test_static_cache_token_is_one_executable_call(kind, compiled):
+    make, heads = MODELS[kind]
+    model = make()
+    ref = _generate(model, _prompt())
+    model.to(lx.device())
+    if compiled:
+        model.forward = torch.compile(model.forward, backend="lazyxla")
+    try:
+        _warm_up(model, ref, heads)
+        _check_steady_tokens(model, ref, heads)
+        if compiled:   # the forward is replayed, not traced: what is traced is generate()'s own
+            assert metrics.counter_value("CompiledGraphCaptures") is None
+    finally:
+        torch._dynamo.reset()
+        model.to("cpu")
+
+
+@pytest.mark.usefixtures("host_replay")
+def test_tpu_policies_keep_the_token_one_donating_call():
+    """The TPU backend's policies (packed scalars, no kept barriers) over JAX's CPU: the
+    decode step stays on the device, one call a token, K and V donated."""
+    make, heads = MODELS["llama"]
+    model = make()
+    ref = _generate(model, _prompt())
+    with backend_as("tpu"):
+        model.to(lx.device())
+        model.forward = torch.compile(model.forward, backend="lazyxla")
+        try:
+            _warm_up(model, ref, heads)
+            _check_steady_tokens(model, ref, heads)
+        finally:
+            torch._dynamo.reset()
+            model.to("cpu")
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+def test_host_replays_off_every_model_step_donates_the_cache(compiled):
+    """Host reads and bookkeeping replays off (the suite's default): the stopping checks run
+    on the device too, so a token runs more than one graph, but every graph that runs the
+    model step donates every layer's K and V, and the donation report shows it."""
+    make, heads = MODELS["llama"]
+    model = make()
+    ref = _generate(model, _prompt())
+    model.to(lx.device())
+    if compiled:
+        model.forward = torch.compile(model.forward, backend="lazyxla")
+    try:
+        metrics.clear_all()
+        assert torch.equal(_generate(model, _prompt()), ref)
+        assert metrics.counter_value("HostEvaluatedRead") is None
+        assert metrics.counter_value("HostBookkeepingRead") is None
+        assert _donating_graphs(heads) == TOKENS - 1
+        assert max(_alias_counts()) >= 2 * LAYERS
+        assert lx.debug.donation_report() is not None
+    finally:
+        torch._dynamo.reset()
+        model.to("cpu")
