@@ -4,6 +4,9 @@ and lazy mode alike; every layer's K and V are donated by every graph that runs 
 step, by default and with host replays off, and under the TPU backend's policies; the
 tokens equal eager PyTorch's. Counters and values only (docs/design.md "A decode token
 is one executable call")."""
+import contextlib
+from typing import Iterator
+
 import pytest
 import torch
 
@@ -94,10 +97,9 @@ def _warm_up(model, ref: torch.Tensor, heads: int) -> None:
     assert _donating_graphs(heads) == TOKENS - 1
 
 
-@pytest.mark.usefixtures("host_replay")
-@pytest.mark.parametrize("kind", ["llama", "gpt2"])
-@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
-def test_static_cache_token_is_one_executable_call(kind, compiled):
+@contextlib.contextmanager
+def _on_device(kind: str, compiled: bool) -> Iterator[tuple]:
+    """(model on lazyxla's device, eager's tokens, its KV heads); the forward compiled if asked."""
     make, heads = MODELS[kind]
     model = make()
     ref = _generate(model, _prompt())
@@ -105,31 +107,30 @@ def test_static_cache_token_is_one_executable_call(kind, compiled):
     if compiled:
         model.forward = torch.compile(model.forward, backend="lazyxla")
     try:
-        _warm_up(model, ref, heads)
-        _check_steady_tokens(model, ref, heads)
-        if compiled:   # the forward is replayed, not traced: what is traced is generate()'s own
-            assert metrics.counter_value("CompiledGraphCaptures") is None
+        yield model, ref, heads
     finally:
         torch._dynamo.reset()
         model.to("cpu")
 
 
 @pytest.mark.usefixtures("host_replay")
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+def test_static_cache_token_is_one_executable_call(kind, compiled):
+    with _on_device(kind, compiled) as (model, ref, heads):
+        _warm_up(model, ref, heads)
+        _check_steady_tokens(model, ref, heads)
+        if compiled:   # the forward is replayed, not traced: what is traced is generate()'s own
+            assert metrics.counter_value("CompiledGraphCaptures") is None
+
+
+@pytest.mark.usefixtures("host_replay")
 def test_tpu_policies_keep_the_token_one_donating_call():
     """The TPU backend's policies (packed scalars, no kept barriers) over JAX's CPU: the
     decode step stays on the device, one call a token, K and V donated."""
-    make, heads = MODELS["llama"]
-    model = make()
-    ref = _generate(model, _prompt())
-    with backend_as("tpu"):
-        model.to(lx.device())
-        model.forward = torch.compile(model.forward, backend="lazyxla")
-        try:
-            _warm_up(model, ref, heads)
-            _check_steady_tokens(model, ref, heads)
-        finally:
-            torch._dynamo.reset()
-            model.to("cpu")
+    with backend_as("tpu"), _on_device("llama", compiled=True) as (model, ref, heads):
+        _warm_up(model, ref, heads)
+        _check_steady_tokens(model, ref, heads)
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
@@ -137,13 +138,7 @@ def test_host_replays_off_every_model_step_donates_the_cache(compiled):
     """Host reads and bookkeeping replays off (the suite's default): the stopping checks run
     on the device too, so a token runs more than one graph, but every graph that runs the
     model step donates every layer's K and V, and the donation report shows it."""
-    make, heads = MODELS["llama"]
-    model = make()
-    ref = _generate(model, _prompt())
-    model.to(lx.device())
-    if compiled:
-        model.forward = torch.compile(model.forward, backend="lazyxla")
-    try:
+    with _on_device("llama", compiled) as (model, ref, heads):
         metrics.clear_all()
         assert torch.equal(_generate(model, _prompt()), ref)
         assert metrics.counter_value("HostEvaluatedRead") is None
@@ -151,6 +146,3 @@ def test_host_replays_off_every_model_step_donates_the_cache(compiled):
         assert _donating_graphs(heads) == TOKENS - 1
         assert max(_alias_counts()) >= 2 * LAYERS
         assert lx.debug.donation_report() is not None
-    finally:
-        torch._dynamo.reset()
-        model.to("cpu")
