@@ -77,29 +77,30 @@ def _device(system: str) -> Tuple[torch.device, Callable[[], None], Callable[[],
     return torch.device("cpu"), nothing, nothing
 
 
-def _generate_caller(model: torch.nn.Module, system: str, tokens: int, cache: str):
-    """generate() cells: a function of (prompt ids, new tokens) -> (ids, seconds)."""
+def _generate_caller(model: torch.nn.Module, system: str, cache: str):
+    """generate() cells: a function of (prompt ids, new tokens) -> (ids, seconds), and one
+    returning the compiles so far."""
     if system == "floor":
         from generate_floor import stub_forward   # lazy: the child put this folder on sys.path (_child)
         stub_forward(model)
-        return lambda ids, n: timed_generate(model, ids, n, cache)
+        return (lambda ids, n: timed_generate(model, ids, n, cache)), _compiles(system)
     if system == "jax":
         from jax_decode import Decoder   # lazy: the JAX cell's child puts this folder on sys.path (_child)
         decoder = Decoder(model)
-        return decoder.generate
+        return decoder.generate, decoder.compiles
     device, _, _ = _device(system)
     model.to(device)
     if system == "compiled":
         model.forward = torch.compile(model.forward, backend="lazyxla")
-    return lambda ids, n: timed_generate(model, ids.to(device), n, cache)
+    return (lambda ids, n: timed_generate(model, ids.to(device), n, cache)), _compiles(system)
 
 
-def _generate_cell(model: torch.nn.Module, system: str, batch: int, length: int, tokens: int, call) -> dict:
+def _generate_cell(model: torch.nn.Module, batch: int, length: int, tokens: int, caller) -> dict:
     """Two generate() calls, then the prefill alone: a one-token call (the static cache's
     length differs, so lazyxla may compile its prefill once more; timed on the second of two
     such calls)."""
+    call, compiles = caller
     ids = prompt(model, batch, length)
-    compiles = _compiles(system)
     calls = []
     for _ in range(2):
         before = compiles()
@@ -116,9 +117,7 @@ def _loop_caller(model: torch.nn.Module, system: str, tokens: int):
     if system == "jax":
         from jax_decode import Decoder   # lazy: the JAX cell's child puts this folder on sys.path (_child)
         decoder = Decoder(model)
-        # jax.jit's own cache: one entry per compiled shape (prefill, decode step)
-        size = getattr(decoder.step, "_cache_size", lambda: 0)
-        return (lambda ids: decoder.run(ids, tokens)), size
+        return (lambda ids: decoder.run(ids, tokens)), decoder.compiles
     from decode_loop import TorchDecodeLoop   # lazy: the child put this folder on sys.path (_child)
     device, barrier, wait = _device(system)
     model.to(device)
@@ -150,12 +149,12 @@ def run_cells(form: str, model_name: str, system: str, batches: List[int], lengt
     model = build_model(model_name, DTYPES[dtype] if dtype else None)
     params = sum(p.numel() for p in model.parameters())
     if form == "generate":
-        caller = _generate_caller(model, system, tokens, cache)
+        caller = _generate_caller(model, system, cache)
     else:
         caller = _loop_caller(model, system, tokens)
     for batch in batches:
         if form == "generate":
-            cell = _generate_cell(model, system, batch, length, tokens, caller)
+            cell = _generate_cell(model, batch, length, tokens, caller)
         else:
             cell = _loop_cell(model, system, batch, length, caller)
         decode_steps = tokens - 1   # the prefill gives the first new token
@@ -251,7 +250,8 @@ def leading_equal(ids: List[List[int]], reference: List[List[int]], start: int) 
 
 def _agreement(c: dict, reference: Optional[dict]) -> str:
     """'yes' when every call's new tokens equal the reference's (and the rounds agree), else
-    'k/T' leading tokens equal; 'not checked' without a reference cell."""
+    'k/T' leading tokens equal (', rounds differ' when rounds decoded differently); 'not
+    checked' without a reference cell."""
     if reference is None or "calls" not in reference:
         return "not checked"
     ref = reference["calls"][0]["ids"]
@@ -259,7 +259,9 @@ def _agreement(c: dict, reference: Optional[dict]) -> str:
     counts = [leading_equal(call["ids"], ref, start) for call in c["calls"]]
     same_rounds = all(call.get("same", True) for call in c["calls"])
     n = min(counts)
-    return "yes" if n == c["tokens"] and same_rounds else f"{n}/{c['tokens']}"
+    if not same_rounds:   # a round decoded other tokens than the first: never "yes"
+        return f"{n}/{c['tokens']}, rounds differ"
+    return "yes" if n == c["tokens"] else f"{n}/{c['tokens']}"
 
 
 def table(cells: List[dict]) -> str:

@@ -89,7 +89,7 @@ def _write(cache, layer, new, start):
     return jax.lax.dynamic_update_slice(cache, new[None], (layer, 0, 0, start, 0))
 
 
-def _gpt2_step(cfg, w, cache, tokens, start):
+def _gpt2_logits(cfg, w, cache, tokens, start):
     k_cache, v_cache = cache
     t = tokens.shape[1]
     x = w["transformer.wte.weight"][tokens] + w["transformer.wpe.weight"][start + jnp.arange(t)]
@@ -106,8 +106,7 @@ def _gpt2_step(cfg, w, cache, tokens, start):
         x = x + h @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
     x = _layer_norm(x, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], cfg.layer_norm_epsilon)
     head = w["lm_head.weight"] if "lm_head.weight" in w else w["transformer.wte.weight"]
-    logits = x[:, -1] @ head.T
-    return jnp.argmax(logits, axis=-1)[:, None].astype(tokens.dtype), (k_cache, v_cache)
+    return x[:, -1] @ head.T, (k_cache, v_cache)
 
 
 def _rope(x, positions, theta):
@@ -126,7 +125,7 @@ def _rope_theta(cfg) -> float:
     return float(params.get("rope_theta", getattr(cfg, "rope_theta", 10000.0)))
 
 
-def _llama_step(cfg, w, cache, tokens, start):
+def _llama_logits(cfg, w, cache, tokens, start):
     k_cache, v_cache = cache
     t = tokens.shape[1]
     positions = start + jnp.arange(t)
@@ -146,7 +145,16 @@ def _llama_step(cfg, w, cache, tokens, start):
         x = x + gate @ w[p + "mlp.down_proj.weight"].T
     x = _rms_norm(x, w["model.norm.weight"], eps)
     head = w["lm_head.weight"] if "lm_head.weight" in w else w["model.embed_tokens.weight"]
-    return jnp.argmax(x[:, -1] @ head.T, axis=-1)[:, None].astype(tokens.dtype), (k_cache, v_cache)
+    return x[:, -1] @ head.T, (k_cache, v_cache)
+
+
+_LOGITS = {"gpt2": _gpt2_logits, "llama": _llama_logits}
+
+
+def _greedy_step(body, cfg, w, cache, tokens, start):
+    """One step: the last position's logits, their argmax ([B, 1], on the device), the cache."""
+    logits, cache = body(cfg, w, cache, tokens, start)
+    return jnp.argmax(logits, axis=-1)[:, None].astype(tokens.dtype), cache
 
 
 def _cache_shape(cfg, batch: int, length: int) -> tuple:
@@ -163,12 +171,18 @@ class Decoder:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.config = model.config
-        body = {"gpt2": _gpt2_step, "llama": _llama_step}.get(self.config.model_type)
+        body = _LOGITS.get(self.config.model_type)
         if body is None:
             raise ValueError(f"no JAX decode step for model type {self.config.model_type!r}; "
                              "gpt2 and llama have one")
         self.model, self.weights, self.dtype = model, None, model_dtype(model)
-        self.step = jax.jit(functools.partial(body, self.config), donate_argnums=(1,))
+        self.body = body
+        self.step = jax.jit(functools.partial(_greedy_step, body, self.config), donate_argnums=(1,))
+
+    def compiles(self) -> int:
+        """Compiles so far: jax.jit's cache holds one executable per shape (prefill, decode step)."""
+        size = getattr(self.step, "_cache_size", None)   # a private jax.jit method: 0 where it is gone
+        return size() if size else 0
 
     def run(self, ids: torch.Tensor, new_tokens: int) -> Tuple[torch.Tensor, float, float]:
         """`new_tokens` after prompt `ids` ([B, P] int64): (all ids as a CPU tensor, seconds to
@@ -193,3 +207,14 @@ class Decoder:
         """`new_tokens` after prompt `ids` ([B, P] int64): (all ids as a CPU tensor, seconds)."""
         all_ids, _, seconds = self.run(ids, new_tokens)
         return all_ids, seconds
+
+    def prefill_logits(self, ids: torch.Tensor) -> np.ndarray:
+        """The prompt's last-position logits ([B, V], float32): a check of the step's numerics
+        against the model's own forward, apart from greedy's ties."""
+        if self.weights is None:
+            self.weights = _weights(self.model, self.dtype)
+        shape = _cache_shape(self.config, ids.shape[0], ids.shape[1])
+        cache = (jnp.zeros(shape, self.dtype), jnp.zeros(shape, self.dtype))
+        logits, _ = jax.jit(functools.partial(self.body, self.config))(
+            self.weights, cache, jnp.asarray(ids.numpy().astype(np.int32)), jnp.int32(0))
+        return np.asarray(logits.astype(jnp.float32))
