@@ -31,6 +31,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -187,17 +188,21 @@ def _text(out) -> str:
     return out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
 
 
-def _run(system: str, model: str, args) -> List[dict]:
-    """One child process: its cells, and an error cell for each batch it did not finish."""
+def _run(system: str, model: str, args, limit: float) -> List[dict]:
+    """One child process under `limit` seconds: its cells, and an error cell for each batch it
+    did not finish (none started when the run's deadline has passed)."""
     env = dict(os.environ, LAZYXLA_CACHE_DIR="", PJRT_DEVICE=os.environ.get("PJRT_DEVICE", "CPU"))
     if system in ("eager", "floor"):
         env["JAX_PLATFORMS"] = "cpu"   # these never touch JAX; never let them hold the chip either
-    try:
-        done = subprocess.run(_command(system, args) + ["--model", model], capture_output=True, text=True,
-                              env=env, timeout=args.timeout)
-        stdout, why = done.stdout, (done.stderr or done.stdout).strip().splitlines()[-5:]
-    except subprocess.TimeoutExpired as e:
-        stdout, why = _text(e.stdout), [f"timed out after {args.timeout} s"]
+    if limit < 1:
+        stdout, why = "", ["skipped: the run's --deadline had passed"]
+    else:
+        try:
+            done = subprocess.run(_command(system, args) + ["--model", model], capture_output=True, text=True,
+                                  env=env, timeout=limit)
+            stdout, why = done.stdout, (done.stderr or done.stdout).strip().splitlines()[-5:]
+        except subprocess.TimeoutExpired as e:
+            stdout, why = _text(e.stdout), [f"timed out after {limit:.0f} s"]
     cells = [json.loads(line[5:]) for line in stdout.splitlines() if line.startswith("CELL ")]
     finished = {c["batch"] for c in cells}
     for batch in (int(b) for b in args.batch.split(",")):
@@ -324,6 +329,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     ap.add_argument("--rounds", type=int, default=1,
                     help="run every cell this many times, interleaved; the table shows the fastest of each figure")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per child process (one model and system)")
+    ap.add_argument("--deadline", type=float, help="seconds for the whole run: each child gets at most what is "
+                                                   "left, later ones are skipped; the table is printed either way")
     ap.add_argument("--torch-xla-python", metavar="PYTHON", help="interpreter of an environment with torch_xla")
     ap.add_argument("--json", help="also write the cells to this file (rewritten after every cell)")
     ap.add_argument("--cell", help=argparse.SUPPRESS)
@@ -338,10 +345,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     if "torch_xla" in systems and not args.torch_xla_python:
         ap.error("the torch_xla system needs --torch-xla-python (an interpreter with torch_xla installed)")
     cells: List[dict] = []
+    end = time.monotonic() + (args.deadline if args.deadline is not None else float("inf"))
     for _ in range(args.rounds):
         for model in args.models.split(","):
             for system in _with_eager(systems, model, args.eager):
-                for cell in _run(system, model, args):
+                for cell in _run(system, model, args, min(args.timeout, end - time.monotonic())):
                     cells.append(cell)
                     done = (f"decode {cell['decode_tokens_per_s']:.1f} tokens/s, first call "
                             f"{cell['calls'][0]['seconds']:.1f} s" if "calls" in cell else "failed")
