@@ -63,16 +63,20 @@ def _rms_norm(x, w, eps):
 
 def _attend(q, k_cache, v_cache, start):
     """q [B, H, T, hd] at positions start..start+T-1 against the whole cache [B, KV, S, hd];
-    cache slots after each query's position are masked. Scores and softmax in float32 (as
-    torch's attention kernels accumulate), the result in q's dtype."""
-    heads, kv = q.shape[1], k_cache.shape[1]
-    k = jnp.repeat(k_cache, heads // kv, axis=1)
-    v = jnp.repeat(v_cache, heads // kv, axis=1)
-    scores = jnp.einsum("bhtd,bhsd->bhts", q, k, preferred_element_type=jnp.float32) / np.sqrt(q.shape[-1])
-    allowed = jnp.arange(k.shape[2])[None, :] <= (start + jnp.arange(q.shape[2]))[:, None]
+    cache slots after each query's position are masked. Grouped-query heads are grouped in
+    the contraction, not repeated: the decode step is a read of the weights and the cache,
+    and a repeated cache would be read (and written) KV/H times over. Scores, softmax and
+    the accumulation in float32 (as torch's attention kernels accumulate), the result in
+    q's dtype."""
+    b, heads, t, hd = q.shape
+    kv = k_cache.shape[1]
+    g = q.reshape(b, kv, heads // kv, t, hd)
+    scores = jnp.einsum("bkgtd,bksd->bkgts", g, k_cache, preferred_element_type=jnp.float32) / np.sqrt(hd)
+    allowed = jnp.arange(k_cache.shape[2])[None, :] <= (start + jnp.arange(t))[:, None]
     scores = jnp.where(allowed, scores, jnp.finfo(scores.dtype).min)
-    probs = jax.nn.softmax(scores, axis=-1)
-    return jnp.einsum("bhts,bhsd->bhtd", probs, v.astype(jnp.float32)).astype(q.dtype)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v_cache.dtype)
+    out = jnp.einsum("bkgts,bksd->bkgtd", probs, v_cache, preferred_element_type=jnp.float32)
+    return out.reshape(b, heads, t, hd).astype(q.dtype)
 
 
 def _heads(x, n):
