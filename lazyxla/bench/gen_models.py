@@ -64,6 +64,14 @@ def build_model(name: str, dtype: Optional[torch.dtype] = None) -> torch.nn.Modu
     return model.eval()
 
 
+def parameter_count(name: str) -> int:
+    """Model `name`'s parameters, counted on the meta device: no weight is made."""
+    cls, cfg = _config(name)
+    with torch.device("meta"):
+        model = cls._from_config(cfg)
+    return sum(p.numel() for p in model.parameters())
+
+
 def prompt(model: torch.nn.Module, batch: int, length: int) -> torch.Tensor:
     """[batch, length] random token ids, the same for a given model vocabulary and shape."""
     return torch.randint(0, model.config.vocab_size, (batch, length), generator=torch.Generator().manual_seed(1))

@@ -37,9 +37,9 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import torch
 
 if __package__:
-    from .gen_models import DTYPES, MODELS, build_model, prompt, timed_generate
+    from .gen_models import DTYPES, MODELS, build_model, parameter_count, prompt, timed_generate
 else:   # run by path as a cell's child: this folder is sys.path[0] until _child moves it
-    from gen_models import DTYPES, MODELS, build_model, prompt, timed_generate
+    from gen_models import DTYPES, MODELS, build_model, parameter_count, prompt, timed_generate
 
 __all__ = ["MODELS", "build_model", "prompt", "timed_generate", "table", "best", "main"]
 
@@ -140,7 +140,8 @@ def _loop_cell(model: torch.nn.Module, system: str, batch: int, length: int, cal
         before = compiles()
         out, prefill, seconds = call(ids)
         calls.append({"seconds": seconds, "prefill": prefill, "compiles": compiles() - before, "ids": out.tolist()})
-    return {"calls": calls, "prefill": calls[1]["prefill"], "decode_s": max(calls[1]["seconds"] - calls[1]["prefill"], 1e-9)}
+    second = calls[1]
+    return {"calls": calls, "prefill": second["prefill"], "decode_s": max(second["seconds"] - second["prefill"], 1e-9)}
 
 
 def run_cells(form: str, model_name: str, system: str, batches: List[int], length: int, tokens: int,
@@ -306,8 +307,8 @@ def _with_eager(systems: List[str], model: str, eager: str) -> List[str]:
 
 
 def _small(model: str) -> bool:
-    # the parameter count from the configuration alone: building a 1B model just to count costs seconds
-    return model in ("llama", "gpt2")   # 11 k and 124 M parameters; llama1b has 1.24 B
+    # counted on the meta device: building a 1B model just to count would cost seconds and 2.5 GB
+    return parameter_count(model) < EAGER_AUTO_MAX_PARAMS
 
 
 def main(argv: Optional[List[str]] = None) -> None:
