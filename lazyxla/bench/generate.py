@@ -78,6 +78,20 @@ def _device(system: str) -> Tuple[torch.device, Callable[[], None], Callable[[],
     return torch.device("cpu"), nothing, nothing
 
 
+def _platform(system: str) -> str:
+    """Where `system`'s model runs: "cpu", "tpu" or "gpu" (so a TPU run's JSON shows it was)."""
+    if system in ("lazyxla", "compiled"):
+        import lazyxla as lx   # lazy: only the lazyxla cells import lazyxla (and JAX)
+        return lx.platform()
+    if system == "jax":
+        import jax   # lazy: only the JAX and lazyxla cells import JAX
+        return jax.default_backend()
+    if system == "torch_xla":
+        import torch_xla   # lazy: only the PyTorch/XLA cell imports torch_xla
+        return str(torch_xla.device())
+    return "cpu"   # eager and the floor run on the host
+
+
 def _generate_caller(model: torch.nn.Module, system: str, cache: str):
     """generate() cells: a function of (prompt ids, new tokens) -> (ids, seconds), and one
     returning the compiles so far."""
@@ -162,7 +176,7 @@ def run_cells(form: str, model_name: str, system: str, batches: List[int], lengt
         decode_steps = tokens - 1   # the prefill gives the first new token
         yield {"form": form, "model": model_name, "system": system, "batch": batch, "prompt": length,
                "tokens": tokens, "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
-               "params": params, "chips": 1, **cell,
+               "params": params, "chips": 1, "platform": _platform(system), **cell,
                "decode_steps_per_s": decode_steps / cell["decode_s"],
                "decode_tokens_per_s": batch * decode_steps / cell["decode_s"]}
 
@@ -290,7 +304,8 @@ def table(cells: List[dict]) -> str:
         else:
             vs_eager = "reference" if system == "eager" else _agreement(c, by_key.get((form, model, "eager", batch)))
             vs_jax = "reference" if system == "jax" else _agreement(c, by_key.get((form, model, "jax", batch)))
-        rows.append(f"| {form} | {model} | {c.get('dtype', '')} | {batch} | {system} | {one['seconds']:.2f} | "
+        where = f" ({c['platform']})" if "platform" in c else ""
+        rows.append(f"| {form} | {model} | {c.get('dtype', '')} | {batch} | {system}{where} | {one['seconds']:.2f} | "
                     f"{two['seconds']:.3f} | {c['prefill']:.3f} | {c['decode_steps_per_s']:.1f} | "
                     f"{c['decode_tokens_per_s']:.1f} | {c['decode_tokens_per_s'] / c.get('chips', 1):.1f} | "
                     f"{one['compiles']} / {two['compiles']} | {vs_eager} | {vs_jax} |")
