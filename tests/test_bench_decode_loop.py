@@ -42,14 +42,16 @@ def test_eager_loop_equals_generate(name):
 
 
 @pytest.mark.parametrize("name", ["llama", "gpt2"])
-@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
-def test_lazyxla_loop_equals_eager(name, compiled):
+@pytest.mark.parametrize("mode", ["lazy", "compiled", "compiled_step"])
+def test_lazyxla_loop_equals_eager(name, mode):
     model = _model(name)
     ids = gen_models.prompt(model, 2, 8)
     ref = decode_loop.TorchDecodeLoop(model, torch.device("cpu")).run(ids, TOKENS).ids
     model.to(lx.device())
-    forward = torch.compile(model.forward, backend="lazyxla") if compiled else None
-    loop = decode_loop.TorchDecodeLoop(model, lx.device(), barrier=lx.sync, wait=lx.wait_device_ops, forward=forward)
+    forward = torch.compile(model.forward, backend="lazyxla") if mode == "compiled" else None
+    compile_step = (lambda f: torch.compile(f, backend="lazyxla")) if mode == "compiled_step" else None
+    loop = decode_loop.TorchDecodeLoop(model, lx.device(), barrier=lx.sync, wait=lx.wait_device_ops, forward=forward,
+                                       compile_step=compile_step)
     assert torch.equal(loop.run(ids, TOKENS).ids, ref)
     metrics.clear_all()
     assert torch.equal(loop.run(ids, TOKENS).ids, ref)

@@ -5,7 +5,8 @@ A static cache (transformers' `StaticCache`), the prompt in one model call (the 
 then one model call per new token: the greedy argmax stays on the device, the token is fed
 back as a device tensor, the positions advance on the device, and the tokens are read to
 the host once, at the end. The same code runs on eager CPU, lazyxla (lazy mode, a step
-barrier per token) and compiled (`torch.compile(model.forward, backend="lazyxla")`);
+barrier per token), compiled (`torch.compile(model.forward, backend="lazyxla")`) and
+compiled step (`torch.compile` of the whole step: model call, argmax, next position);
 `lazyxla/bench/generate.py --form loop` runs it in each system's own process.
 
 Imports only torch and transformers: the eager cell must not load lazyxla or JAX, so the
@@ -16,7 +17,7 @@ from __future__ import annotations
 import inspect
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 import torch
 
@@ -48,7 +49,8 @@ class TorchDecodeLoop:
 
     def __init__(self, model: torch.nn.Module, device: torch.device, *,
                  barrier: Callable[[], None] = _nothing, wait: Callable[[], None] = _nothing,
-                 forward: Optional[Callable] = None) -> None:
+                 forward: Optional[Callable] = None,
+                 compile_step: Optional[Callable[[Callable], Callable]] = None) -> None:
         from transformers import StaticCache   # deferred: transformers loads in a second or more
         self._static_cache = StaticCache
         self.model, self.device = model, device
@@ -60,6 +62,9 @@ class TorchDecodeLoop:
         # releases take cache_position, newer ones keep the position inside the cache
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._cache_position = "cache_position" in params
+        # the whole step (model call, argmax, next position) under one compiler, e.g.
+        # torch.compile(..., backend="lazyxla"): the step's own small ops are captured too
+        self.step = compile_step(self._step) if compile_step else self._step
 
     def _call(self, tokens: torch.Tensor, cache, positions: torch.Tensor) -> torch.Tensor:
         kw = {self._cache_kw: cache, "position_ids": positions, "use_cache": True, "logits_to_keep": 1}
@@ -69,6 +74,10 @@ class TorchDecodeLoop:
         # argmax on the device: the token is fed back without a host read
         return logits[:, -1].argmax(-1, keepdim=True)
 
+    def _step(self, tokens: torch.Tensor, cache, positions: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The greedy token after `tokens` at `positions` ([1, T]) and the next position ([1, 1])."""
+        return self._call(tokens, cache, positions), positions[:, -1:] + 1
+
     def run(self, ids: torch.Tensor, new_tokens: int) -> LoopTiming:
         """`new_tokens` greedy tokens after prompt `ids` ([B, P] int64 on the CPU)."""
         batch, length = ids.shape
@@ -76,18 +85,16 @@ class TorchDecodeLoop:
         with torch.no_grad():
             cache = self._static_cache(config=self.model.config, max_cache_len=length + new_tokens)
             positions = torch.arange(length, device=self.device)[None]
-            token = self._call(ids.to(self.device), cache, positions)
+            # the next position is a device tensor, advanced on the device: each decode step has
+            # the same inputs' shapes and no host scalar, so it traces (and compiles) once
+            token, position = self.step(ids.to(self.device), cache, positions)
             out = [token]
             self.barrier()
             self.wait()
             prefill = time.perf_counter() - start
-            # the next position as a device tensor, advanced on the device: each decode step has
-            # the same inputs' shapes and no host scalar, so it traces (and compiles) once
-            position = positions[:, -1:] + 1
             for _ in range(new_tokens - 1):
-                token = self._call(token, cache, position)
+                token, position = self.step(token, cache, position)
                 out.append(token)
-                position = position + 1
                 self.barrier()
             new = torch.cat(out, dim=1).cpu()    # the only host read
         return LoopTiming(torch.cat([ids, new], dim=1), prefill, time.perf_counter() - start)

@@ -45,14 +45,14 @@ __all__ = ["MODELS", "build_model", "prompt", "timed_generate", "table", "best",
 
 FORMS = ("generate", "loop")
 SYSTEMS = {"generate": ("eager", "lazyxla", "compiled", "jax", "torch_xla", "floor"),
-           "loop": ("eager", "lazyxla", "compiled", "jax")}
+           "loop": ("eager", "lazyxla", "compiled", "compiled_step", "jax")}
 # --eager auto: eager CPU runs only for models below this many parameters (GPT-2 124M yes, 1B no)
 EAGER_AUTO_MAX_PARAMS = 200_000_000
 
 
 def _compiles(system: str) -> Callable[[], int]:
     """A function returning the compiles so far, for `system` (the JAX cell counts its own)."""
-    if system in ("lazyxla", "compiled"):
+    if system in ("lazyxla", "compiled", "compiled_step"):
         # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
         from lazyxla import metrics
         return lambda: metrics.counter_value("UncachedCompile") or 0
@@ -65,7 +65,7 @@ def _compiles(system: str) -> Callable[[], int]:
 
 def _device(system: str) -> Tuple[torch.device, Callable[[], None], Callable[[], None]]:
     """`system`'s device, its step barrier and its wait for the device (eager: no-ops)."""
-    if system in ("lazyxla", "compiled"):
+    if system in ("lazyxla", "compiled", "compiled_step"):
         # lazy: only the lazyxla cells import lazyxla (and JAX)
         import lazyxla as lx
         return lx.device(), lx.sync, lx.wait_device_ops
@@ -80,7 +80,7 @@ def _device(system: str) -> Tuple[torch.device, Callable[[], None], Callable[[],
 
 def _platform(system: str) -> str:
     """Where `system`'s model runs: "cpu", "tpu" or "gpu" (so a TPU run's JSON shows it was)."""
-    if system in ("lazyxla", "compiled"):
+    if system in ("lazyxla", "compiled", "compiled_step"):
         import lazyxla as lx   # lazy: only the lazyxla cells import lazyxla (and JAX)
         return lx.platform()
     if system == "jax":
@@ -137,7 +137,8 @@ def _loop_caller(model: torch.nn.Module, system: str, tokens: int):
     device, barrier, wait = _device(system)
     model.to(device)
     forward = torch.compile(model.forward, backend="lazyxla") if system == "compiled" else None
-    loop = TorchDecodeLoop(model, device, barrier=barrier, wait=wait, forward=forward)
+    compile_step = (lambda f: torch.compile(f, backend="lazyxla")) if system == "compiled_step" else None
+    loop = TorchDecodeLoop(model, device, barrier=barrier, wait=wait, forward=forward, compile_step=compile_step)
 
     def call(ids: torch.Tensor) -> tuple:
         t = loop.run(ids, tokens)
@@ -332,7 +333,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     ap.add_argument("--models", default="llama,gpt2", help=f"comma-separated, of {','.join(MODELS)}")
     ap.add_argument("--systems", default="eager,lazyxla,compiled,jax",
                     help="comma-separated; generate form: eager,lazyxla,compiled,jax,torch_xla,floor; "
-                         "loop form: eager,lazyxla,compiled,jax")
+                         "loop form: eager,lazyxla,compiled,compiled_step,jax")
     ap.add_argument("--eager", choices=("auto", "yes", "no"), default="auto",
                     help="run eager CPU (the token reference): auto = for models under 200 M parameters")
     ap.add_argument("--tokens", type=int, default=32, help="new tokens per sequence")
