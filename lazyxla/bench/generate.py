@@ -11,7 +11,8 @@
   own Python per token on the CPU.
 - `loop`: the JAX loop's form in PyTorch (lazyxla/bench/decode_loop.py): static cache, one
   model call per token, the token fed back on the device, one read at the end; the prefill
-  is timed inside the call.
+  is timed inside the call. System `compiled_step` compiles the whole step (model call,
+  argmax, next position) instead of the model's forward alone.
 
 Both report decode steps/s (tokens per sequence per second), decode tokens/s (the batch's),
 the same per chip, compiles per call, and how many leading new tokens equal eager's and the
