@@ -45,7 +45,8 @@ class TorchDecodeLoop:
     `barrier` ends each token's step (lazyxla: `lx.sync`, so each token is one device graph
     and pending work never grows across tokens); `wait` blocks until the device is idle
     (lazyxla: `lx.wait_device_ops`), used only to time the prefill apart. Both default to
-    nothing, which is eager's loop."""
+    nothing, which is eager's loop. `forward` replaces the model's call (a compiled forward);
+    `compile_step` wraps the whole step instead (model call, argmax, next position)."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, *,
                  barrier: Callable[[], None] = _nothing, wait: Callable[[], None] = _nothing,
@@ -80,7 +81,7 @@ class TorchDecodeLoop:
 
     def run(self, ids: torch.Tensor, new_tokens: int) -> LoopTiming:
         """`new_tokens` greedy tokens after prompt `ids` ([B, P] int64 on the CPU)."""
-        batch, length = ids.shape
+        length = ids.shape[1]
         start = time.perf_counter()
         with torch.no_grad():
             cache = self._static_cache(config=self.model.config, max_cache_len=length + new_tokens)
