@@ -38,15 +38,20 @@ def test_unknown_model_type_is_refused():
 
 def _cell(system, seconds, ids, prefill=0.1):
     calls = [{"seconds": seconds, "compiles": 2, "ids": ids}, {"seconds": seconds / 2, "compiles": 0, "ids": ids}]
-    return {"model": "m", "system": system, "calls": calls, "prefill": prefill, "decode_tokens_per_s": 1 / seconds}
+    return {"form": "generate", "model": "m", "system": system, "batch": 1, "tokens": 1, "dtype": "float32",
+            "calls": calls, "prefill": prefill, "decode_steps_per_s": 1 / seconds, "decode_tokens_per_s": 1 / seconds}
 
 
 def test_rounds_keep_the_fastest_figures_and_compare_tokens():
-    cells = [_cell("eager", 1.0, [[1]]), _cell("lazyxla", 2.0, [[1]]), _cell("eager", 0.5, [[1]]),
-             _cell("lazyxla", 3.0, [[2]]), {"model": "m", "system": "jax", "error": ["boom"]}]
+    cells = [_cell("eager", 1.0, [[0, 1]]), _cell("lazyxla", 2.0, [[0, 1]]), _cell("eager", 0.5, [[0, 1]]),
+             _cell("lazyxla", 3.0, [[0, 2]]), {"form": "generate", "model": "m", "system": "jax", "batch": 1,
+                                              "error": ["boom"]}]
     rows = generate.table(cells).splitlines()[2:]
-    assert rows[0].startswith("| m | eager | 0.50 | 0.250 | 0.100 | 2.0 | 2 / 0 | yes")
-    assert rows[1].startswith("| m | lazyxla | 2.00 | 1.000 |") and rows[1].endswith("| no |")  # round 2 differs
+    assert rows[0].startswith("| generate | m | float32 | 1 | eager | 0.50 | 0.250 | 0.100 | 2.0 | 2.0 | 2.0 | "
+                              "2 / 0 | reference | not checked |")
+    # round 2's tokens differ from round 1's: not "yes"
+    assert rows[1].startswith("| generate | m | float32 | 1 | lazyxla | 2.00 | 1.000 |")
+    assert rows[1].endswith("| 1/1, rounds differ | not checked |")
     assert "failed: boom" in rows[2]
 
 
@@ -57,8 +62,8 @@ def test_bench_runs_end_to_end():
     done = subprocess.run([sys.executable, "-m", "lazyxla.bench.generate", "--models", "llama", "--tokens", "3",
                            "--systems", "lazyxla,compiled,jax"], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = [line for line in done.stdout.splitlines() if line.startswith("| llama |")]
-    assert [r.split("|")[2].strip() for r in rows] == ["eager", "lazyxla", "compiled", "jax"]
-    assert all(r.rstrip().endswith("| yes |") for r in rows), done.stdout
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| generate | llama |")]
+    assert [r.split("|")[5].strip().split(" (")[0] for r in rows] == ["eager", "lazyxla", "compiled", "jax"]
+    assert all(r.split("|")[-3].strip() in ("yes", "reference") for r in rows), done.stdout
     lazy = rows[1].split("|")
-    assert lazy[7].strip() == "2 / 0"   # prefill and decode compiled once, nothing on the second call
+    assert lazy[12].strip() == "2 / 0"   # prefill and decode compiled once, nothing on the second call
