@@ -51,7 +51,7 @@ def test_refused_op_poisons_only_the_tensors_that_need_it(dev):
     y = lx.call_jax(refused, a) + w
     view, twice = y[0], y * 2                    # more tensors that need the op
     other = w * 3                                # unrelated pending work
-    with pytest.raises(lx.FailedOpError, match=r"call\[refused\].*failed to compile.*NOT_FOUND") as info:
+    with pytest.raises(lx.FailedOpError, match=r"call\[refused\].*failed to compile.*(NOT_FOUND|not found)") as info:
         lx.sync()
     assert "set_provenance" in str(info.value)   # provenance off: says how to get the line
     assert "2 tensor(s) needed it" in str(info.value), info.value
@@ -149,9 +149,19 @@ def test_a_lowering_failure_names_the_op_without_searching(dev):
     assert good.tolist() == [[0.0, 2.0, 4.0], [6.0, 8.0, 10.0]]   # (it shared the read's sync)
     _raises_its_error(bad, "aten.cosh.default")
     lx.sync()
-    assert torch.cosh(x).sum().item() == pytest.approx(torch.cosh(torch.arange(6.0)).sum().item())
+    # the platform's own cosh: a TPU's transcendentals differ from eager's in the last bits
+    assert torch.cosh(x).sum().item() == pytest.approx(torch.cosh(torch.arange(6.0)).sum().item(), rel=1e-5)
 
 
+# XLA:CPU reports a failed run at the call; libtpu reports it later, at the next wait
+# for the device, where lazyxla does not name or contain it yet (docs/reliability.md)
+run_failures_at_the_call = pytest.mark.skipif(
+    jax.devices()[0].platform != "cpu",
+    reason=f"{jax.devices()[0].platform} reports a failed run at the next wait, not at the call: "
+           "lazyxla contains run failures only where they are reported at the call (XLA:CPU)")
+
+
+@run_failures_at_the_call
 def test_a_run_failure_is_contained_like_a_compile_failure(dev):
     x = torch.ones(2, 3).to(dev)
     kept = torch.full((2, 3), 4.0).to(dev)
@@ -165,6 +175,7 @@ def test_a_run_failure_is_contained_like_a_compile_failure(dev):
     lx.sync()
 
 
+@run_failures_at_the_call
 def test_a_run_failure_that_consumed_donors_says_so(dev):
     # XLA:CPU consumes donated inputs when a run fails: those buffers are lost by nature
     # (docs/reliability.md); the error says how many, and nothing is left pending.
