@@ -6,7 +6,9 @@ Trains W2's proxy GPT (d 64, 4 layers, seq 32, batch 2, AdamW foreach) with the 
 `opt.step` compiled by backend="lazyxla", and prints per steady step the main thread's CPU
 time (`time.thread_time`, which other processes on the machine do not inflate, unlike wall
 time) of: the whole step (the backward's on all threads: autograd runs a lazyxla device's
-backward on its own thread, so its process time counts, the device being idle then), lazyxla's replays (`CompiledGraph._call`, the barrier excluded),
+backward on its own thread, so its process time counts, the device being idle then), lazyxla's replays (`CompiledGraph._call` per graph, the barrier excluded), its tracing of
+the ops between graphs (AccumulateGrad's 53 detaches and backward's ones_like, part of the
+backward's time),
 the barrier's stages (collect, donor plan, key and cache, execute, install) and what is
 left, which is torch's: dynamo's guards and frame handling, AOTAutograd's runtime wrapper,
 the autograd engine and the lazily traced ops between graphs (AccumulateGrad's detach,
@@ -31,6 +33,7 @@ from torch.nn import functional as F
 import lazyxla as lx
 from lazyxla import workloads as W
 from lazyxla.dynamo import replay
+from lazyxla.frontend import tensor as lazy_tensor
 
 STAGES = ("collect", "plan_donors", "get_or_compile", "execute", "install")
 
@@ -47,7 +50,8 @@ def main() -> None:
     if not opts.profile:   # the timers would be most of what cProfile sees
         for name in STAGES:
             _time(api, name, name, spent)
-        _time(replay.CompiledGraph, "_call", "replay", spent, exclude=("barrier",))
+        _time_replays(spent)
+        _time(lazy_tensor, "_dispatch", "traced ops", spent)
         _time(api, "_barrier", "barrier", spent)
 
     cfg = W.GPTConfig(d=64, heads=4, layers=4, seq=32)
@@ -96,6 +100,12 @@ def main() -> None:
             rows["  backward (all threads)"].append(backward)
             rows["  opt.step call (incl. barrier)"].append(t3 - t2)
             rows["lazyxla replays (3 graphs)"].append(spent["replay"])
+            for kind in ("forward", "backward", "inference"):
+                rows[f"  {kind}"].append(spent[f"replay {kind}"])
+            rows["torch's: forward call - its replay"].append(t1 - t0 - spent["replay forward"])
+            rows["torch's: backward - its replay"].append(backward - spent["replay backward"])
+            rows["  of which lazyxla's tracing (detach, ones_like)"].append(spent["traced ops"])
+            rows["torch's: opt.step - replay - barrier"].append(t3 - t2 - spent["replay inference"] - spent["barrier"])
             rows["barrier"].append(spent["barrier"])
             for name in STAGES:
                 rows[f"  {name}"].append(spent[name])
@@ -118,6 +128,23 @@ def main() -> None:
         stats = pstats.Stats(prof)
         stats.sort_stats("cumulative").print_stats(70)
         stats.sort_stats("tottime").print_stats(40)
+
+
+def _time_replays(spent: dict) -> None:
+    """Each replay's CPU time (on its own thread) under "replay" and "replay <kind>", the
+    implied barrier it may end with excluded."""
+    original = replay.CompiledGraph._call
+
+    def timed(self, args):
+        inner = spent["barrier"]
+        start = time.thread_time()
+        try:
+            return original(self, args)
+        finally:
+            took = time.thread_time() - start - (spent["barrier"] - inner)
+            spent["replay"] += took
+            spent["replay " + self.name.split("_")[1]] += took
+    replay.CompiledGraph._call = timed
 
 
 def _time(owner, attr: str, label: str, spent: dict, exclude: tuple = ()) -> None:
