@@ -107,15 +107,16 @@ def _signature(name: str, args: Sequence[Any]) -> tuple[list, list, tuple]:
     for i, a in enumerate(args):
         if isinstance(a, LazyTensor):
             index = a._st.device
-            if device is None:
+            if index != device:
+                if device is not None:
+                    raise DeviceMismatchError(
+                        f"lazyxla: the compiled function {name} got tensors on lazyxla:{device} and "
+                        f"lazyxla:{index}; move them to one device first.")
                 device = index
-            elif index != device:
-                raise DeviceMismatchError(
-                    f"lazyxla: the compiled function {name} got tensors on lazyxla:{device} and "
-                    f"lazyxla:{index}; move them to one device first.")
             tensors.append(a)
             positions.append(i)
-            key.append((a._mkey[0], a._mkey[3]))
+            spec = a._mkey   # (shape, stride, offset, dtype), read once
+            key.append((spec[0], spec[3]))
         elif isinstance(a, torch.Tensor):
             if a.dim() != 0 or a.device.type != "cpu":
                 raise DeviceMismatchError(
