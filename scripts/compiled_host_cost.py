@@ -1,20 +1,22 @@
 """Main-thread CPU time of a steady compiled W2-proxy step, by owner (issue #44 item 6).
 
-    python scripts/compiled_host_cost.py [--steps 40] [--warmup 5] [--profile]
+    python scripts/compiled_host_cost.py [--steps 40] [--warmup 5] [--timeline] [--profile]
 
 Trains W2's proxy GPT (d 64, 4 layers, seq 32, batch 2, AdamW foreach) with the loss and
-`opt.step` compiled by backend="lazyxla", and prints per steady step the main thread's CPU
-time (`time.thread_time`, which other processes on the machine do not inflate, unlike wall
-time) of: the whole step (the backward's on all threads: autograd runs a lazyxla device's
-backward on its own thread, so its process time counts, the device being idle then), lazyxla's replays (`CompiledGraph._call` per graph, the barrier excluded), its tracing of
-the ops between graphs (AccumulateGrad's 53 detaches and backward's ones_like, part of the
-backward's time),
-the barrier's stages (collect, donor plan, key and cache, execute, install) and what is
-left, which is torch's: dynamo's guards and frame handling, AOTAutograd's runtime wrapper,
-the autograd engine and the lazily traced ops between graphs (AccumulateGrad's detach,
-backward's ones_like). Also counts the ops traced lazily per step. `--timeline` also prints the host timeline (wall time) of the steady steps. `--profile` prints
-cProfile's top functions of the main thread's steady steps instead (no stage timers). The device's work is waited for before each
-step, so it does not share the cores with the host's.
+`opt.step` compiled by backend="lazyxla" and prints, per steady step, CPU time
+(`time.thread_time`: other processes on the machine inflate it far less than wall time) of:
+the whole step; the backward on all threads (autograd runs a lazyxla device's backward on
+a thread of its own, so its process time counts, the device being idle then); lazyxla's
+replays (`CompiledGraph._call` per graph, the barrier it may end with excluded); its
+tracing of the ops between graphs (AccumulateGrad's 53 detaches and backward's ones_like);
+the implied barrier's stages (collect, donor plan, key and cache, execute, install); and
+what is left per call, which is torch's: dynamo's guards and frame handling, AOTAutograd's
+runtime wrappers, the autograd engine, the optimizer's wrappers, `zero_grad`. Also the
+ops traced lazily, executable calls and compiles per step. `--timeline` adds the host
+timeline (wall time) of the steady steps; `--profile` prints cProfile's top functions of
+the main thread's steady steps instead of the stage timers. The device's work is waited for
+before each step, so it does not share the cores with the host's. Results:
+docs/benchmarks.md, "Compiled mode's host cost per step".
 """
 from __future__ import annotations
 
