@@ -20,7 +20,8 @@ from collections import defaultdict
 import lazyxla as lx
 from compiled_step_profile import make_step   # this folder is on sys.path when run as a script
 from lazyxla.dynamo import replay
-from lazyxla.sync import api, capture
+from lazyxla.capture import function as capture
+from lazyxla.sync import api
 
 acc: dict = defaultdict(float)
 

@@ -94,6 +94,24 @@ def test_in_place_update_of_an_input_is_written_back_and_donated(dev, fresh_comp
 
 
 
+def test_a_write_back_of_the_inputs_aval_is_the_new_node_itself_and_another_aval_is_converted(dev):
+    # dynamo/replay.py's write-back: the usual new value (the input's shape and dtype)
+    # becomes the tensor's value as it is; any other goes through assign's cast/expand.
+    from lazyxla.dynamo.replay import _write_back
+    t = torch.zeros(3, device=dev)
+    same = (torch.arange(3, device=dev, dtype=torch.float32) * 2).lazy_value()
+    _write_back(t, t, same)
+    assert t._st.value is same
+    assert t.cpu().tolist() == [0.0, 2.0, 4.0]
+    other = (torch.arange(3, device=dev, dtype=torch.float64) + 0.5).lazy_value()
+    _write_back(t, t, other)
+    assert t.dtype == torch.float32 and t._st.value is not other
+    assert t.cpu().tolist() == [0.5, 1.5, 2.5]
+    wide = torch.ones(1, device=dev, dtype=torch.float32).lazy_value()
+    _write_back(t, t, wide)
+    assert t.shape == (3,) and t.cpu().tolist() == [1.0, 1.0, 1.0]
+
+
 def test_a_replayed_call_makes_one_tensor_per_result_and_none_per_write_back(dev):
     # Per-call Python work is per output: an optimizer step writes hundreds of
     # tensors back; their new values are assigned as nodes, never wrapped first.

@@ -114,3 +114,32 @@ def test_no_older_collection_in_50_steady_steps(dev, fresh_collector):
         gc.callbacks.remove(record)
     assert not [g for g in generations if g > 0]
     assert len(generations) <= 50   # at most the barrier's own generation-0 collection a step
+
+
+def test_a_steady_compiled_step_is_per_buffer_work(dev, fresh_compile_cache):
+    """Compiled mode's own host work per step (issue #44 item 6; docs/benchmarks.md, "Compiled
+    mode's host cost per step"): three replays, AccumulateGrad's 53 detaches and backward's
+    ones_like traced lazily, one implied barrier whose graph is the three CALL nodes, one
+    GETITEM per output they produce, the device-data leaves and the ones_like (599 nodes),
+    with every buffer the step updates donated and every value as eager's."""
+    train_step, eager = _w2(dev, compiled=True)
+    losses = [train_step() for _ in range(3)]
+    per_step = []
+    for _ in range(4):
+        metrics.clear_all()
+        losses.append(train_step())
+        report = lx.debug.donation_report()
+        per_step.append((metrics.counter_value("TracedOps"), metrics.counter_value("ExecuteComputation"),
+                         metrics.counter_value("ImpliedBarrier"), metrics.counter_value("CompiledGraphCaptures") or 0,
+                         metrics.counter_value("UncachedCompile") or 0, report.n_nodes, report.donors,
+                         len(report.params)))
+    assert len(set(per_step)) == 1, per_step
+    traced, calls, barriers, captures, compiles, nodes, donors, params = per_step[0]
+    assert traced <= 54                      # 53 detaches (one per parameter) + ones_like
+    assert (calls, barriers, captures, compiles) == (1, 1, 0, 0)
+    assert nodes <= 599
+    # 53 parameters, Adam's two moments and step counter per parameter: all updated in place
+    # and donated; the two others are the token batches, read again next step
+    assert (donors, params) == (212, 216)
+    expected = _eager_losses(eager, len(losses))
+    assert [round(l.item(), 4) for l in losses] == pytest.approx([round(v, 4) for v in expected], abs=2e-4)

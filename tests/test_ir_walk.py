@@ -73,3 +73,43 @@ def test_reaching_answers_for_many_roots_from_one_walk():
     reaches = reaching({id(left)}, skip=is_leaf)
     assert reaches(top) and reaches(left) and not reaches(right) and not reaches(apart)
     assert reaching({id(x)}, skip=is_leaf)(right)   # a target is found even where leaves are skipped
+
+
+def _reference_order(roots: list) -> list:
+    """Post-order by recursion (small graphs only): what `post_order` must yield."""
+    seen: set = set()
+    order: list = []
+
+    def visit(node: Node) -> None:
+        if id(node) in seen:
+            return
+        for inp in node.inputs:
+            visit(inp)
+        seen.add(id(node))
+        order.append(node)
+    for root in roots:
+        visit(root)
+    return order
+
+
+def test_elements_of_a_walked_node_and_leaves_keep_the_post_order():
+    # The walk yields a leaf, or a node whose one operand is walked already (a CALL node's
+    # GETITEMs after the first), without pushing it back: the order must not change.
+    import random
+    from lazyxla.ir.build import getitem_node
+    rng = random.Random(0)
+    for _ in range(30):
+        nodes = [data_node(fake_buffer((3,))) for _ in range(4)]
+        for _ in range(40):
+            kind = rng.random()
+            if kind < 0.3:
+                operands = tuple(rng.sample(nodes, rng.randint(1, 3)))
+                multi = op_node(aten.var_mean.correction, (operands[0],) + operands[1:], None,
+                                ((3,), (3,)), (torch.float32, torch.float32), 2)
+                nodes += [getitem_node(multi, i) for i in rng.sample(range(2), 2)]
+            elif kind < 0.8:
+                nodes.append(_add(rng.choice(nodes), rng.choice(nodes)))
+            else:
+                nodes.append(op_node(aten.neg.default, (rng.choice(nodes),), None, (3,), torch.float32))
+        roots = rng.sample(nodes, 8)
+        assert [id(n) for n in post_order(roots)] == [id(n) for n in _reference_order(roots)]

@@ -23,17 +23,26 @@ from ..ir.node import DATA
 
 
 class Decision:
-    """Donation verdict for one parameter buffer of a graph."""
-    __slots__ = ("index", "shape", "dtype", "nbytes", "donated", "kind", "reason")
+    """Donation verdict for one parameter buffer of a graph. It keeps the buffer's shape and
+    dtypes, never the handle: a report must not keep a buffer alive. `nbytes` is computed
+    when read (a report), not for every parameter of every graph."""
+    __slots__ = ("index", "shape", "dtype", "stored_dtype", "donated", "kind", "reason")
 
     def __init__(self, index: int, data, donated: bool, kind: Optional[str], reason: str) -> None:
         self.index = index
         self.shape = data.shape
         self.dtype = data.dtype
-        self.nbytes = data.nbytes
+        self.stored_dtype = data.stored_dtype
         self.donated = donated
         self.kind = kind
         self.reason = reason
+
+    @property
+    def nbytes(self) -> int:
+        n = self.stored_dtype.itemsize
+        for d in self.shape:
+            n *= d
+        return n
 
     def as_dict(self) -> dict:
         return {"param": self.index, "shape": list(self.shape), "dtype": str(self.dtype),
@@ -85,7 +94,8 @@ def plan_donors(graph: Graph, targets: list, live: list, *, automatic: bool, exp
         # keep holding an explicitly marked buffer (it is the marked tensor:
         # lx.set_buffer_donation makes the marker the owner); anyone else may not,
         # also when the buffer is an automatic donor too (a copy_ made after marking).
-        holders = [h for h in direct.get(id(data), ()) if h is not owner]
+        held = direct.get(id(data))
+        holders = [h for h in held if h is not owner] if held else ()
         if not aliasing:
             reason = "aliasing is off (lx.set_aliasing / LAZYXLA_ALIASING=0)"
         elif not (is_auto or is_explicit):

@@ -62,12 +62,18 @@ class Capture:
         the mutated inputs (in `self.mutated` order), as fresh lazy tensors."""
         return insert_call(self.program, self.operands(inputs), self.out_specs, self.device)
 
-    def insert(self, inputs: Sequence[LazyTensor]) -> tuple[list[LazyTensor], list[Node]]:
-        """Insert one call: (fn's results as fresh lazy tensors, the new values of the
-        mutated inputs as bare nodes). A caller that writes the new values back into
-        its inputs needs no tensor for them: a compiled AdamW step updates 212 tensors
-        per call, and a tensor (wrapper subclass + storage) costs more than its node."""
-        outs = insert_call(self.program, self.operands(inputs), self.out_specs, self.device, self.n_results)
+    def insert(self, values: Sequence[Node]) -> tuple[list[LazyTensor], list[Node]]:
+        """Insert one call on `values`, the inputs' current values (`checked_value()` each,
+        which the caller read in its own pass over the inputs): (fn's results as fresh lazy
+        tensors, the new values of the mutated inputs as bare nodes). A caller that writes
+        the new values back into its inputs needs no tensor for them: a compiled AdamW step
+        updates 212 tensors per call, and a tensor (wrapper subclass + storage) costs more
+        than its node."""
+        if len(values) != self.n_inputs:
+            raise CaptureError(f"lazyxla: captured program {self.program.name} takes {self.n_inputs} "
+                               f"tensors, got {len(values)}")
+        outs = insert_call(self.program, list(values) + self.extra_operands(), self.out_specs, self.device,
+                           self.n_results)
         return outs[:self.n_results], outs[self.n_results:]
 
     def operands(self, inputs: Sequence[LazyTensor]) -> list[Node]:

@@ -7,7 +7,8 @@ pending values need one of some nodes). Pending graphs are thousands of nodes de
 decoding loop), so the walk is iterative. It is a generator: the caller does its
 per-node work between yields and may stop early (`any(...)`). Collect runs it on every
 sync, so it does per node what collect's own walk did (one tuple pushed, one dict test
-per operand), plus the resumption of the generator.
+per operand; no push for a leaf or a node whose one operand was walked already), plus the
+resumption of the generator.
 """
 from __future__ import annotations
 
@@ -72,11 +73,17 @@ def post_order(roots: Iterable[Node], index: Optional[dict] = None,
             elif stop is not None and stop(node):
                 continue
             else:
-                push((node, True))
-                for inp in reversed(node.inputs):
-                    if id(inp) not in index:
-                        push((inp, False))
-                continue
+                inputs = node.inputs
+                # Operands to walk first: back to this node after them. A leaf, or a node
+                # with one operand walked already (a CALL node's GETITEMs after the first:
+                # hundreds in a compiled step's graph), falls through and is yielded now,
+                # as it would be if pushed back (it would be popped next).
+                if inputs and (len(inputs) > 1 or id(inputs[0]) not in index):
+                    push((node, True))
+                    for inp in reversed(inputs):
+                        if id(inp) not in index:
+                            push((inp, False))
+                    continue
         index[nid] = position
         position += 1
         yield node

@@ -177,6 +177,9 @@ def _visit(roots: list, index: dict, order: list, entries: list, params: list, s
             entry = (node.sig, -2, len(scalars))
             scalars.append(node)
         else:
-            entry = (node.sig, tuple([index[id(i)] for i in node.inputs]))
+            inputs = node.inputs
+            # one operand (a GETITEM, a cast, most unary ops): no list to build
+            entry = (node.sig, (index[id(inputs[0])],) if len(inputs) == 1 else
+                     tuple([index[id(i)] for i in inputs]))
         order.append(node)
         entries.append(entry)
