@@ -12,7 +12,6 @@ not fit in device memory (its text is then part of the error).
 """
 from __future__ import annotations
 
-import gc
 from typing import Optional
 
 import torch
@@ -20,7 +19,7 @@ import torch
 from .frontend.device_module import memory_device
 from .frontend.tensor import LazyTensor
 from .ir.node import DATA
-from .runtime import memory
+from .runtime import collector, memory
 from .sync.api import LastGraph
 
 ROLES = ("parameters", "gradients", "optimizer state", "other")
@@ -29,7 +28,7 @@ ROLES = ("parameters", "gradients", "optimizer state", "other")
 def _roles() -> dict:
     """id(DeviceData) -> role, for the buffers that live lazy tensors hold."""
     params, optimizers = [], []
-    for obj in gc.get_objects():
+    for obj in collector.every_object():   # frozen objects too (runtime/collector.py)
         cls = type(obj)   # not isinstance: some objects warn when asked for __class__
         if issubclass(cls, LazyTensor):
             if isinstance(obj, torch.nn.Parameter):

@@ -153,6 +153,24 @@ def test_the_collector_still_frees_cycles_each_step(dev, fresh_collector):
     assert alive() is None and len(kept)
 
 
+def test_the_memory_report_finds_a_frozen_model_and_optimizer(dev, fresh_collector):
+    # the model and optimizer made before the collector froze them still have their roles
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 32).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), foreach=True)
+    x = torch.randn(4, 64).to(dev)
+    for _ in range(collector.CollectorPolicy().warmup_barriers + 1):
+        opt.zero_grad(set_to_none=False)
+        model(x).sum().backward()
+        opt.step()
+    lx.sync()
+    assert collector.is_managed() and gc.get_freeze_count() > 0
+    roles = lx.debug.memory_report().by_role
+    assert roles["parameters"]["buffers"] == 2 and roles["gradients"]["buffers"] == 2
+    assert roles["optimizer state"]["buffers"] >= 4   # exp_avg, exp_avg_sq of each
+    assert gc.get_freeze_count() > 0   # still managed: frozen again after the walk
+
+
 def test_the_switch_restores_the_collector(dev, fresh_collector):
     before = gc.get_threshold()
     _train_small(dev, collector.CollectorPolicy().warmup_barriers + 1)

@@ -82,6 +82,20 @@ def is_managed() -> bool:
     return _STATE.managed
 
 
+def every_object() -> list:
+    """Every object the collector tracks, frozen ones included: `gc.get_objects()` skips
+    what `gc.freeze()` set aside (the model and optimizer, once managed). For debug walks
+    (the memory report); they re-freeze what is alive at the call, so a cycle among today's
+    young objects that dies later is never collected: not for a step's hot path."""
+    if not _STATE.managed:
+        return gc.get_objects()
+    gc.unfreeze()
+    try:
+        return gc.get_objects()
+    finally:
+        gc.freeze()
+
+
 def flush() -> None:
     """Record the collections' times seen since the last flush in `GcTime`."""
     durations, _STATE.durations = _STATE.durations, []
