@@ -40,15 +40,16 @@ class Config:
     implied_barriers: bool = True
     """Value of `lx.implied_barriers_enabled()` until `lx.set_implied_barriers`: `optimizer.step()` ends a step and a
     host read materializes the pending work it shares with live tensors (sync/barriers.py)."""
-    host_read_max_elements: int = 4096
+    host_read_max_elements: Optional[int] = None
     """A host read whose pending graph has no value larger than this (elements), no random
     op and only scalars as device inputs is computed by eager PyTorch on the host, without
-    a device graph (sync/host_eval.py); 0 turns that off."""
-    host_bookkeeping_max_elements: int = 65536
+    a device graph (sync/host_eval.py); 0 turns that off; unset: the backend's
+    (runtime/backend/)."""
+    host_bookkeeping_max_elements: Optional[int] = None
     """In a host read's graph, integer and boolean values of at most this many elements
     computed from host-known values or small device results (generate()'s growing
     `input_ids`, its stopping checks) are computed on the host, so the device graph keeps
-    its shapes (sync/host_split.py); 0 turns that off."""
+    its shapes (sync/host_split.py); 0 turns that off; unset: the backend's."""
     compile_cache_size: int = 1024
     """Executables kept in the in-memory compile cache (least recently used evicted)."""
     gloo_hostname: Optional[str] = None
@@ -120,6 +121,8 @@ def _parse(field: dataclasses.Field, hint, raw: str):
     name = env_name(field.name)
     if hint is bool:
         return parse_bool(name, raw)
+    if hint == Optional[int]:   # a number, or unset for another layer's default
+        hint = int
     if hint in (int, float):
         try:
             return hint(raw.strip())

@@ -209,3 +209,22 @@ def test_memory_figures_read_the_chips_allocator_where_it_reports(dev, monkeypat
         report = str(lx.debug.memory_report())
         assert "the device's allocator: 3.00 MB in use, peak 5.00 MB, limit 16,384.00 MB" in report
     assert "the device's allocator" not in str(lx.debug.memory_report())   # CPU: the ledger only
+
+
+def test_where_a_small_read_runs_is_the_backends_unless_set(dev, host_replay):
+    """The host-read policies come from the backend; LAZYXLA_HOST_READ_MAX_ELEMENTS and
+    LAZYXLA_HOST_BOOKKEEPING_MAX_ELEMENTS override them (0: off)."""
+    for platform in ("cpu", "tpu", "gpu"):
+        with backend_as(platform):
+            assert backend.setting("host_read_max_elements") == backend.current().host_read_max_elements > 0
+            assert backend.setting("host_bookkeeping_max_elements") > 0
+    x = torch.tensor([3.0]).to(dev)
+    metrics.clear_all()
+    assert (x * 2).item() == 6.0   # a one-element read: replayed on the host by the backend's policy
+    assert metrics.counter_value("HostEvaluatedRead") == 1
+    with config.override(host_read_max_elements=0):
+        assert backend.setting("host_read_max_elements") == 0
+        assert (x * 3).item() == 9.0
+        assert metrics.counter_value("HostEvaluatedRead") == 1   # ran on the device this time
+    assert config.from_env({"LAZYXLA_HOST_READ_MAX_ELEMENTS": "12"}).host_read_max_elements == 12
+    assert config.from_env({}).host_read_max_elements is None   # unset: the backend's

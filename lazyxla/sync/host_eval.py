@@ -1,8 +1,8 @@
 """Small host reads computed on the host: no device graph for a check on a scalar.
 
 Where a read's whole pending graph is small, every value in it has at most
-`config.SETTINGS.host_read_max_elements` elements, every op is a deterministic ATen or
-prims op, and every device input is a scalar (one element), the IR is replayed with eager
+`host_read_max_elements` elements (the backend's, or LAZYXLA_HOST_READ_MAX_ELEMENTS),
+every op is a deterministic ATen or prims op, and every device input is a scalar (one element), the IR is replayed with eager
 PyTorch on CPU tensors: the scalars are downloaded once and kept on their `DeviceData`
 (`host_copy`; device buffers are immutable), and the storages read stay pending for the
 device. A read that shares pending work with other live tensors replays only when that
@@ -20,9 +20,10 @@ from typing import Any, Optional
 
 import torch
 
-from .. import config, metrics
+from .. import metrics
 from ..ir.node import DATA, GETITEM, SCALAR, VIEW_SCATTER, Node
 from ..ir.walk import post_order
+from ..runtime import backend
 from ..runtime.transfer import download
 
 MAX_NODES = 256
@@ -75,7 +76,7 @@ def _replayable(node: Node, limit: int) -> bool:
 def replay_order(roots: list[Node]) -> Optional[list[Node]]:
     """The nodes of `roots`' graph, operands first, when the whole graph can be replayed
     on the host (module docstring); None otherwise."""
-    limit = config.SETTINGS.host_read_max_elements
+    limit = backend.setting("host_read_max_elements")
     if limit <= 0:
         return None
     reached = 0

@@ -7,8 +7,9 @@ data, downloaded once per buffer, and scalars; what the device needs is uploaded
 parameters); the device graph, everything else; and `after`, bookkeeping that needs device
 results and that no device node reads (its results stay on the host as staged device
 data). Bookkeeping is a node with integer or boolean outputs of at most
-`config.SETTINGS.host_bookkeeping_max_elements` elements, computed by a deterministic ATen
-op (sync/host_eval.py `replayable_op`) from integer or boolean operands and scalars;
+`host_bookkeeping_max_elements` elements (the backend's, or
+LAZYXLA_HOST_BOOKKEEPING_MAX_ELEMENTS), computed by a deterministic ATen op
+(sync/host_eval.py `replayable_op`) from integer or boolean operands and scalars;
 floating-point values always stay on the device.
 
 Design: docs/design.md, "Bookkeeping on the host (generate())".
@@ -19,12 +20,12 @@ from typing import Callable, Optional
 
 import torch
 
-from .. import config, metrics
+from .. import metrics
 from ..ir.bounded import BoundedTable
 from ..ir.build import data_node
 from ..ir.node import DATA, GETITEM, SCALAR, SIG_TABLE_CAP, Node
 from ..ir.walk import post_order
-from ..runtime import placement, storage_dtypes
+from ..runtime import backend, placement, storage_dtypes
 from ..runtime.transfer import download, staged
 from . import host_eval
 
@@ -84,7 +85,7 @@ def _bookkeeping(node: Node, limit: int) -> bool:
 def split_read(roots: list) -> Optional[Split]:
     """The split of `roots`' graph; None where there is no bookkeeping to move, or the
     split is off (setting 0, SPMD, a storage dtype policy)."""
-    limit = config.SETTINGS.host_bookkeeping_max_elements
+    limit = backend.setting("host_bookkeeping_max_elements")
     if limit <= 0 or placement.spmd_enabled() or storage_dtypes.current() is not None:
         return None
     order = list(post_order(roots))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ... import config
 from .accelerators import GpuBackend, TpuBackend
 from .base import Backend
 from .cpu import CpuBackend
@@ -45,10 +46,16 @@ def select(platform: str) -> Backend:
     return backend
 
 
+def setting(name: str) -> int:
+    """A policy the user may set (config field `name`, LAZYXLA_<NAME>), else the backend's."""
+    value = getattr(config.SETTINGS, name)
+    return value if value is not None else getattr(current(), name)
+
+
 def platform() -> str:
     """"cpu", "gpu" or "tpu": the platform lazyxla runs on."""
     return current().platform
 
 
 __all__ = ["Backend", "CpuBackend", "GpuBackend", "TpuBackend", "current", "expected_platform",
-           "platform", "prepare_at_import", "select"]
+           "platform", "prepare_at_import", "select", "setting"]

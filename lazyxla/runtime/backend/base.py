@@ -27,6 +27,15 @@ class Backend:
     collector: Optional[CollectorPolicy] = CollectorPolicy()
     # what compiler_options adds for every graph, in every compile cache key (ir-independent)
     compile_token: tuple = ()
+    # Where a small host read runs, in elements (LAZYXLA_HOST_READ_MAX_ELEMENTS and
+    # LAZYXLA_HOST_BOOKKEEPING_MAX_ELEMENTS override; `setting`): a read's whole graph up to
+    # this size, over scalars only, replayed by eager PyTorch on the host (sync/host_eval.py),
+    # and integer bookkeeping up to this size beside a device graph (sync/host_split.py).
+    # Neither ever takes a graph that reads a model's weights (more than scalars from the
+    # device), so a decode step runs on the device on every platform; the values are the
+    # CPU's, not yet measured per platform.
+    host_read_max_elements = 4096
+    host_bookkeeping_max_elements = 65536
 
     def start(self) -> None:
         """At the first device use, once the platform is known."""
