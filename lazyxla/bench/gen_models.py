@@ -51,7 +51,7 @@ def build_model(name: str, dtype: Optional[torch.dtype] = None) -> torch.nn.Modu
     cls, cfg = _config(name)
     dtype = dtype or DEFAULT_DTYPE[name]
     torch.manual_seed(0)
-    try:
+    try:   # deferred, as transformers itself (_config): seconds to import, needed only here
         from transformers.initialization import no_init_weights
     except ImportError:   # transformers before 5: torch's init, then the model's own over it
         return cls._from_config(cfg, dtype=dtype).eval()
