@@ -29,10 +29,11 @@ _BF16 = np.dtype(jax_dtype(torch.bfloat16))
 @x64
 def place_staged(datas: list, device: int) -> None:
     """Place the host values of staged handles on `device` (outside SPMD) in one transfer:
-    a decode step reads several small bookkeeping values a token, and one `device_put` per
-    value (with `place`'s second, XLA-owned copy) cost more than the rest of the upload
-    path. No owned copy is needed: the host array belongs to the handle and never changes,
-    and a donated adopted buffer is not written in place (tests/test_generate.py)."""
+    the staged values a graph donates (the others go to the call as host arrays,
+    runtime/execute.py `_param_args`); one `device_put` per value (with `place`'s second,
+    XLA-owned copy) cost more than the rest of the upload path. No owned copy is needed:
+    the host array belongs to the handle and never changes, and a donated adopted buffer is
+    not written in place (tests/test_generate.py)."""
     target = jax.sharding.SingleDeviceSharding(jax_devices()[device])
     with metrics.timed("TransferToDeviceTime"):
         arrays = jax.device_put([d.host for d in datas], target, may_alias=False)
