@@ -104,6 +104,22 @@ def gpt(cfg: GPTConfig = GPTConfig()) -> GPT:
     return GPT(cfg)
 
 
+def gpt_training(cfg: GPTConfig, batch: int, device) -> tuple:
+    """W2's training set-up on `device` (the step scripts' common start): the GPT (seed 0),
+    one batch of tokens (seed 1) as inputs and shifted targets, AdamW (foreach), and the
+    loss function `loss_of(inputs, targets)`."""
+    torch.manual_seed(0)
+    model = gpt(cfg).to(device)
+    tokens = torch.randint(0, cfg.vocab, (batch, cfg.seq + 1), generator=torch.Generator().manual_seed(1))
+    x, y = tokens[:, :-1].contiguous().to(device), tokens[:, 1:].contiguous().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True)
+
+    def loss_of(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = model(inputs)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    return model, x, y, opt, loss_of
+
+
 def convnet() -> nn.Module:
     return nn.Sequential(
         nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),

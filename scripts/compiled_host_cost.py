@@ -30,7 +30,6 @@ import statistics
 import time
 
 import torch
-from torch.nn import functional as F
 
 import lazyxla as lx
 from lazyxla import workloads as W
@@ -56,18 +55,7 @@ def main() -> None:
         _time(lazy_tensor, "_dispatch", "traced ops", spent)
         _time(api, "_barrier", "barrier", spent)
 
-    cfg = W.GPTConfig(d=64, heads=4, layers=4, seq=32)
-    torch.manual_seed(0)
-    model = W.gpt(cfg)
-    tokens = torch.randint(0, cfg.vocab, (2, cfg.seq + 1), generator=torch.Generator().manual_seed(1))
-    dev = lx.device()
-    model = model.to(dev)
-    x, y = tokens[:, :-1].contiguous().to(dev), tokens[:, 1:].contiguous().to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True)
-
-    def loss_of(x, y):
-        logits = model(x)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    _, x, y, opt, loss_of = W.gpt_training(W.GPTConfig(d=64, heads=4, layers=4, seq=32), 2, lx.device())
     loss_of = torch.compile(loss_of, backend="lazyxla")
     step = torch.compile(opt.step, backend="lazyxla")
     rows: dict = collections.defaultdict(list)

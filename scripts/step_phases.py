@@ -21,7 +21,6 @@ import time
 
 import torch
 from jax._src import stages
-from torch.nn import functional as F
 
 import lazyxla as lx
 from lazyxla import workloads as W
@@ -68,18 +67,7 @@ def main() -> None:
     gc.callbacks.append(on_gc)
 
     overrides, batch = SIZES[opts.size]
-    cfg = W.GPTConfig(**overrides)
-    torch.manual_seed(0)
-    model = W.gpt(cfg)
-    tokens = torch.randint(0, cfg.vocab, (batch, cfg.seq + 1), generator=torch.Generator().manual_seed(1))
-    dev = lx.device()
-    model = model.to(dev)
-    x, y = tokens[:, :-1].contiguous().to(dev), tokens[:, 1:].contiguous().to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True)
-
-    def loss_of(x, y):
-        logits = model(x)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    _, x, y, opt, loss_of = W.gpt_training(W.GPTConfig(**overrides), batch, lx.device())
     step = opt.step
     if opts.mode == "compiled":
         loss_of = torch.compile(loss_of, backend="lazyxla")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Optional
 
-from ..ir.graph import Graph, data_reachable
+from ..ir.graph import Graph, byte_size, data_reachable
 from ..ir.node import DATA
 
 
@@ -39,10 +39,7 @@ class Decision:
 
     @property
     def nbytes(self) -> int:
-        n = self.stored_dtype.itemsize
-        for d in self.shape:
-            n *= d
-        return n
+        return byte_size(self.shape, self.stored_dtype)
 
     def as_dict(self) -> dict:
         return {"param": self.index, "shape": list(self.shape), "dtype": str(self.dtype),

@@ -13,6 +13,14 @@ from .node import DATA, Node
 from .walk import post_order
 
 
+def byte_size(shape, dtype) -> int:
+    """Bytes of a dense buffer of `shape` and (torch) `dtype`."""
+    n = dtype.itemsize
+    for d in shape:
+        n *= d
+    return n
+
+
 class DeviceBuffer(Protocol):
     """What the graph knows of a parameter's buffer (runtime.device_data.DeviceData, a
     layer above, is one): its shape, dtype and storage dtype (the buffer's own, narrower

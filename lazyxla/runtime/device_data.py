@@ -24,6 +24,7 @@ from typing import Optional
 import torch
 
 from ..errors import DonatedBufferError, FailedOpError
+from ..ir.graph import byte_size
 from . import memory
 from .device_put import place
 
@@ -84,10 +85,7 @@ class DeviceData:
 
     @property
     def nbytes(self) -> int:
-        n = self.stored_dtype.itemsize
-        for d in self.shape:
-            n *= d
-        return n
+        return byte_size(self.shape, self.stored_dtype)
 
     @property
     def is_donated(self) -> bool:

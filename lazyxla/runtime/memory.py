@@ -24,6 +24,7 @@ from typing import Callable, Iterator, Optional
 import torch
 
 from .._jax import jax_devices
+from ..ir.graph import byte_size
 from . import backend
 
 
@@ -56,15 +57,9 @@ def _device_index() -> dict:
 
 def charges(shape: tuple, dtype: torch.dtype, device: int, sharding) -> tuple:
     """((local device index, bytes), ...) a buffer of `shape` occupies."""
-    itemsize = dtype.itemsize
     if sharding is None:
-        n = itemsize
-        for d in shape:
-            n *= d
-        return ((device, n),)
-    n = itemsize
-    for d in sharding.shard_shape(tuple(shape)):
-        n *= d
+        return ((device, byte_size(shape, dtype)),)
+    n = byte_size(sharding.shard_shape(tuple(shape)), dtype)
     index = _device_index()
     return tuple((index[d.id], n) for d in sharding.addressable_devices if d.id in index)
 
