@@ -328,17 +328,10 @@ def host_values(tensors: list, allow_explicit: bool = True) -> list:
             if not items:      # all device data, read above
                 continue
             extra = _read_extra(device, storages, items)
-            # Small reads replay on the host (sync/host_eval.py), where what they share with
-            # live tensors is trivial to compute again.
-            on_host = (None if any(is_wide_read(st) for st in storages)
-                       else host_eval.evaluate([node for node, _ in items], [node for node, _ in extra]))
-            if on_host is not None:    # the storages stay pending
-                early.update((key, on_host[slot]) for key, slot in slots.items())
+            on_host, outs = _compute_read(device, storages, items, extra, allow_explicit)
+            if on_host:    # the storages stay pending
+                early.update((key, outs[slot]) for key, slot in slots.items())
                 continue
-            if extra:
-                metrics.counter_add("WideRead")
-            explicit = allow_explicit and switches.explicit_donation_enabled(device)
-            outs = _run_read(device, items, extra, explicit)
             for t in tensors:
                 if t._st.device == device and id(t) in slots and t._view is not None:
                     results[id(t)] = outs[_slot_of(items, slots[id(t)])]
@@ -401,6 +394,21 @@ def _read_extra(device: int, storages: list, items: list) -> list:
     if not barriers.implied_barriers_enabled():
         return []
     return barriers.sharing_items(device, [node for node, _ in items], own)
+
+
+def _compute_read(device: int, storages: list, items: list, extra: list, allow_explicit: bool) -> tuple:
+    """Where a host read's graph runs, decided in one place: `(True, values)` when it
+    replays on the host (sync/host_eval.py: small, and what it shares with live tensors is
+    trivial to compute again; its storages stay pending), else `(False, outputs)` of the
+    device graph, with its integer bookkeeping on the host beside it (`_run_read`)."""
+    if not any(is_wide_read(st) for st in storages):
+        values = host_eval.evaluate([node for node, _ in items], [node for node, _ in extra])
+        if values is not None:
+            return True, values
+    if extra:
+        metrics.counter_add("WideRead")
+    explicit = allow_explicit and switches.explicit_donation_enabled(device)
+    return False, _run_read(device, items, extra, explicit)
 
 
 def _run_read(device: int, items: list, extra: list, explicit: bool) -> tuple:
