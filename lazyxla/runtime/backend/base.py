@@ -16,6 +16,7 @@ from .. import collector
 from . import host_heap
 from ..collector import CollectorPolicy
 
+
 class Backend:
     """A platform's choices. Subclasses override what differs; the attributes are read on
     hot paths, so they are plain fields, fixed once the backend has started."""
