@@ -55,7 +55,12 @@ def _host_copy(t: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
     torch's rounding, eager's .to(storage): half the bytes move), and that dtype."""
     jax_dtype(t.dtype)  # clear error for unsupported dtypes
     storage = storage_dtypes.storage_for(t.dtype)
-    return (t.cpu() if storage == t.dtype else t.detach().cpu().to(storage)), storage
+    if storage == t.dtype:
+        return t.cpu(), storage
+    t = t.detach().cpu()
+    if not storage.is_floating_point:
+        storage_dtypes.check_integer_range(t, storage)
+    return t.to(storage), storage
 
 
 @x64
