@@ -30,7 +30,7 @@ from .. import config
 from ..alias import switches
 from ..alias.planner import plan_donors
 from ..compile.cache import Executable, get_or_compile, key_hex
-from ..errors import DonatedBufferError, FailedOpError
+from ..errors import DonatedBufferError, ExecutionFailure, FailedOpError, LoweringError
 from ..frontend.grad_scaler import close_scaler_step, scaler_step_open
 from ..frontend.storage import is_wide_read, live_devices, live_storages
 from ..frontend.optim import end_optimizer_step
@@ -114,14 +114,20 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
         metrics.metric_add("TensorsGraphSize", len(graph.order))
     try:
         started = timeline.start()
-        exe = get_or_compile(graph, donors, eager)
+        try:
+            exe = get_or_compile(graph, donors, eager)
+        except LoweringError as e:
+            raise ExecutionFailure(ExecutionFailure.COMPILE if e.node_position is None else ExecutionFailure.LOWER,
+                                   e, node_position=e.node_position) from e
         timeline.mark("key and cache", started)
         outs = execute(graph, exe, eager)
         started = timeline.start()
         install(graph, targets, outs)
         timeline.mark("install", started, outputs=len(outs))
-    except Exception as e:
-        contained = None if memory.is_out_of_memory(e) else failures.contain(graph, items, e)
+    except Exception as failed:
+        e = failed.error if isinstance(failed, ExecutionFailure) else failed
+        contained = (failures.contain(graph, items, failed)
+                     if isinstance(failed, ExecutionFailure) and not memory.is_out_of_memory(e) else None)
         if contained is not None:
             # The tensors that needed the failed op now carry its error (sync/failures.py);
             # the rest of the sync runs as its own graph, and the error is raised once.
@@ -136,7 +142,7 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
         # Compile and execute change nothing before the executable has run (execute()
         # marks donors only after it returns, and install() follows), so the sync is
         # all or nothing: say so, keep the original error type.
-        lost = getattr(e, "lazyxla_lost_buffers", 0)
+        lost = failed.lost_buffers if isinstance(failed, ExecutionFailure) else 0
         note = (f"lazyxla: the {kind} was not applied: "
                 + (f"the backend consumed {lost} donated buffer(s) before failing (their tensors now "
                    "raise DonatedBufferError); all other" if lost else "nothing was donated and the")
@@ -149,7 +155,7 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
             oom.add_note(note)
             raise oom from e
         e.add_note(note)
-        raise
+        raise e
     LastGraph.executable, LastGraph.decisions, LastGraph.kind = exe, decisions, kind
     LastGraph.n_nodes = len(graph.order)
     return tuple(outs[slot] for slot in graph.root_slots)

@@ -30,40 +30,37 @@ import jax
 
 from .. import metrics
 from ..compile.cache import compile_graph
-from ..errors import FailedOpError, LoweringError
+from ..errors import ExecutionFailure, FailedOpError, LoweringError
 from ..frontend.storage import live_storages
 from ..ir.bounded import BoundedTable
 from ..ir.graph import Graph, positions
 from ..ir.build import data_node
-from ..ir.node import DATA, SCALAR
-from ..ir.walk import reaching
+from ..ir.node import DATA
+from ..ir.walk import is_leaf, reaching
 from ..runtime import memory
 from ..runtime.device_data import DeviceData
 from ..runtime.execute import execute
 from ..state import STATE
 from .collect import collect
 
-LOWER, COMPILE, RUN = "lower", "compile", "run"
-_LEAVES = (DATA, SCALAR)
+LOWER, COMPILE, RUN = ExecutionFailure.LOWER, ExecutionFailure.COMPILE, ExecutionFailure.RUN
 # graph key -> position of the op that made it fail to compile (None: no single op)
 _compile_culprits = BoundedTable(256)
 
 
 class Contained(NamedTuple):
     error: FailedOpError   # what the sync raises, once
+    cause: BaseException   # the backend's or the lowering's own error, its cause
     rest: list             # the sync's (root, storage) items that did not need the op
 
 
-def contain(graph: Graph, items: list, error: Exception) -> Optional[Contained]:
-    """Contain `error`, raised lowering, compiling or running `graph` (the graph of `items`),
-    or None when it is no such failure (the sync then raises it as it is)."""
-    stage = _stage(error)
-    if stage is None:
-        return None
-    position = _culprit(graph, error, stage)
+def contain(graph: Graph, items: list, failure: ExecutionFailure) -> Contained:
+    """Contain `failure`, raised lowering, compiling or running `graph` (the graph of `items`)."""
+    stage = failure.stage
+    position = _culprit(graph, failure)
     seeds = ({id(graph.order[position])} if position is not None
              else {id(graph.order[p]) for p in graph.outputs})
-    what = _what_failed(graph, position, stage, error)
+    what = _what_failed(graph, position, failure)
     needs = reaching(seeds)   # whether computing a value needs the failed op
     carried = (f"{what}\nThis tensor's value needed that op, so it holds this error instead of a "
                "value. To use the tensor again, give it a new value (t.copy_(new), t.data = new, or "
@@ -76,31 +73,23 @@ def contain(graph: Graph, items: list, error: Exception) -> Optional[Contained]:
             poisoned += 1
     metrics.counter_add("FailedOp")
     rest = [item for item in items if not needs(item[0])]
-    lost = getattr(error, "lazyxla_lost_buffers", 0)
+    lost = failure.lost_buffers
     inputs = (f"The backend consumed {lost} donated buffer(s) before failing: their tensors raise "
               "DonatedBufferError; every other input keeps its value." if lost else
               "The failed graph donated nothing and every input keeps its value.")
     return Contained(FailedOpError(
         f"{what}\n{poisoned} tensor(s) needed it: they hold this error and raise it when read or used "
-        f"(lx.FailedOpError); the {len(rest)} other result(s) of this sync are computed. {inputs}"), rest)
+        f"(lx.FailedOpError); the {len(rest)} other result(s) of this sync are computed. {inputs}"),
+        failure.error, rest)
 
 
-def _stage(error: Exception) -> Optional[str]:
-    """Where `graph` failed: its lowering, its XLA compile, or its run; None for any other
-    error (a placement refusal, an internal error), which stays the sync's to raise."""
-    if isinstance(error, LoweringError):
-        return COMPILE if error.node_position is None else LOWER
-    # runtime/execute.py tags every error of the executable's own call with the number of
-    # donated buffers a backend consumed before failing
-    return RUN if hasattr(error, "lazyxla_lost_buffers") else None
-
-
-def _culprit(graph: Graph, error: Exception, stage: str) -> Optional[int]:
+def _culprit(graph: Graph, failure: ExecutionFailure) -> Optional[int]:
     """Position in `graph.order` of the op that failed, or None when no single op fails
     alone (the whole graph is then the culprit)."""
+    stage = failure.stage
     if stage == LOWER:
-        return error.node_position
-    if stage == RUN and error.lazyxla_lost_buffers:
+        return failure.node_position
+    if stage == RUN and failure.lost_buffers:
         # The backend consumed donated inputs before failing (XLA:CPU does): sub-graphs
         # reading them can no longer run, so the search has nothing to run; the whole
         # graph is the culprit.
@@ -122,7 +111,7 @@ def _search(graph: Graph, stage: str) -> Optional[int]:
 
     def fails(k: int) -> bool:
         used = {index[id(i)] for node in order[:k] for i in node.inputs}
-        roots = [node for p, node in enumerate(order[:k]) if node.op not in _LEAVES and p not in used]
+        roots = [node for p, node in enumerate(order[:k]) if not is_leaf(node) and p not in used]
         return bool(roots) and _probe_fails(graph.device, roots, leaves, stage)
 
     if not fails(len(order)):
@@ -151,9 +140,10 @@ def _probe_fails(device: int, roots: list, leaves: Optional[dict], stage: str) -
     return False
 
 
-def _what_failed(graph: Graph, position: Optional[int], stage: str, error: Exception) -> str:
+def _what_failed(graph: Graph, position: Optional[int], failure: ExecutionFailure) -> str:
     """The first line of the error: the op, the user's line (with provenance on), the stage
     and the original error (the backend's own, under lazyxla's wrapping)."""
+    error = failure.error
     original = error.__cause__ if isinstance(error, LoweringError) and error.__cause__ is not None else error
     if position is None:
         what = f"a graph of {len(graph.order)} nodes (no single op in it fails alone)"
@@ -166,4 +156,4 @@ def _what_failed(graph: Graph, position: Optional[int], stage: str, error: Excep
             what = f"{node.op} (made outside your code, e.g. by the backward pass)"
         else:
             what = f"{node.op} (lx.debug.set_provenance(True) records the line that made each op)"
-    return f"lazyxla: {what} failed to {stage}: {type(original).__name__}: {original}"
+    return f"lazyxla: {what} failed to {failure.stage}: {type(original).__name__}: {original}"
