@@ -158,7 +158,7 @@ def detailed():
 
 
 def test_detailed_records_per_graph_and_tensor(dev, detailed):
-    from lazyxla.sync.api import LastGraph
+    from lazyxla.sync.pipeline import LastGraph
     x = rand(8, seed=40).to(dev)
     y = x * 3 + 1           # two lifted scalars
     lx.sync()               # no wait: reading the metrics waits for the run's measurement

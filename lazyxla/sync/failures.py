@@ -2,10 +2,10 @@
 tensors that needed the failing op.
 
 Before, a failed graph stayed pending and every later sync compiled it again and failed
-again (on a TPU, one op XLA refused there failed 247 later tests). Now the sync that ran it
-(sync/api.py `_run`) hands the error here, which
-1. finds the op: a lowering error names its node (compile/program.py sets
-   `LoweringError.node_position`); for an XLA compile or run error the op is searched
+again (on a TPU, one op XLA refused there failed 247 later tests). Now the stage that failed
+(sync/pipeline.py) hands its `ExecutionFailure` (errors.py) here, which
+1. finds the op: a lowering error names its node (`ExecutionFailure.node_position`, from
+   compile/program.py); for an XLA compile or run error the op is searched
    by bisecting the graph's topological order, compiling (and, for a run error, running)
    the sub-graph of each prefix without donors: about log2(nodes) + 1 probes, only on
    this path, and remembered per graph key for compile errors so a step that fails the
@@ -14,11 +14,12 @@ again (on a TPU, one op XLA refused there failed 247 later tests). Now the sync 
    no buffer that carries the error (`DeviceData.failure`): reading or using it raises
    `lx.FailedOpError`, a step barrier no longer collects it, and writing a whole new
    value into it (`copy_`, `.data =`) makes it an ordinary tensor again;
-3. returns the rest of the sync's roots, which `_run` then runs as their own graph, and
-   the error it raises once.
+3. returns the rest of the sync's roots, which `run_graph` then runs as their own graph,
+   and the error it raises once.
 The failed graph itself changed nothing: `execute()` marks donors only after the call
-returns, so no input is donated and every input keeps its value. Out-of-memory errors
-never come here (`_run` keeps them retryable: freeing memory may let the same graph run).
+returns, so no input is donated and every input keeps its value. Out-of-memory errors are
+not contained (`contain_or_raise` keeps them retryable: freeing memory may let the same
+graph run).
 
 Design: docs/design.md, "sync/failures.py"; the rule: docs/reliability.md.
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 import jax
+import torch
 
 from .. import metrics
 from ..compile.cache import compile_graph
@@ -52,6 +54,40 @@ class Contained(NamedTuple):
     error: FailedOpError   # what the sync raises, once
     cause: BaseException   # the backend's or the lowering's own error, its cause
     rest: list             # the sync's (root, storage) items that did not need the op
+
+
+def contain_or_raise(kind: str, graph: Graph, items: list, error: BaseException) -> Contained:
+    """The failure path beside a sync's stages (sync/pipeline.py): contain `error`, raised
+    compiling, running or installing `graph` (the graph of `items`, a `kind` sync), or
+    raise it, saying that the sync was not applied: an error of no stage (a placement
+    refusal, an internal error) as it is, running out of memory as `torch.OutOfMemoryError`
+    (kept retryable: freeing memory may let the same graph run)."""
+    failure = error if isinstance(error, ExecutionFailure) else None
+    original = error if failure is None else failure.error
+    if failure is not None and not memory.is_out_of_memory(original):
+        return contain(graph, items, failure)
+    # Compile and execute change nothing before the executable has run (execute() marks
+    # donors only after it returns, and install() follows), so the sync is all or
+    # nothing: say so, keep the original error type.
+    lost = 0 if failure is None else failure.lost_buffers
+    note = (f"lazyxla: the {kind} was not applied: "
+            + (f"the backend consumed {lost} donated buffer(s) before failing (their tensors now "
+               "raise DonatedBufferError); all other" if lost else "nothing was donated and the")
+            + " tensors keep their values or pending computation; the next sync retries.")
+    if memory.is_out_of_memory(original) and not isinstance(original, torch.OutOfMemoryError):
+        # the backend's own out-of-memory (XLA RESOURCE_EXHAUSTED): same type and
+        # report as lazyxla's check before running (runtime/memory.py check_fits)
+        oom = torch.OutOfMemoryError(f"lazyxla: out of memory on device {graph.device} running the {kind}: "
+                                     f"{type(original).__name__}: {original}\n{memory.report_text(graph.device)}")
+        oom.add_note(note)
+        raise oom from original
+    original.add_note(note)
+    raise original
+
+
+def note_later(first: Contained, kind: str, later: BaseException) -> None:
+    """The rest of a sync whose first failure was contained failed too: said with the first."""
+    first.error.add_note(f"lazyxla: the rest of the {kind} then failed too: {type(later).__name__}: {later}")
 
 
 def contain(graph: Graph, items: list, failure: ExecutionFailure) -> Contained:
