@@ -33,10 +33,9 @@ from ..runtime import backend
 from ..runtime.execute import wait_all
 from ..state import STATE
 from . import barriers
-from .collect import collect
 from .entry import by_device, check_lazy, pending_items, runtime_lock, sync_begins, sync_ends
 from .host_read import host_values
-from .pipeline import Request, donor_plan, run_graph
+from .pipeline import Request, collect_roots, donor_plan, run_graph
 from .placeholders import capturing
 
 STEP_BARRIER, IMPLIED_BARRIER, SIZE_CUT, PARTIAL, EAGER_OP, INSPECTION = (
@@ -171,15 +170,16 @@ def pending_graphs(tensors=None, *, automatic: bool = True, explicit: Optional[b
             groups = by_device(check_lazy(tensors, "graph inspection"))
         result = []
         for device, storages in groups.items():
-            items = pending_items(storages)
-            if not items:
-                continue
-            graph, targets = collect(device, items, merge_scalars=True)
             use_explicit = explicit if explicit is not None else (
                 tensors is None or switches.explicit_donation_enabled(device))
-            donors, _ = donor_plan(Request(device, items, INSPECTION, automatic=automatic, explicit=use_explicit),
-                                   graph, targets)
-            result.append((graph, donors))
+            # a step barrier's graph leaves out what reads a donated buffer, as the barrier does
+            request = Request(device, pending_items(storages), INSPECTION, automatic=automatic,
+                              explicit=use_explicit, skip_donated=tensors is None)
+            collected = collect_roots(request) if request.items else None
+            if collected is None:
+                continue
+            donors, _ = donor_plan(request, collected.graph, collected.targets)
+            result.append((collected.graph, donors))
         return result
 
 

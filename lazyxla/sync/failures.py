@@ -1,5 +1,5 @@
-"""Failures stay contained: a graph that fails to lower, compile or run poisons only the
-tensors that needed the failing op.
+"""Failures stay contained: a graph that fails to lower, compile or run changes no tensor that
+held device data and poisons only the new tensors that needed the failing op.
 
 Before, a failed graph stayed pending and every later sync compiled it again and failed
 again (on a TPU, one op XLA refused there failed 247 later tests). Now the stage that failed
@@ -10,10 +10,13 @@ again (on a TPU, one op XLA refused there failed 247 later tests). Now the stage
    the sub-graph of each prefix without donors: about log2(nodes) + 1 probes, only on
    this path, and remembered per graph key for compile errors so a step that fails the
    same way every time searches once;
-2. gives every live pending tensor of the device whose value needs that op a handle with
-   no buffer that carries the error (`DeviceData.failure`): reading or using it raises
-   `lx.FailedOpError`, a step barrier no longer collects it, and writing a whole new
-   value into it (`copy_`, `.data =`) makes it an ordinary tensor again;
+2. makes the step all or nothing: every live pending tensor of the device that the sync
+   would update or whose value needs that op returns to the device data it held before
+   its value became pending (frontend/storage.py `last_data`), if it held any and the
+   buffer is still there; every other one that needs the op, born since, gets a handle
+   with no buffer that carries the error (`DeviceData.failure`): reading or using it
+   raises `lx.FailedOpError`, a step barrier no longer collects it, and writing a whole
+   new value into it (`copy_`, `.data =`) makes it an ordinary tensor again;
 3. returns the rest of the sync's roots, which `run_graph` then runs as their own graph,
    and the error it raises once.
 The failed graph itself changed nothing: `execute()` marks donors only after the call
@@ -101,22 +104,41 @@ def contain(graph: Graph, items: list, failure: ExecutionFailure) -> Contained:
     carried = (f"{what}\nThis tensor's value needed that op, so it holds this error instead of a "
                "value. To use the tensor again, give it a new value (t.copy_(new), t.data = new, or "
                "assign a new tensor), or compute it again without the op.")
-    poisoned = 0
+    updated = {id(st) for _, st in items if st is not None}   # the storages this sync would update
+    kept = poisoned = 0
     for st in live_storages(graph.device):
         value = st.value
-        if value.op is not DATA and needs(value):
+        if value.op is DATA or not (id(st) in updated or needs(value)):
+            continue
+        last = _last_data(st)
+        if last is not None:   # it held device data: the step is all or nothing, it keeps that
+            st.write(data_node(last))
+            kept += 1
+        elif needs(value):     # born since its device had data: it carries the error
             st.write(data_node(DeviceData(None, value.shape, value.dtype, graph.device, failure=carried)))
             poisoned += 1
     metrics.counter_add("FailedOp")
-    rest = [item for item in items if not needs(item[0])]
+    rest = [(node, st) for node, st in items if not needs(node) and (st is None or st.value is node)]
     lost = failure.lost_buffers
     inputs = (f"The backend consumed {lost} donated buffer(s) before failing: their tensors raise "
               "DonatedBufferError; every other input keeps its value." if lost else
               "The failed graph donated nothing and every input keeps its value.")
     return Contained(FailedOpError(
         f"{what}\n{poisoned} tensor(s) needed it: they hold this error and raise it when read or used "
-        f"(lx.FailedOpError); the {len(rest)} other result(s) of this sync are computed. {inputs}"),
+        f"(lx.FailedOpError); {kept} tensor(s) that held device data keep it (their updates in this sync "
+        f"are not applied: repeat the step, or skip its batch); the {len(rest)} other result(s) of this "
+        f"sync are computed. {inputs}"),
         failure.error, rest)
+
+
+def _last_data(st) -> Optional[DeviceData]:
+    """The device data `st` held before its pending value, if its buffer is still there
+    (frontend/storage.py `last_data`: held by the pending update that reads it, not donated,
+    no failure of its own); else None."""
+    data = st.last_data() if st.last_data is not None else None
+    if data is None or data.donated_in is not None or data.failure is not None:
+        return None
+    return data
 
 
 def _culprit(graph: Graph, failure: ExecutionFailure) -> Optional[int]:

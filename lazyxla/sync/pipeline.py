@@ -112,9 +112,20 @@ def run_graph(request: Request) -> Optional[Result]:
 
 
 def collect_stage(request: Request) -> Optional[Collected]:
+    """The graph of the request's roots, timed; refused while a function is captured."""
+    started = timeline.start()
+    collected = collect_roots(request)
+    if collected is None:
+        return None
+    if any(type(d) is Placeholder for d in collected.graph.params):
+        raise placeholder_refusal()
+    timeline.mark("collect", started, nodes=len(collected.graph.order))
+    return collected
+
+
+def collect_roots(request: Request) -> Optional[Collected]:
     """The graph of the request's roots (sync/collect.py); None when a step barrier finds
     every root reading a donated buffer."""
-    started = timeline.start()
     items = request.items
     try:
         graph, targets = collect(request.device, items, merge_scalars=True, leaves=request.leaves)
@@ -129,9 +140,6 @@ def collect_stage(request: Request) -> Optional[Collected]:
         if not items:
             return None
         graph, targets = collect(request.device, items, merge_scalars=True, leaves=request.leaves)
-    if any(type(d) is Placeholder for d in graph.params):
-        raise placeholder_refusal()
-    timeline.mark("collect", started, nodes=len(graph.order))
     return Collected(graph, targets, items)
 
 
