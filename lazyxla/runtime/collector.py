@@ -120,7 +120,6 @@ def _count(phase: str, info: dict) -> None:
                   collected=info["collected"])
 
 
-
 def watch() -> None:
     """Count and time every collection from now on (the backend's start; once)."""
     if _count not in gc.callbacks:

@@ -95,7 +95,6 @@ def note_later(first: Contained, kind: str, later: BaseException) -> None:
 
 def contain(graph: Graph, items: list, failure: ExecutionFailure) -> Contained:
     """Contain `failure`, raised lowering, compiling or running `graph` (the graph of `items`)."""
-    stage = failure.stage
     position = _culprit(graph, failure)
     seeds = ({id(graph.order[position])} if position is not None
              else {id(graph.order[p]) for p in graph.outputs})
