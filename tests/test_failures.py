@@ -2,10 +2,12 @@
 bad inputs get clear errors at the call (docs/reliability.md)."""
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import textwrap
 import warnings
+import weakref
 
 import pytest
 import torch
@@ -166,6 +168,29 @@ def test_execution_failure_after_backend_consumed_donors_is_reported(dev, monkey
     assert pending_graphs() == []   # nor the barrier's inspection (lx.debug.ir_text, graph_hash)
     with pytest.raises(lx.DonatedBufferError):
         y.cpu()
+
+
+@pytest.mark.parametrize("failure", ["not applied", "contained"])
+def test_a_failed_sync_keeps_no_tensor_alive(dev, monkeypatch, failure):
+    # The error a sync raises holds its graph's frames: no reference cycle through them may
+    # keep that graph's tensors alive once the user drops the error and the tensors (a
+    # pending tensor left alive fails every later barrier that cannot compute it).
+    def fail(graph, donors, *metric):
+        raise RuntimeError("RESOURCE_EXHAUSTED: injected compile failure")
+    if failure == "not applied":
+        monkeypatch.setattr(cache, "compile_graph", fail)
+    x = torch.ones(3).to(dev)
+    gc.disable()
+    try:
+        with overriding(aten.cosh.default, "lowering", lambda ctx, *a, **k: 1 / 0):
+            y = torch.cosh(x) + 1
+            alive = weakref.ref(y._st)
+            with pytest.raises(RuntimeError if failure == "not applied" else lx.FailedOpError):
+                lx.sync()
+            del y
+            assert alive() is None
+    finally:
+        gc.enable()
 
 
 # -- bad inputs: clear errors at the call ---------------------------------------------------

@@ -72,7 +72,10 @@ def _barrier(kind: str, explicit: bool) -> int:
             nodes += result.nodes
     sync_ends(kind, started, nodes=nodes)
     if failed is not None:
-        raise failed
+        try:
+            raise failed
+        finally:   # no cycle through this frame (sync/pipeline.py `run_graph` says why)
+            del failed
     return nodes
 
 

@@ -21,8 +21,8 @@ again (on a TPU, one op XLA refused there failed 247 later tests). Now the stage
    and the error it raises once.
 The failed graph itself changed nothing: `execute()` marks donors only after the call
 returns, so no input is donated and every input keeps its value. Out-of-memory errors are
-not contained (`contain_or_raise` keeps them retryable: freeing memory may let the same
-graph run).
+not contained (`containable`: they stay retryable, freeing memory may let the same graph
+run).
 
 Design: docs/design.md, "sync/failures.py"; the rule: docs/reliability.md.
 """
@@ -59,16 +59,19 @@ class Contained(NamedTuple):
     rest: list             # the sync's (root, storage) items that did not need the op
 
 
-def contain_or_raise(kind: str, graph: Graph, items: list, error: BaseException) -> Contained:
-    """The failure path beside a sync's stages (sync/pipeline.py): contain `error`, raised
-    compiling, running or installing `graph` (the graph of `items`, a `kind` sync), or
-    raise it, saying that the sync was not applied: an error of no stage (a placement
-    refusal, an internal error) as it is, running out of memory as `torch.OutOfMemoryError`
-    (kept retryable: freeing memory may let the same graph run)."""
+def containable(error: BaseException) -> bool:
+    """Whether `error`, raised by a sync's stages (sync/pipeline.py), is a graph's failure
+    to contain: a stage's `ExecutionFailure` that is not running out of memory (kept
+    retryable: freeing memory may let the same graph run)."""
+    return isinstance(error, ExecutionFailure) and not memory.is_out_of_memory(error.error)
+
+
+def not_applied(kind: str, device: int, error: BaseException) -> BaseException:
+    """What a sync raises for an `error` it does not contain, saying that it was not
+    applied: the error as it is (a placement refusal, an internal error), or running out
+    of memory as `torch.OutOfMemoryError`."""
     failure = error if isinstance(error, ExecutionFailure) else None
     original = error if failure is None else failure.error
-    if failure is not None and not memory.is_out_of_memory(original):
-        return contain(graph, items, failure)
     # Compile and execute change nothing before the executable has run (execute() marks
     # donors only after it returns, and install() follows), so the sync is all or
     # nothing: say so, keep the original error type.
@@ -80,12 +83,13 @@ def contain_or_raise(kind: str, graph: Graph, items: list, error: BaseException)
     if memory.is_out_of_memory(original) and not isinstance(original, torch.OutOfMemoryError):
         # the backend's own out-of-memory (XLA RESOURCE_EXHAUSTED): same type and
         # report as lazyxla's check before running (runtime/memory.py check_fits)
-        oom = torch.OutOfMemoryError(f"lazyxla: out of memory on device {graph.device} running the {kind}: "
-                                     f"{type(original).__name__}: {original}\n{memory.report_text(graph.device)}")
+        oom = torch.OutOfMemoryError(f"lazyxla: out of memory on device {device} running the {kind}: "
+                                     f"{type(original).__name__}: {original}\n{memory.report_text(device)}")
         oom.add_note(note)
-        raise oom from original
+        oom.__cause__ = original   # as `raise oom from original`
+        return oom
     original.add_note(note)
-    raise original
+    return original
 
 
 def note_later(first: Contained, kind: str, later: BaseException) -> None:

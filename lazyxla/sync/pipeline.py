@@ -90,13 +90,12 @@ def run_graph(request: Request) -> Optional[Result]:
         try:
             result = install_stage(request, execute_stage(request, planned, compile_stage(request, planned)))
         except Exception as error:  # noqa: BLE001 - the failure path decides what it is
-            try:
-                contained = failures.contain_or_raise(request.kind, collected.graph, collected.items, error)
-            except Exception as later:
+            if not failures.containable(error):
                 if first is None:
-                    raise
-                failures.note_later(first, request.kind, later)
+                    raise failures.not_applied(request.kind, collected.graph.device, error)
+                failures.note_later(first, request.kind, error)
                 break
+            contained = failures.contain(collected.graph, collected.items, error)
             if first is None:
                 first = contained
             else:
@@ -107,7 +106,10 @@ def run_graph(request: Request) -> Optional[Result]:
             return result
         break
     if first is not None:
-        raise first.error from first.cause
+        try:
+            raise first.error from first.cause
+        finally:   # no cycle through this frame: the tensors the error's graph held are freed with it
+            del first, contained
     return None
 
 
