@@ -83,10 +83,16 @@ def run_graph(request: Request) -> Optional[Result]:
     forget_lifted_scalars()   # ops traced from here on start a new sharing pattern
     first: Optional[failures.Contained] = None
     while request.items:
-        collected = collect_stage(request)
-        if collected is None:
+        try:
+            collected = collect_stage(request)
+            planned = plan_stage(request, collected) if collected is not None else None
+        except Exception as error:  # noqa: BLE001 - the rest of a failed sync: said with its failure
+            if first is None:
+                raise
+            failures.note_later(first, request.kind, error)
             break
-        planned = plan_stage(request, collected)
+        if planned is None:
+            break
         try:
             result = install_stage(request, execute_stage(request, planned, compile_stage(request, planned)))
         except Exception as error:  # noqa: BLE001 - the failure path decides what it is
