@@ -14,7 +14,7 @@ allows (README.md, "What is supported"; docs/design.md, "alias/planner.py"):
 | lx.sync_tensors(donate_inplace=False)| no              | if explicit enabled    |
 | host reads (.cpu(), .item(), print) | no               | if explicit enabled    |
 
-Design: docs/design.md, "Donation planner" and "sync/api.py".
+Design: docs/design.md, "Donation planner" and "sync/pipeline.py, sync/api.py, sync/host_read.py".
 """
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ from .host_read import host_values
 from .pipeline import Request, collect_roots, donor_plan, run_graph
 from .placeholders import capturing
 
+# the kinds of sync these entry points run (an implied barrier's names its reason)
 STEP_BARRIER, IMPLIED_BARRIER, SIZE_CUT, PARTIAL, EAGER_OP, INSPECTION = (
     "step barrier", "implied step barrier", "graph size cut", "partial sync", "eager op", "inspection")
 

@@ -11,7 +11,7 @@ That graph also computes the live pending tensors that share work with the read
 read reads; the materialized extras' in-place updates as a partial sync's; explicit
 donors if enabled.
 
-Design: docs/design.md, "sync/host_read.py".
+Design: docs/design.md, "sync/pipeline.py, sync/api.py, sync/host_read.py".
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ to the failure path beside them (sync/failures.py): what cannot be contained is 
 there; a contained failure gives back the roots that did not need the failed op, which
 `run_graph` runs as the next graph of its loop, raising the first failure once at the end.
 
-Design: docs/design.md, "sync/pipeline.py".
+Design: docs/design.md, "sync/pipeline.py, sync/api.py, sync/host_read.py".
 """
 from __future__ import annotations
 
