@@ -29,10 +29,14 @@ _ref = weakref.ref
 
 
 class Storage:
-    __slots__ = ("value", "version", "device", "seq", "base_spec", "__weakref__")
+    __slots__ = ("value", "version", "device", "seq", "base_spec", "last_data", "__weakref__")
 
     def __init__(self, value: Node, device: int) -> None:
         self.value = value
+        # weakly, the device data this storage held before its value became pending: what a
+        # failed sync returns it to (sync/failures.py), while anything (the pending update
+        # reading it, as every in-place update does) still holds the buffer
+        self.last_data = None
         # (shape, stride, offset, dtype) of the base tensor, set by LazyTensor.wrap: how
         # the base's values lie in the storage, which as_strided and resize_ address.
         self.base_spec = None
@@ -50,11 +54,14 @@ class Storage:
     def write(self, value: Node) -> None:
         """Install a new base value (an in-place update or a sync result)."""
         old = self.value
-        if old is not None and old.op is DATA and old.data.donated_in is not None:
-            # Writing into a donated tensor (or a view of one) is a use of it: raise
-            # instead of silently reviving it (a partial write would also read the
-            # dead buffer at the next sync).
-            raise donated_error(old.data)
+        if old is not None and old.op is DATA:
+            if old.data.donated_in is not None:
+                # Writing into a donated tensor (or a view of one) is a use of it: raise
+                # instead of silently reviving it (a partial write would also read the
+                # dead buffer at the next sync).
+                raise donated_error(old.data)
+            if value.op is not DATA:
+                self.last_data = _ref(old.data)
         self.value = value
         self.version += 1
 

@@ -33,7 +33,7 @@ _INTEGRAL = frozenset((torch.bool, torch.uint8, torch.int8, torch.int16, torch.i
 # Run the device graph of some (root, storage) items, given the ids of the storages the
 # host writes in the same read and, optionally, nodes to read as given device data
 # ({id(node): DATA node}); one output per distinct root, in the order they first appear
-# (sync/api.py `_run`).
+# (sync/pipeline.py `run_graph`).
 RunDevice = Callable[..., tuple]
 # A constant (made from scalars alone) larger than this stays on the device: there it fuses
 # into the graph at no cost and keeps its shape, while the host would compute and upload it
