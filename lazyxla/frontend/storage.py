@@ -19,20 +19,32 @@ from __future__ import annotations
 import itertools
 import weakref
 
+import torch
+
 from ..ir.node import DATA, Node
 from ..runtime.device_data import donated_error
+from ..state import STATE
 
 _seq = itertools.count()
 _live: dict[int, list] = {}
 _compact_at: dict[int, int] = {}
 _ref = weakref.ref
+# Functional forms of the in-place fills: the written value does not depend on the old one
+# (its first operand), whose shape and dtype alone they read.
+FILLS = frozenset((torch.ops.aten.fill.Scalar, torch.ops.aten.fill.Tensor, torch.ops.aten.zero.default))
 
 
 class Storage:
-    __slots__ = ("value", "version", "device", "seq", "base_spec", "__weakref__")
+    __slots__ = ("value", "version", "device", "seq", "base_spec", "entry", "entry_epoch", "__weakref__")
 
     def __init__(self, value: Node, device: int) -> None:
         self.value = value
+        # The pending value this storage held when its in-place writes since the last sync
+        # point began (None: device data then), and that sync point's STATE.sync_epoch: a
+        # barrier reads a small one as device data, so fresh state gives the later steps'
+        # graph (sync/entries.py).
+        self.entry = None
+        self.entry_epoch = -1
         # (shape, stride, offset, dtype) of the base tensor, set by LazyTensor.wrap: how
         # the base's values lie in the storage, which as_strided and resize_ address.
         self.base_spec = None
@@ -55,6 +67,14 @@ class Storage:
             # instead of silently reviving it (a partial write would also read the
             # dead buffer at the next sync).
             raise donated_error(old.data)
+        if value.op is DATA:
+            self.entry = None   # device data again (a sync's result, an upload)
+        elif value.op in FILLS:
+            # a fresh start: `torch.zeros(..., device=...)` is an allocation, then zero_()
+            self.entry, self.entry_epoch = value, STATE.sync_epoch
+        elif self.entry_epoch != STATE.sync_epoch:
+            self.entry_epoch = STATE.sync_epoch
+            self.entry = old if old.op is not DATA else None
         self.value = value
         self.version += 1
 

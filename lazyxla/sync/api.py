@@ -43,7 +43,7 @@ from ..runtime import backend, memory, timeline
 from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
 from ..state import STATE
-from . import barriers, failures, host_eval, host_split
+from . import barriers, entries, failures, host_eval, host_split
 from .placeholders import Placeholder, capturing, placeholder_refusal
 from .collect import collect
 from .install import install
@@ -180,8 +180,9 @@ def _barrier(kind: str, explicit: bool) -> int:
     failed: Optional[FailedOpError] = None
     for device in live_devices():
         try:
-            if _run(device, _pending(live_storages(device)), automatic=True, explicit=explicit,
-                    kind=kind, skip_donated=True) is not None:
+            items = _pending(live_storages(device))
+            if _run(device, items, automatic=True, explicit=explicit, kind=kind, skip_donated=True,
+                    leaves=entries.leaves(device, [st for _, st in items])) is not None:
                 nodes += LastGraph.n_nodes
         except FailedOpError as e:   # contained (sync/failures.py): the other devices still run
             failed = failed or e
@@ -192,7 +193,9 @@ def _barrier(kind: str, explicit: bool) -> int:
 
 
 def _sync_begins() -> int:
-    """The host timeline's mark at a sync's start (0 while nothing is recorded)."""
+    """A sync point begins: in-place writes from here on start a new epoch (sync/entries.py).
+    The host timeline's mark at its start (0 while nothing is recorded)."""
+    STATE.sync_epoch += 1
     return timeline.sync_begins(metrics.counter_value("TracedOps") or 0) if timeline.REC.on else 0
 
 

@@ -82,11 +82,18 @@ def _bookkeeping(node: Node, limit: int) -> bool:
     return all(i.op is SCALAR or _integral(i) for i in node.inputs)
 
 
+def stages_host_values() -> bool:
+    """Whether values the host computed may enter a device graph as staged device data:
+    not in SPMD mode (they carry no sharding) nor under a storage dtype policy (they keep
+    the host's dtype, where the device's own buffers are narrower)."""
+    return not placement.spmd_enabled() and storage_dtypes.current() is None
+
+
 def split_read(roots: list) -> Optional[Split]:
     """The split of `roots`' graph; None where there is no bookkeeping to move, or the
     split is off (setting 0, SPMD, a storage dtype policy)."""
     limit = backend.setting("host_bookkeeping_max_elements")
-    if limit <= 0 or placement.spmd_enabled() or storage_dtypes.current() is not None:
+    if limit <= 0 or not stages_host_values():
         return None
     order = list(post_order(roots))
     host_known: set = set()     # ids of `before` nodes
@@ -165,7 +172,7 @@ def run(device: int, items: list, run_device: RunDevice) -> tuple:
     metrics.counter_add("HostBookkeepingOps", len(split.after) + sum(n.op is not DATA and n.op is not SCALAR
                                                                      for n in split.before))
     # the device graph reads the uploaded values as device data in place of their nodes
-    leaves = {id(n): data_node(staged(_owned_value(values[id(n)]), device)) for n in split.uploads}
+    leaves = {id(n): data_node(staged(owned_value(values[id(n)]), device)) for n in split.uploads}
     device_items = [(node, st) for node, st in items if id(node) in split.on_device]
     device_items += [(n, None) for n in split.for_host]
     written = frozenset(id(st) for node, st in items if st is not None and id(node) not in split.on_device)
@@ -179,7 +186,7 @@ def run(device: int, items: list, run_device: RunDevice) -> tuple:
                for node, st in _unique(items)]
     for node, st in items:
         if st is not None and id(node) not in split.on_device:
-            value = _owned_value(values[id(node)])
+            value = owned_value(values[id(node)])
             values[id(node)] = value
             st.write(data_node(staged(value, device, owner=st)))
     return tuple(results)
@@ -189,7 +196,7 @@ def _after_on_device(device: int, split: Split, items: list, values: dict, run_d
     """`after` failed on the host (an op CPU eager refuses): compute the roots among it on
     the device, from the values the host and the device graph already have, into `values`."""
     leaves = {id(n): data_node(staged(values[id(n)], device)) for n in split.for_host}
-    leaves.update({id(n): data_node(staged(_owned_value(values[id(n)]), device))
+    leaves.update({id(n): data_node(staged(owned_value(values[id(n)]), device))
                    for n in split.before if n.op is not DATA and n.op is not SCALAR})
     after = {id(n) for n in split.after}
     roots = [node for node, _ in _unique(items) if id(node) in after]
@@ -207,6 +214,6 @@ def _unique(items: list) -> list:
     return out
 
 
-def _owned_value(value: torch.Tensor) -> torch.Tensor:
+def owned_value(value: torch.Tensor) -> torch.Tensor:
     """A contiguous tensor of its own: a replayed view may share a cached host copy."""
     return value.clone(memory_format=torch.contiguous_format)
