@@ -148,3 +148,26 @@ def test_host_computation_off_leaves_the_state_in_the_graph(dev):
         opt.step()
         compiles.append(_compiles() - before)
     assert compiles == [1, 1, 0]
+
+
+@pytest.mark.parametrize("rule", [lambda dtype: dtype, {torch.float32: torch.bfloat16}], ids=["compat", "bf16"])
+def test_under_a_storage_dtype_policy_state_is_staged_as_stored(rule, dev, host_replay):
+    # lazyxla.compat always sets a policy (upstream's XLA_USE_BF16 and friends; the identity
+    # without them); a staged value is held in the policy's storage dtype, as the buffers
+    # of the later steps are.
+    previous = lx.set_storage_dtypes(rule)
+    try:
+        model = _model().to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+        x, y = torch.randn(8, 6).to(dev), torch.randn(8, 3).to(dev)
+        compiles = []
+        for _ in range(3):
+            before = _compiles()
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            compiles.append(_compiles() - before)
+        assert compiles == [1, 0, 0]
+        assert all(float(opt.state[p]["step"].cpu()) == 3.0 for p in model.parameters())
+    finally:
+        lx.set_storage_dtypes(previous)

@@ -26,6 +26,7 @@ import torch
 from ..frontend.storage import FILLS
 from ..ir.build import data_node
 from ..ir.node import DATA, Node
+from ..runtime import placement
 from ..runtime.transfer import staged
 from . import host_eval, host_split
 
@@ -34,7 +35,7 @@ def leaves(device: int, storages: list) -> Optional[dict]:
     """{id(entry value): DATA node of its value computed on the host} for the pending
     `storages` of `device` a barrier computes (a `leaves` argument of sync/collect.py's
     `collect`); None when there is none."""
-    if not host_split.stages_host_values():
+    if placement.spmd_enabled():   # staged device data carries no sharding
         return None
     roots = {id(st.value) for st in storages}
     found: dict = {}

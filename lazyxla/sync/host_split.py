@@ -82,18 +82,11 @@ def _bookkeeping(node: Node, limit: int) -> bool:
     return all(i.op is SCALAR or _integral(i) for i in node.inputs)
 
 
-def stages_host_values() -> bool:
-    """Whether values the host computed may enter a device graph as staged device data:
-    not in SPMD mode (they carry no sharding) nor under a storage dtype policy (they keep
-    the host's dtype, where the device's own buffers are narrower)."""
-    return not placement.spmd_enabled() and storage_dtypes.current() is None
-
-
 def split_read(roots: list) -> Optional[Split]:
     """The split of `roots`' graph; None where there is no bookkeeping to move, or the
     split is off (setting 0, SPMD, a storage dtype policy)."""
     limit = backend.setting("host_bookkeeping_max_elements")
-    if limit <= 0 or not stages_host_values():
+    if limit <= 0 or placement.spmd_enabled() or storage_dtypes.current() is not None:
         return None
     order = list(post_order(roots))
     host_known: set = set()     # ids of `before` nodes
