@@ -40,9 +40,10 @@ class Storage:
     def __init__(self, value: Node, device: int) -> None:
         self.value = value
         # The pending value this storage held when its in-place writes since the last sync
-        # point began (None: device data then), and that sync point's STATE.sync_epoch: a
-        # barrier reads a small one as device data, so fresh state gives the later steps'
-        # graph (sync/entries.py).
+        # point began, or the value of a write that started it afresh (None: device data),
+        # and the STATE.sync_epoch of that write: a barrier reads a small one as device
+        # data, so fresh state gives the later steps' graph (sync/entries.py). It never
+        # holds a node the value does not reach.
         self.entry = None
         self.entry_epoch = -1
         # (shape, stride, offset, dtype) of the base tensor, set by LazyTensor.wrap: how
@@ -69,8 +70,10 @@ class Storage:
             raise donated_error(old.data)
         if value.op is DATA:
             self.entry = None   # device data again (a sync's result, an upload)
-        elif value.op in FILLS:
-            # a fresh start: `torch.zeros(..., device=...)` is an allocation, then zero_()
+        elif value.op in FILLS or not value.inputs or value.inputs[0] is not old:
+            # A fresh start: the new value does not read the old one (copy_), or reads only
+            # its shape (a fill: `torch.zeros(..., device=...)` is an allocation, then zero_()).
+            # An in-place op's functional node reads the old value first.
             self.entry, self.entry_epoch = value, STATE.sync_epoch
         elif self.entry_epoch != STATE.sync_epoch:
             self.entry_epoch = STATE.sync_epoch
