@@ -171,3 +171,17 @@ def test_under_a_storage_dtype_policy_state_is_staged_as_stored(rule, dev, host_
         assert all(float(opt.state[p]["step"].cpu()) == 3.0 for p in model.parameters())
     finally:
         lx.set_storage_dtypes(previous)
+
+
+def test_inspection_shows_the_graph_the_barrier_runs(dev, host_replay):
+    # lx.debug.ir_text() / hlo_text() of the pending step (sync/api.py pending_graphs)
+    from lazyxla.sync.api import pending_graphs
+    counter = torch.zeros((), device=dev)
+    keys = []
+    for _ in range(2):
+        counter.add_(1)
+        (graph, _), = pending_graphs()
+        keys.append(graph.key)
+        lx.sync()
+    assert keys[0] == keys[1] and len(graph.params) == 1
+    assert float(counter.cpu()) == 2.0

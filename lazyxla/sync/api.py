@@ -467,7 +467,8 @@ def pending_graphs(tensors=None, *, automatic: bool = True, explicit: Optional[b
             items = _pending(storages)
             if not items:
                 continue
-            graph, targets = collect(device, items, merge_scalars=True)
+            leaves = entries.leaves(device, [st for _, st in items]) if tensors is None else None
+            graph, targets = collect(device, items, merge_scalars=True, leaves=leaves)
             use_explicit = explicit if explicit is not None else (
                 tensors is None or switches.explicit_donation_enabled(device))
             donors, _ = plan_donors(graph, targets, live_storages(device), automatic=automatic,
