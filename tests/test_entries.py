@@ -92,6 +92,8 @@ def _logged_loop(device, steps: int, log_every: int, read_before_reset: bool) ->
 
 def test_a_reset_the_host_read_gives_the_steps_graph(dev, host_replay):
     logged, compiles = _logged_loop(dev, 7, 3, read_before_reset=True)
+    # the fresh sum of step 1 is an upload, the two resets come from the host
+    assert metrics.counter_value("HostEntryValue") == 2
     expected, _ = _logged_loop("cpu", 7, 3, read_before_reset=True)
     assert logged == pytest.approx(expected, rel=1e-5)
     # step 1: the read's graph (forward) and the step's graph; the host computes each

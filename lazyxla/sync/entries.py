@@ -13,7 +13,8 @@ barrier an entry value small enough to compute on the host (sync/host_eval.py's 
 at most `host_read_max_elements` elements, deterministic ops, device inputs only scalars
 whose host copies the host already holds, so nothing waits for the device) is computed
 there and enters the graph as staged device data owned by the storage, in place of its
-IR: the graph is the one the next step runs, donation included.
+IR: the graph is the one the next step runs, donation included. Counter
+`HostEntryValue`: entry values the host computed.
 
 Design: docs/design.md, "Compile once per kind of step".
 """
@@ -23,6 +24,7 @@ from typing import Optional
 
 import torch
 
+from .. import metrics
 from ..frontend.storage import FILLS
 from ..ir.build import data_node
 from ..ir.node import DATA, Node
@@ -47,6 +49,8 @@ def leaves(device: int, storages: list) -> Optional[dict]:
         value = _host_value(entry)
         if value is not None:
             found[id(entry)] = data_node(staged(value, device, owner=st))
+    if found:
+        metrics.counter_add("HostEntryValue", len(found))
     return found or None
 
 
