@@ -32,7 +32,7 @@ from ..frontend import sync_hooks
 from ..runtime import backend
 from ..runtime.execute import wait_all
 from ..state import STATE
-from . import barriers
+from . import barriers, entries
 from .entry import by_device, check_lazy, pending_items, runtime_lock, sync_begins, sync_ends
 from .host_read import host_values
 from .pipeline import Request, collect_roots, donor_plan, run_graph
@@ -64,8 +64,9 @@ def _barrier(kind: str, explicit: bool) -> int:
     failed: Optional[FailedOpError] = None
     for device in live_devices():
         try:
-            result = run_graph(Request(device, pending_items(live_storages(device)), kind,
-                                       automatic=True, explicit=explicit, skip_donated=True))
+            items = pending_items(live_storages(device))
+            result = run_graph(Request(device, items, kind, automatic=True, explicit=explicit, skip_donated=True,
+                                       leaves=entries.leaves(device, [st for _, st in items])))
         except FailedOpError as e:   # contained (sync/failures.py): the other devices still run
             failed = failed or e
             continue
@@ -177,8 +178,11 @@ def pending_graphs(tensors=None, *, automatic: bool = True, explicit: Optional[b
             use_explicit = explicit if explicit is not None else (
                 tensors is None or switches.explicit_donation_enabled(device))
             # a step barrier's graph leaves out what reads a donated buffer, as the barrier does
-            request = Request(device, pending_items(storages), INSPECTION, automatic=automatic,
-                              explicit=use_explicit, skip_donated=tensors is None)
+            items = pending_items(storages)
+            # and reads the entry values as the barrier does (sync/entries.py)
+            leaves = entries.leaves(device, [st for _, st in items]) if tensors is None else None
+            request = Request(device, items, INSPECTION, automatic=automatic,
+                              explicit=use_explicit, skip_donated=tensors is None, leaves=leaves)
             collected = collect_roots(request) if request.items else None
             if collected is None:
                 continue

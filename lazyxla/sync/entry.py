@@ -72,7 +72,9 @@ def by_device(tensors: Iterable[LazyTensor]) -> dict:
 
 
 def sync_begins() -> int:
-    """The host timeline's mark at a sync's start (0 while nothing is recorded)."""
+    """A sync point begins: in-place writes from here on start a new epoch (sync/entries.py).
+    The host timeline's mark at its start (0 while nothing is recorded)."""
+    STATE.sync_epoch += 1
     return timeline.sync_begins(metrics.counter_value("TracedOps") or 0) if timeline.REC.on else 0
 
 

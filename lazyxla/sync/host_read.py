@@ -87,16 +87,19 @@ def _recount_pending_ops() -> None:
 def _read_device_data(tensors: list) -> dict:
     """{id(t): CPU copy} for the tensors whose base holds device data: a base is
     downloaded whole, a view is sliced on the device and only its elements move
-    (sync/view_read.py); the rest need a graph."""
+    (sync/view_read.py); the rest need a graph. A one-element buffer's copy stays on its
+    handle, as a host replay's would (sync/entries.py computes from it)."""
     hosts: dict = {}
     for t in tensors:
         st = t._st
         if st.value.op is not DATA:
             continue
         data = st.value.data
-        if t._view is None:
+        if t._view is None and host_eval.numel(st.value) <= 1:
+            hosts[id(t)] = host_eval.host_copy(st.value).clone()   # raises for a donated buffer
+        elif t._view is None:
             hosts[id(t)] = (data.host_copy.clone() if data.host_copy is not None
-                            else download(data.live_array(), t.dtype))   # raises for a donated buffer
+                            else download(data.live_array(), t.dtype))
         else:
             hosts[id(t)] = read_view(data, st.value, t._view)
     return hosts
