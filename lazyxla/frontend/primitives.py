@@ -28,7 +28,9 @@ from .torch_compat import decomposition_table, has_composite_implicit_kernel
 from .tracing import DeviceMismatchError, convert_call, lookup, trace, wrap_outputs
 
 aten = torch.ops.aten
-# OpInfo of each OpOverload met so far (filled by the router's classify)
+# OpInfo of each OpOverload met so far, by id(OpOverload) (filled by the router's classify).
+# Keyed by id: OpOverload's __hash__ is a Python method, a call per op on the hot path; the
+# id stays valid because the OpInfo holds its OpOverload.
 INFOS: dict = {}
 
 
@@ -53,7 +55,7 @@ def set_router(classify: Callable[..., OpInfo]) -> None:
 
 def op_info(func) -> OpInfo:
     """The op's classification (its handler): cached, else made by the router."""
-    info = INFOS.get(func)
+    info = INFOS.get(id(func))
     return info if info is not None else _ROUTER.classify(func)
 
 
@@ -159,7 +161,7 @@ def positional(info, args, kwargs) -> tuple:
 def view(func, info, args, kwargs):
     self = args[0]
     vargs = positional(info, args, kwargs)
-    key = (func, self._mkey) + vargs
+    key = (info, self._mkey) + vargs
     entry = lookup(key, func, args, kwargs)
     spec = entry.spec
     step = (func, vargs, spec[0], spec[3], entry)

@@ -30,10 +30,16 @@ _DATA = torch.Tensor.data
 class LazyTensor(torch.Tensor):
 
     @staticmethod
-    def wrap(storage: Storage, view, node: Node, spec: tuple) -> "LazyTensor":
+    def wrap(storage: Storage, view, node: Node, spec: tuple, contiguous: bool = False) -> "LazyTensor":
+        """A tensor of `spec` over `storage`. `contiguous`: the caller knows `spec` is
+        contiguous from offset 0, torch's default layout, so strides and offset are not
+        passed (torch parses fewer arguments: about 0.4 us of 2.3 per new tensor)."""
         shape, stride, offset, dtype = spec
-        t = _make_wrapper(LazyTensor, shape, strides=stride, storage_offset=offset,
-                          dtype=dtype, device=DEVICES[storage.device])
+        if contiguous:
+            t = _make_wrapper(LazyTensor, shape, dtype=dtype, device=DEVICES[storage.device])
+        else:
+            t = _make_wrapper(LazyTensor, shape, strides=stride, storage_offset=offset,
+                              dtype=dtype, device=DEVICES[storage.device])
         t._st = storage
         if view is None:
             storage.base_spec = spec
