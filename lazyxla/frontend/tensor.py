@@ -91,7 +91,7 @@ class LazyTensor(torch.Tensor):
     def checked_value(self) -> Node:
         """`lazy_value()`, raising `DonatedBufferError` if it is a donated buffer and
         `FailedOpError` if it carries a failed graph's error."""
-        node = self.lazy_value()
+        node = self._st.value if self._view is None else self.lazy_value()
         if node.op is DATA and (node.data.donated_in is not None or node.data.failure is not None):
             raise unusable_error(node.data)
         return node

@@ -31,7 +31,9 @@ from .tensor import LazyTensor
 from .storage import Storage
 
 META_CACHE_CAP = 65536
-_META_CACHE = BoundedTable(META_CACHE_CAP)
+# key -> MetaEntry. The handlers' hot paths read it inline, `META_CACHE.get(key) or
+# lookup(...)` (an entry is never falsy), and `lookup` fills it on a miss.
+META_CACHE = BoundedTable(META_CACHE_CAP)
 _SCALAR_TYPES = (float, int, bool, complex)
 # Lifted ints travel as int64; one beyond (a uint64 value from 2**63 on) stays a
 # compile-time constant of its node instead (rare: a recompile per such value).
@@ -381,10 +383,10 @@ def _is_contiguous(spec) -> bool:
 
 def lookup(key, func, args, kwargs) -> MetaEntry:
     """The cache entry of `key` (one dict hit), inferred on meta tensors the first time."""
-    entry = _META_CACHE.get(key)
+    entry = META_CACHE.get(key)
     if entry is None:
         spec, multi = infer(func, args, kwargs)
-        entry = _META_CACHE.put(key, MetaEntry(key, spec, multi))
+        entry = META_CACHE.put(key, MetaEntry(key, spec, multi))
     return entry
 
 
@@ -405,7 +407,5 @@ def wrap_outputs(node: Node, entry: MetaEntry, device: int):
 def trace(func, info, args, kwargs, op=None):
     """Record `func(*args, **kwargs)` as a node computed by `op` (default: func)."""
     nargs, nkw, inputs, key, device = convert_call(info, args, kwargs)
-    entry = _META_CACHE.get(key)
-    if entry is None:
-        entry = lookup(key, func, args, kwargs)
+    entry = META_CACHE.get(key) or lookup(key, func, args, kwargs)
     return traced_node(op if op is not None else func, nargs, nkw, inputs, entry), entry, device
