@@ -28,6 +28,7 @@ from ..ir.build import getitem_node, op_node, scalar_node
 from ..ir.fused import written
 from ..ir.node import FUSED_ADAM, FUSED_SGD, Node
 from ..ir.ops import register_fact
+from .primitives import check_no_internal_overlap
 from .tensor import LazyTensor
 from .tracing import DeviceMismatchError, lift_scalar
 
@@ -64,33 +65,26 @@ def _lr_operand(lr: Any) -> tuple[Node, bool]:
     return (_tensor_operand(lr, "lr"), True) if isinstance(lr, torch.Tensor) else (lift_scalar(lr), False)
 
 
-import os
-_SPLIT = os.environ.get("LAZYXLA_FUSED_SPLIT") == "1"
-
-
 def _record(op: str, tensor_args: tuple, kwargs: dict) -> None:
-    if _SPLIT:
-        for i in range(len(tensor_args[0])):
-            _record1(op, tuple(g[i:i + 1] for g in tensor_args), kwargs)
-    else:
-        _record1(op, tensor_args, kwargs)
-
-
-def _record1(op: str, tensor_args: tuple, kwargs: dict) -> None:
-    """One node computing the update, its outputs written into the tensors it updates."""
+    """One node computing the update, its outputs written into the tensors it updates
+    (every check first: a refused call writes nothing)."""
     args = tuple(_nodes(group, "tensors") for group in tensor_args)
+    updated = written(op, tensor_args, kwargs)
+    for tensor in updated:
+        if tensor._view is not None:
+            check_no_internal_overlap(tensor)
     targets = written(op, args, kwargs)
     node = op_node(op, args, kwargs, tuple(t.shape for t in targets), tuple(t.dtype for t in targets),
                    len(targets))
-    for i, tensor in enumerate(written(op, tensor_args, kwargs)):
+    for i, tensor in enumerate(updated):
         tensor.write(getitem_node(node, i))
 
 
-def _check_lengths(name: str, *lists: Sequence) -> None:
-    lengths = {len(x) for x in lists if len(x)}
-    if len(lengths) > 1:
-        raise RuntimeError(f"lazyxla: {name}: its tensor lists must have one length each, got "
-                           f"{[len(x) for x in lists]}")
+def _check_lengths(name: str, params: Sequence, **lists: Sequence) -> None:
+    """Every list the kernel reads holds one tensor per parameter, as its CPU kernel checks."""
+    for what, tensors in lists.items():
+        if len(tensors) != len(params):
+            raise RuntimeError(f"lazyxla: {name}: {len(params)} parameters but {len(tensors)} {what}")
 
 
 def _adam_handler(decoupled: bool):
@@ -102,7 +96,10 @@ def _adam_handler(decoupled: bool):
 def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1: float, beta2: float,
           weight_decay: float, eps: float, amsgrad: bool, maximize: bool, grad_scale=None, found_inf=None,
           decoupled: bool) -> None:
-    _check_lengths("_fused_adam_", params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps)
+    _check_lengths("_fused_adam_", params, grads=grads, exp_avgs=exp_avgs, exp_avg_sqs=exp_avg_sqs,
+                   state_steps=state_steps, max_exp_avg_sqs=max_exp_avg_sqs if amsgrad else params)
+    if not amsgrad and max_exp_avg_sqs:
+        raise RuntimeError("lazyxla: _fused_adam_: max_exp_avg_sqs must be empty without amsgrad")
     if not params:
         return
     lr_node, tensor_lr = _lr_operand(lr)
@@ -124,10 +121,11 @@ def _sgd(func, info, args, kwargs) -> None:
 
 def _fused_sgd(params, grads, momentum_buffer_list, *, weight_decay: float, momentum: float, lr, dampening: float,
                nesterov: bool, maximize: bool, is_first_step: bool, grad_scale=None, found_inf=None) -> None:
-    _check_lengths("_fused_sgd_", params, grads, momentum_buffer_list)
+    has_momentum = momentum != 0
+    _check_lengths("_fused_sgd_", params, grads=grads,
+                   **({"momentum_buffer_list": momentum_buffer_list} if has_momentum else {}))
     if not params:
         return
-    has_momentum = momentum != 0
     kwargs = {"lr": _lr_operand(lr)[0], "weight_decay": _lifted(weight_decay, weight_decay != 0),
               "momentum": _lifted(momentum, has_momentum),
               "one_minus_dampening": _lifted(1 - dampening, has_momentum and not is_first_step),
