@@ -106,13 +106,14 @@ def test_grad_scale_and_found_inf_as_the_cpu_kernels(op, found, dev):
         assert all(torch.equal(g, e) for g, e in zip(runs[1][:len(SHAPES)], untouched))
 
 
-@pytest.mark.parametrize("name", ["adamw", "sgd_nesterov_wd"])
+@pytest.mark.parametrize("name", ["adamw", "adamw_tensor_lr", "sgd_nesterov_wd"])
 def test_traced_ops_per_step_do_not_grow_with_the_parameters(name, dev):
     """One node per fused call: an optimizer step traces the same ops for 2 parameters
-    as for 40 (AdamW: torch's step count `_foreach_add_` and the fused call), and its IR
-    holds one fused node, read by one GETITEM per tensor it writes."""
+    as for 40 (Adam: torch's step count `_foreach_add_` and the fused call; a tensor lr
+    adds none), and the parameters' IR is one fused node and a GETITEM per parameter."""
     config = {**ADAM, **SGD}[name]
-    fused = "lazyxla::fused_adam" if name == "adamw" else "lazyxla::fused_sgd"
+    adam = config["cls"] is not torch.optim.SGD
+    fused = "lazyxla::fused_adam" if adam else "lazyxla::fused_sgd"
     counts = []
     for n in (2, 40):
         params = [torch.nn.Parameter(rand(3, 2, seed=i).to(dev)) for i in range(n)]
@@ -128,7 +129,7 @@ def test_traced_ops_per_step_do_not_grow_with_the_parameters(name, dev):
                 ops = [node.op for node in lx.debug.ir_nodes(params)]
                 lx.sync()
         counts.append((traced, ops.count(fused), ops.count("lazyxla::getitem")))
-    assert counts == [(2 if name == "adamw" else 1, 1, n) for n in (2, 40)]
+    assert counts == [(2 if adam else 1, 1, n) for n in (2, 40)]
     assert host_fallbacks() == []
 
 

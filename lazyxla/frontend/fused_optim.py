@@ -56,10 +56,6 @@ def _tensor_operand(t: Optional[torch.Tensor], what: str) -> Optional[Node]:
     return _node(t, what)
 
 
-def _lifted(value: float, on: bool = True) -> Optional[Node]:
-    return lift_scalar(value) if on else None
-
-
 def _lr_operand(lr: Any) -> tuple[Node, bool]:
     """(lr's operand, whether lr is a tensor)."""
     return (_tensor_operand(lr, "lr"), True) if isinstance(lr, torch.Tensor) else (lift_scalar(lr), False)
@@ -87,10 +83,16 @@ def _check_lengths(name: str, params: Sequence, **lists: Sequence) -> None:
             raise RuntimeError(f"lazyxla: {name}: {len(params)} parameters but {len(tensors)} {what}")
 
 
-def _adam_handler(decoupled: bool):
-    def handler(func, info, args, kwargs) -> None:
-        _adam(*args, **kwargs, decoupled=decoupled)
-    return handler
+def _fused_adam_(func, info, args, kwargs) -> None:
+    _adam(*args, **kwargs, decoupled=False)
+
+
+def _fused_adamw_(func, info, args, kwargs) -> None:
+    _adam(*args, **kwargs, decoupled=True)
+
+
+def _fused_sgd_(func, info, args, kwargs) -> None:
+    _sgd(*args, **kwargs)
 
 
 def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1: float, beta2: float,
@@ -106,39 +108,33 @@ def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *,
     has_decay = weight_decay != 0
     kwargs = {"lr": lr_node, "beta1": lift_scalar(beta1), "beta2": lift_scalar(beta2),
               "one_minus_beta1": lift_scalar(1 - beta1), "one_minus_beta2": lift_scalar(1 - beta2),
-              "eps": lift_scalar(eps), "weight_decay": _lifted(weight_decay, has_decay),
+              "eps": lift_scalar(eps), "weight_decay": lift_scalar(weight_decay) if has_decay else None,
               # AdamW's decay factor, as its callers compute it from a float lr
-              "decay": _lifted(1 - lr * weight_decay, has_decay and decoupled and not tensor_lr),
+              "decay": lift_scalar(1 - lr * weight_decay) if has_decay and decoupled and not tensor_lr else None,
               "amsgrad": bool(amsgrad), "maximize": bool(maximize), "decoupled": decoupled, "tensor_lr": tensor_lr,
               "grad_scale": _tensor_operand(grad_scale, "grad_scale"),
               "found_inf": _tensor_operand(found_inf, "found_inf")}
     _record(FUSED_ADAM, (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps), kwargs)
 
 
-def _sgd(func, info, args, kwargs) -> None:
-    _fused_sgd(*args, **kwargs)
-
-
-def _fused_sgd(params, grads, momentum_buffer_list, *, weight_decay: float, momentum: float, lr, dampening: float,
-               nesterov: bool, maximize: bool, is_first_step: bool, grad_scale=None, found_inf=None) -> None:
+def _sgd(params, grads, momentum_buffer_list, *, weight_decay: float, momentum: float, lr, dampening: float,
+         nesterov: bool, maximize: bool, is_first_step: bool, grad_scale=None, found_inf=None) -> None:
     has_momentum = momentum != 0
     _check_lengths("_fused_sgd_", params, grads=grads,
                    **({"momentum_buffer_list": momentum_buffer_list} if has_momentum else {}))
     if not params:
         return
-    kwargs = {"lr": _lr_operand(lr)[0], "weight_decay": _lifted(weight_decay, weight_decay != 0),
-              "momentum": _lifted(momentum, has_momentum),
-              "one_minus_dampening": _lifted(1 - dampening, has_momentum and not is_first_step),
+    kwargs = {"lr": _lr_operand(lr)[0], "weight_decay": lift_scalar(weight_decay) if weight_decay != 0 else None,
+              "momentum": lift_scalar(momentum) if has_momentum else None,
+              "one_minus_dampening": lift_scalar(1 - dampening) if has_momentum and not is_first_step else None,
               "nesterov": bool(nesterov), "maximize": bool(maximize), "is_first_step": bool(is_first_step),
               "grad_scale": _tensor_operand(grad_scale, "grad_scale"),
               "found_inf": _tensor_operand(found_inf, "found_inf")}
     _record(FUSED_SGD, (params, grads, momentum_buffer_list if has_momentum else ()), kwargs)
 
 
-for _op, _handler in ((aten._fused_adam_.default, _adam_handler(False)),
-                      (aten._fused_adam_.tensor_lr, _adam_handler(False)),
-                      (aten._fused_adamw_.default, _adam_handler(True)),
-                      (aten._fused_adamw_.tensor_lr, _adam_handler(True)),
-                      (aten._fused_sgd_.default, _sgd), (aten._fused_sgd_.tensor_lr, _sgd)):
+for _op, _handler in ((aten._fused_adam_.default, _fused_adam_), (aten._fused_adam_.tensor_lr, _fused_adam_),
+                      (aten._fused_adamw_.default, _fused_adamw_), (aten._fused_adamw_.tensor_lr, _fused_adamw_),
+                      (aten._fused_sgd_.default, _fused_sgd_), (aten._fused_sgd_.tensor_lr, _fused_sgd_)):
     register_fact(_op, "special", _handler)
 del _op, _handler
