@@ -17,7 +17,8 @@ from .runtime import ready_times, storage_dtypes, timeline
 from .state import STATE
 from .memory_report import memory_report  # noqa: F401  (lx.debug.memory_report)
 from .sync import barriers
-from .sync.api import LastGraph, pending_graphs
+from .sync.api import pending_graphs
+from .sync.pipeline import LastGraph
 
 
 class DonationReport:

@@ -232,3 +232,28 @@ def test_where_a_small_read_runs_is_the_backends_unless_set(dev, host_replay):
         assert metrics.counter_value("HostEvaluatedRead") == 1   # ran on the device this time
     assert config.from_env({"LAZYXLA_HOST_READ_MAX_ELEMENTS": "12"}).host_read_max_elements == 12
     assert config.from_env({}).host_read_max_elements is None   # unset: the backend's
+
+
+def test_the_collectors_hook_comes_with_the_first_device_use_and_goes_on_request(dev):
+    # `import lazyxla` registers and nothing else: gc.callbacks holds no lazyxla hook until
+    # a backend starts; then collections are counted, until `unwatch`
+    import subprocess
+    import sys
+    from helpers import child_env
+    script = ("import gc, lazyxla\n"
+              "assert not [c for c in gc.callbacks if c.__module__.startswith('lazyxla')], gc.callbacks\n"
+              "lazyxla.platform()\n"
+              "assert [c for c in gc.callbacks if c.__module__.startswith('lazyxla')], gc.callbacks\n"
+              "print('OK')\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout + proc.stderr
+    assert collector._count in gc.callbacks
+    collector.unwatch()
+    try:
+        before = metrics.counter_value("GcCollections") or 0
+        gc.collect()
+        assert (metrics.counter_value("GcCollections") or 0) == before
+    finally:
+        collector.watch()
+    gc.collect()
+    assert metrics.counter_value("GcCollections") >= before + 1

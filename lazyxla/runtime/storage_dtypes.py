@@ -171,7 +171,8 @@ def check_integer_range(t: torch.Tensor, storage: torch.dtype) -> None:
     if t.numel() == 0:
         return
     info = torch.iinfo(storage)
-    low, high = t.min().item(), t.max().item()
+    values = t.numpy()   # numpy: torch has no min/max of uint64 on CPU
+    low, high = int(values.min()), int(values.max())
     if low < info.min or high > info.max:
         raise OverflowError(
             f"lazyxla: a {t.dtype} tensor of shape {list(t.shape)} holds {high if high > info.max else low}, "

@@ -11,7 +11,8 @@ _CUDNN_DTYPES = (torch.bfloat16, torch.float16)
 
 class _Accelerator(Backend):
     def start(self) -> None:
-        host_heap.restore_defaults()   # the import may have tuned it before the platform was known
+        super().start()
+        host_heap.undo_import_tuning()   # the import may have tuned it before the platform was known
 
 
 class TpuBackend(_Accelerator):

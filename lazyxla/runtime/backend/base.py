@@ -44,7 +44,9 @@ class Backend:
     storage_dtypes: Mapping[torch.dtype, torch.dtype] = {}
 
     def start(self) -> None:
-        """At the first device use, once the platform is known."""
+        """At the first device use, once the platform is known (subclasses call it first):
+        collections counted from here on (runtime/collector.py)."""
+        collector.watch()
 
     def compiler_options(self, has_barriers: bool) -> dict:
         """XLA options for one graph; any option not implied by the graph's key must be
