@@ -166,3 +166,22 @@ def test_refused_calls_write_nothing(dev):
         torch._fused_sgd_([p], [rand(3)], [], weight_decay=0.0, momentum=0.0, lr=0.1, dampening=0.0,
                           nesterov=False, maximize=False, is_first_step=False)
     torch.testing.assert_close(p.cpu(), rand(3))
+
+
+def test_the_first_steps_graph_is_every_steps_graph(dev, host_replay):
+    """The optimizer state made inside the first step is newer than that step's other
+    pending tensors and older than every later step's: the fused node's outputs still take
+    one place in the graph (sync/collect.py `_grouped`), so step 2 compiles nothing (with
+    host replay on, as users run, the fresh step counts enter as device data: sync/entries.py)."""
+    params = [torch.nn.Parameter(rand(3, 2, seed=i).to(dev)) for i in range(3)]
+    opt = torch.optim.AdamW(params, lr=1e-2, fused=True)
+    x = rand(4).to(dev)
+    compiles, sums = [], []
+    for step in range(3):
+        for p in params:
+            p.grad = rand(3, 2, seed=10 + step).to(dev)
+        sums.append(x.exp())   # pending work of this step beside the optimizer's
+        before = counter("UncachedCompile")
+        opt.step()   # the implied step barrier
+        compiles.append(counter("UncachedCompile") - before)
+    assert compiles == [1, 0, 0]
