@@ -102,6 +102,7 @@ def test_compile_stack_sees_a_lazy_tensor_as_plain(dev):
 @pytest.mark.parametrize("name", ["fake_tensor_subclass_test", "foreach_lazy_tensor", "optimizer_step_hooks"])
 def test_undo_restores_and_apply_again_works(name, dev):
     import torch.optim.optimizer as optimizer
+    import torch.utils._foreach_utils as foreach_utils
     patch = patches.get(name)
     assert patch.applied
     state = patch._state
@@ -118,6 +119,7 @@ def test_undo_restores_and_apply_again_works(name, dev):
             assert original(torch.ones(1).to(dev)) is True     # what torch alone says
         elif name == "foreach_lazy_tensor":
             assert LazyTensor not in optimizer._foreach_supported_types
+            assert LazyTensor not in foreach_utils._foreach_supported_types
         else:
             assert lx.frontend.optim._begin_optimizer_step not in optimizer._global_optimizer_pre_hooks.values()
         patch.undo()   # undoing twice does nothing
@@ -126,9 +128,11 @@ def test_undo_restores_and_apply_again_works(name, dev):
     assert patch.applied
     if name == "foreach_lazy_tensor":
         assert optimizer._foreach_supported_types.count(LazyTensor) == 1
+        assert foreach_utils._foreach_supported_types.count(LazyTensor) == 1
     patch.apply(*args[name])   # applying twice does nothing
     if name == "foreach_lazy_tensor":
         assert optimizer._foreach_supported_types.count(LazyTensor) == 1
+        assert foreach_utils._foreach_supported_types.count(LazyTensor) == 1
 
 
 def test_jax_options_are_restored():

@@ -1,122 +1,140 @@
-"""torch.optim's fused kernels (`Adam/AdamW/SGD(fused=True)`) as lazyxla decompositions.
+"""torch.optim's fused kernels (`Adam/AdamW/SGD(fused=True)`): each call one IR node.
 
 A fused optimizer makes one `_fused_adam_` / `_fused_adamw_` / `_fused_sgd_` call per
-device and dtype. Traced, it is one more set of elementwise nodes in the step's graph.
+device and dtype, over all its parameters. The handler here records it as one node,
+FUSED_ADAM or FUSED_SGD (ir/fused.py says what it writes, lower/fused_optim.py computes
+it), and writes the node's outputs into the parameters, the optimizer state and (under
+GradScaler) the gradients: one traced op per call, whatever the number of parameters.
+
 It matters most under `torch.amp.GradScaler`: a fused optimizer sets
 `_step_supports_amp_scaling`, so `GradScaler.step` passes it `grad_scale` and
 `found_inf` instead of reading found_inf on the host; the unscale and the skip of an
 inf/NaN step then happen inside the graph, and a scaled training step is one graph.
 
-Semantics of ATen's CPU kernels (aten/src/ATen/native/cpu/Fused{Adam,SGD}Kernel.cpp):
-when found_inf is 1 nothing changes, not even the gradients; otherwise each gradient
-is divided by grad_scale and written back, then the update runs in the opmath type
-(float32 for 16-bit parameters) with Adam's bias corrections taken in float64 from
-the step tensor. Results agree with the CPU kernels to rounding (they use FMAs).
+The floats the kernel's callers would compute on the host (1 - beta1, 1 - lr *
+weight_decay, ...) are computed here and lifted, like every float option, so a changing
+learning rate never changes the graph; an option of 0 that turns a term off (weight
+decay, momentum) is left out of the node, as the kernels skip that term.
+
+Design: docs/design.md, "Fused optimizers: one node per call".
 """
 from __future__ import annotations
 
+from typing import Any, Optional, Sequence
+
 import torch
 
-from ..ir.ops import registrar
+from ..ir.build import getitem_node, op_node, scalar_node
+from ..ir.fused import written
+from ..ir.node import FUSED_ADAM, FUSED_SGD, Node
+from ..ir.ops import register_fact
+from .primitives import check_no_internal_overlap
+from .tensor import LazyTensor
+from .tracing import DeviceMismatchError, lift_scalar
 
 aten = torch.ops.aten
-register_decomposition = registrar("decomposition")
-_OPMATH = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 
-def _as(x, dtype):
-    return x if x.dtype == dtype else aten._to_copy(x, dtype=dtype)
+def _node(t: Any, what: str) -> Node:
+    if isinstance(t, LazyTensor):
+        return t.checked_value()
+    raise DeviceMismatchError(f"lazyxla: a fused optimizer got a {getattr(t, 'device', type(t).__name__)} "
+                              f"tensor among its {what}; expected all tensors on the lazyxla device")
 
 
-def _unscaled(grad, grad_scale, opmath):
-    g = _as(grad, opmath)
-    return g if grad_scale is None else aten.div.Tensor(g, _as(grad_scale, opmath))
+def _nodes(tensors: Sequence, what: str) -> tuple:
+    return tuple([_node(t, what) for t in tensors])
 
 
-def _skip(found_inf):
-    return None if found_inf is None else aten.eq.Scalar(found_inf, 1.0)
+def _tensor_operand(t: Optional[torch.Tensor], what: str) -> Optional[Node]:
+    """A tensor option (lr, grad_scale, found_inf): its node; a one-element CPU tensor, as
+    the tracer takes one, a runtime scalar of its value and dtype."""
+    if t is None or isinstance(t, LazyTensor):
+        return None if t is None else t.checked_value()
+    if t.numel() == 1 and t.is_cpu:
+        return scalar_node(t.item(), t.dtype)
+    return _node(t, what)
 
 
-def _write(pairs, skip) -> None:
-    """target <- value for each pair, unless `skip` (found_inf == 1): then all keep theirs."""
-    for target, value in pairs:
-        value = _as(value, target.dtype)
-        if skip is not None:
-            value = aten.where.self(skip, target, value)
-        aten.copy_(target, value)
+def _lr_operand(lr: Any) -> tuple[Node, bool]:
+    """(lr's operand, whether lr is a tensor)."""
+    return (_tensor_operand(lr, "lr"), True) if isinstance(lr, torch.Tensor) else (lift_scalar(lr), False)
 
 
-def _start(p, grad, grad_scale, maximize: bool) -> tuple:
-    """What every fused kernel does first for one parameter: (opmath dtype, the unscaled
-    and maybe negated gradient, the parameter in opmath, the writes so far: the
-    unscaled gradient goes back into .grad when GradScaler passed its scale)."""
-    om = _OPMATH.get(p.dtype, p.dtype)
-    g = _unscaled(grad, grad_scale, om)
-    pairs = [] if grad_scale is None else [(grad, g)]
-    if maximize:
-        g = aten.neg(g)
-    return om, g, _as(p, om), pairs
+def _record(op: str, tensor_args: tuple, kwargs: dict) -> None:
+    """One node computing the update, its outputs written into the tensors it updates
+    (every check first: a refused call writes nothing)."""
+    args = tuple(_nodes(group, "tensors") for group in tensor_args)
+    updated = written(op, tensor_args, kwargs)
+    for tensor in updated:
+        if tensor._view is not None:
+            check_no_internal_overlap(tensor)
+    targets = written(op, args, kwargs)
+    node = op_node(op, args, kwargs, tuple(t.shape for t in targets), tuple(t.dtype for t in targets),
+                   len(targets))
+    for i, tensor in enumerate(updated):
+        tensor.write(getitem_node(node, i))
 
 
-def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1: float,
-          beta2: float, weight_decay: float, eps: float, amsgrad: bool, maximize: bool, grad_scale=None,
-          found_inf=None, decoupled: bool) -> None:
-    skip = _skip(found_inf)
-    for i, p in enumerate(params):
-        om, g, param, pairs = _start(p, grads[i], grad_scale, maximize)
-        if weight_decay != 0:
-            if decoupled:   # AdamW: param *= 1 - lr * weight_decay
-                decay = (aten.rsub.Scalar(aten.mul.Scalar(_as(lr, torch.float64), weight_decay), 1)
-                         if isinstance(lr, torch.Tensor) else 1 - lr * weight_decay)
-                param = aten.mul.Tensor(param, _as(decay, om)) if isinstance(decay, torch.Tensor) \
-                    else aten.mul.Scalar(param, decay)
-            else:
-                g = aten.add.Tensor(g, aten.mul.Scalar(param, weight_decay))
-        step = _as(state_steps[i], torch.float64)
-        bias_correction1 = aten.rsub.Scalar(aten.pow.Scalar(beta1, step), 1)
-        bias_correction2_sqrt = aten.sqrt(aten.rsub.Scalar(aten.pow.Scalar(beta2, step), 1))
-        lr64 = _as(lr, torch.float64) if isinstance(lr, torch.Tensor) else lr
-        step_size = (aten.div.Tensor(lr64, bias_correction1) if isinstance(lr64, torch.Tensor)
-                     else aten.mul.Scalar(aten.reciprocal(bias_correction1), lr64))
-        exp_avg = aten.lerp.Scalar(_as(exp_avgs[i], om), g, 1 - beta1)
-        exp_avg_sq = aten.add.Tensor(aten.mul.Scalar(_as(exp_avg_sqs[i], om), beta2),
-                                     aten.mul.Tensor(aten.mul.Scalar(g, 1 - beta2), g))
-        pairs += [(exp_avgs[i], exp_avg), (exp_avg_sqs[i], exp_avg_sq)]
-        second = exp_avg_sq
-        if amsgrad:
-            second = aten.maximum(_as(max_exp_avg_sqs[i], om), exp_avg_sq)
-            pairs.append((max_exp_avg_sqs[i], second))
-        denom = aten.add.Scalar(aten.div.Tensor(aten.sqrt(second), _as(bias_correction2_sqrt, om)), eps)
-        update = aten.div.Tensor(aten.mul.Tensor(exp_avg, _as(aten.neg(step_size), om)), denom)
-        pairs.append((p, aten.add.Tensor(param, update)))
-        _write(pairs, skip)
+def _check_lengths(name: str, params: Sequence, **lists: Sequence) -> None:
+    """Every list the kernel reads holds one tensor per parameter, as its CPU kernel checks."""
+    for what, tensors in lists.items():
+        if len(tensors) != len(params):
+            raise RuntimeError(f"lazyxla: {name}: {len(params)} parameters but {len(tensors)} {what}")
 
 
-@register_decomposition(aten._fused_adam_.default, aten._fused_adam_.tensor_lr)
-def _fused_adam_(*args, **kwargs) -> None:
+def _fused_adam_(func, info, args, kwargs) -> None:
     _adam(*args, **kwargs, decoupled=False)
 
 
-@register_decomposition(aten._fused_adamw_.default, aten._fused_adamw_.tensor_lr)
-def _fused_adamw_(*args, **kwargs) -> None:
+def _fused_adamw_(func, info, args, kwargs) -> None:
     _adam(*args, **kwargs, decoupled=True)
 
 
-@register_decomposition(aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr)
-def _fused_sgd_(params, grads, momentum_buffer_list, *, weight_decay: float, momentum: float, lr,
-                dampening: float, nesterov: bool, maximize: bool, is_first_step: bool, grad_scale=None,
-                found_inf=None) -> None:
-    skip = _skip(found_inf)
-    for i, p in enumerate(params):
-        om, g, param, pairs = _start(p, grads[i], grad_scale, maximize)
-        if weight_decay != 0:
-            g = aten.add.Tensor(g, aten.mul.Scalar(param, weight_decay))
-        if momentum != 0:
-            buf = g if is_first_step else aten.add.Tensor(
-                aten.mul.Scalar(_as(momentum_buffer_list[i], om), momentum), aten.mul.Scalar(g, 1 - dampening))
-            pairs.append((momentum_buffer_list[i], buf))
-            g = aten.add.Tensor(g, aten.mul.Scalar(buf, momentum)) if nesterov else buf
-        step = aten.mul.Tensor(g, _as(aten.neg(lr), om)) if isinstance(lr, torch.Tensor) \
-            else aten.mul.Scalar(g, -lr)
-        pairs.append((p, aten.add.Tensor(param, step)))
-        _write(pairs, skip)
+def _fused_sgd_(func, info, args, kwargs) -> None:
+    _sgd(*args, **kwargs)
+
+
+def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1: float, beta2: float,
+          weight_decay: float, eps: float, amsgrad: bool, maximize: bool, grad_scale=None, found_inf=None,
+          decoupled: bool) -> None:
+    _check_lengths("_fused_adam_", params, grads=grads, exp_avgs=exp_avgs, exp_avg_sqs=exp_avg_sqs,
+                   state_steps=state_steps, max_exp_avg_sqs=max_exp_avg_sqs if amsgrad else params)
+    if not amsgrad and max_exp_avg_sqs:
+        raise RuntimeError("lazyxla: _fused_adam_: max_exp_avg_sqs must be empty without amsgrad")
+    if not params:
+        return
+    lr_node, tensor_lr = _lr_operand(lr)
+    has_decay = weight_decay != 0
+    kwargs = {"lr": lr_node, "beta1": lift_scalar(beta1), "beta2": lift_scalar(beta2),
+              "one_minus_beta1": lift_scalar(1 - beta1), "one_minus_beta2": lift_scalar(1 - beta2),
+              "eps": lift_scalar(eps), "weight_decay": lift_scalar(weight_decay) if has_decay else None,
+              # AdamW's decay factor, as its callers compute it from a float lr
+              "decay": lift_scalar(1 - lr * weight_decay) if has_decay and decoupled and not tensor_lr else None,
+              "amsgrad": bool(amsgrad), "maximize": bool(maximize), "decoupled": decoupled, "tensor_lr": tensor_lr,
+              "grad_scale": _tensor_operand(grad_scale, "grad_scale"),
+              "found_inf": _tensor_operand(found_inf, "found_inf")}
+    _record(FUSED_ADAM, (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps), kwargs)
+
+
+def _sgd(params, grads, momentum_buffer_list, *, weight_decay: float, momentum: float, lr, dampening: float,
+         nesterov: bool, maximize: bool, is_first_step: bool, grad_scale=None, found_inf=None) -> None:
+    has_momentum = momentum != 0
+    _check_lengths("_fused_sgd_", params, grads=grads,
+                   **({"momentum_buffer_list": momentum_buffer_list} if has_momentum else {}))
+    if not params:
+        return
+    kwargs = {"lr": _lr_operand(lr)[0], "weight_decay": lift_scalar(weight_decay) if weight_decay != 0 else None,
+              "momentum": lift_scalar(momentum) if has_momentum else None,
+              "one_minus_dampening": lift_scalar(1 - dampening) if has_momentum and not is_first_step else None,
+              "nesterov": bool(nesterov), "maximize": bool(maximize), "is_first_step": bool(is_first_step),
+              "grad_scale": _tensor_operand(grad_scale, "grad_scale"),
+              "found_inf": _tensor_operand(found_inf, "found_inf")}
+    _record(FUSED_SGD, (params, grads, momentum_buffer_list if has_momentum else ()), kwargs)
+
+
+for _op, _handler in ((aten._fused_adam_.default, _fused_adam_), (aten._fused_adam_.tensor_lr, _fused_adam_),
+                      (aten._fused_adamw_.default, _fused_adamw_), (aten._fused_adamw_.tensor_lr, _fused_adamw_),
+                      (aten._fused_sgd_.default, _fused_sgd_), (aten._fused_sgd_.tensor_lr, _fused_sgd_)):
+    register_fact(_op, "special", _handler)
+del _op, _handler

@@ -2,7 +2,9 @@
 
 `LazyTensor` is added to `torch.optim.optimizer._foreach_supported_types`, so optimizers
 default to foreach on the lazyxla device (one dispatch per op per parameter group instead
-of per parameter); `foreach=False` still selects the per-parameter loop. While an
+of per parameter); `foreach=False` still selects the per-parameter loop. It is added to
+`torch.utils._foreach_utils`' list too, so `clip_grad_norm_` (the Trainer's, every step)
+takes `_foreach_norm` and `_foreach_mul_` instead of two ops per parameter. While an
 optimizer step runs, the `*_like`/`new_*` fill factories are materialised at once
 (handlers.py `_fill_factory`), so optimizer state created in the first `step()` is device
 data as in every later step; outside a step they stay lazy. torch's global optimizer step

@@ -12,7 +12,7 @@ taken from the compile cache. The checker names the node and the rule at once. I
   arguments, their names, which ones are tensors, how many outputs) and the internal ops'
   own rules: GETITEM reads an existing output of a multi-output node, a CALL node has its
   program's outputs, barriers, sharding constraints and view writes keep their operands'
-  avals;
+  avals, a fused optimizer update has the avals of the tensors it writes (ir/fused.py);
 * signatures: a node's signature is the one ir/build.py's builder (`signature`) gives a
   node of its parts, or a traced call's key (the tracer's, which holds operand strides no
   node keeps); and one signature always stands for one structure (op, static arguments,
@@ -34,6 +34,7 @@ from .. import metrics
 from .bounded import BoundedTable
 from .build import TracedKey, node_signature
 from .call import Subprogram
+from .fused import FUSED_UPDATES, written
 from .graph import Graph, positions
 from .node import DATA, GETITEM, OPT_BARRIER, SCALAR, SHARDING_CONSTRAINT, SIG_TABLE_CAP, VIEW_SCATTER, Node, sig_of
 from .ops import facts
@@ -161,6 +162,16 @@ def _view_scatter(node: Node) -> None:
     _same_avals(node, node.inputs[0].shape, node.inputs[0].dtype, "its base")
 
 
+def _fused_update(node: Node) -> None:
+    try:
+        targets = written(node.op, node.args, node.kwargs or {})
+    except (KeyError, TypeError, ValueError):
+        raise _fail(node, "a fused optimizer update reads (its call's tensor lists, its options)") from None
+    if node.nout != len(targets) or any(type(t) is not Node for t in targets):
+        raise _fail(node, f"a fused optimizer update has one output per tensor it writes ({len(targets)})")
+    _same_avals(node, tuple(t.shape for t in targets), tuple(t.dtype for t in targets), "the tensors it writes")
+
+
 def _call(node: Node) -> None:
     program = node.op
     if node.nout != len(program.out_avals):
@@ -194,7 +205,8 @@ def _aten(node: Node) -> None:
 
 _RULES: dict[Any, Callable[[Node], None]] = {
     DATA: _data, SCALAR: _scalar, GETITEM: _getitem, OPT_BARRIER: _barrier,
-    SHARDING_CONSTRAINT: _sharding_constraint, VIEW_SCATTER: _view_scatter}
+    SHARDING_CONSTRAINT: _sharding_constraint, VIEW_SCATTER: _view_scatter,
+    **{op: _fused_update for op in FUSED_UPDATES}}
 
 
 def _op_rule(node: Node) -> Callable[[Node], None]:

@@ -35,6 +35,12 @@ SHARDING_CONSTRAINT = "sharding_constraint"
 # args (base, new_view_value, view_op, view_args): base with the view's elements replaced
 # (an in-place write through a view; frontend/views.py builds it, lower/views.py lowers it)
 VIEW_SCATTER = "view_scatter"
+# A fused optimizer's whole update (`torch.optim.Adam/AdamW/SGD(fused=True)`): args are
+# its ATen call's tensor lists (operand nodes), kwargs its options; one output per tensor
+# the kernel writes, in the order ir/fused.py `written` gives (frontend/fused_optim.py
+# builds it, lower/fused_optim.py lowers it)
+FUSED_ADAM = "fused_adam"
+FUSED_SGD = "fused_sgd"
 
 
 class Node:

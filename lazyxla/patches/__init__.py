@@ -183,22 +183,28 @@ def _apply_optimizer_variable(**wrappers: Callable[[Any], Any]) -> list:
     return _wrap(_OPTIMIZER_ATTRS, wrappers)
 
 
-_FOREACH = "torch.optim.optimizer._foreach_supported_types"
+# torch.optim's list, and torch.utils' (clip_grad_norm_ and clip_grad_value_ read it)
+_FOREACH = ("torch.optim.optimizer._foreach_supported_types", "torch.utils._foreach_utils._foreach_supported_types")
 _CHECKPOINT = "torch.utils.checkpoint.checkpoint"
 
 
-def _apply_foreach(tensor_type: type) -> Optional[type]:
-    supported = getattr(*_resolve(_FOREACH))
-    if tensor_type in supported:
-        return None
-    supported.append(tensor_type)
-    return tensor_type
+def _apply_foreach(tensor_type: type) -> tuple:
+    """Add `tensor_type` to each list that lacks it; the lists it was added to."""
+    added = []
+    for path in _FOREACH:
+        supported = getattr(*_resolve(path))
+        if tensor_type not in supported:
+            supported.append(tensor_type)
+            added.append(path)
+    return (tensor_type, tuple(added))
 
 
-def _undo_foreach(added: Optional[type]) -> None:
-    supported = getattr(*_resolve(_FOREACH))
-    if added is not None and added in supported:
-        supported.remove(added)
+def _undo_foreach(state: tuple) -> None:
+    tensor_type, added = state
+    for path in added:
+        supported = getattr(*_resolve(path))
+        if tensor_type in supported:
+            supported.remove(tensor_type)
 
 
 def _apply_step_hooks(pre: Callable, post: Callable) -> tuple:
@@ -284,11 +290,11 @@ PATCHES: tuple[Patch, ...] = (
           "capturable for CUDA/XPU parameters only) and materialise new optimizer state at once, "
           "or step 1 compiles a second step graph (dynamo/optimizer.py).",
           TORCH_VERIFIED, _apply_optimizer_variable, _restore, _OPTIMIZER_ATTRS),
-    Patch("foreach_lazy_tensor", "torch", (_FOREACH,),
-          "torch.optim defaults to its multi-tensor path only for the exact tensor types listed; "
-          "lazy parameters would take the per-parameter loop, one dispatch per op per parameter "
-          "(frontend/optim.py).",
-          TORCH_VERIFIED, _apply_foreach, _undo_foreach, (_FOREACH,)),
+    Patch("foreach_lazy_tensor", "torch", _FOREACH,
+          "torch.optim and torch.nn.utils.clip_grad_norm_ default to their multi-tensor paths only "
+          "for the exact tensor types listed; lazy parameters would take the per-parameter loop, "
+          "one dispatch per op per parameter (frontend/optim.py).",
+          TORCH_VERIFIED, _apply_foreach, _undo_foreach, _FOREACH),
     Patch("optimizer_step_hooks", "torch",
           ("torch.optim.optimizer global step pre/post hooks",),
           "state created inside an optimizer step is materialised at once, so warm-up compiles "

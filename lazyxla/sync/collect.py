@@ -21,7 +21,7 @@ from ..compile import precision
 from ..ir.check import check_graph
 from ..ir.graph import Graph
 from ..ir.scalars import long_chain
-from ..ir.node import DATA, SCALAR, SHARDING_CONSTRAINT, Node
+from ..ir.node import DATA, GETITEM, SCALAR, SHARDING_CONSTRAINT, Node
 from ..ir.walk import post_order
 from ..runtime import backend, placement, storage_dtypes
 from ..runtime.device_data import unusable_error
@@ -48,7 +48,7 @@ def collect(device: int, items: list, merge_scalars: bool = False,
     entries: list = []
     params: list = []
     scalars: list = []
-    _visit([root for root, _ in items], index, order, entries, params, scalars, leaves)
+    _visit(_grouped([root for root, _ in items]), index, order, entries, params, scalars, leaves)
     root_slot: dict = {}
     outputs: list = []
     targets: list = []
@@ -154,6 +154,29 @@ def _updates(params: list, targets: list) -> dict:
         if i is not None and i < updates.get(slot, len(params)):
             updates[slot] = i
     return updates
+
+
+def _grouped(roots: list) -> list:
+    """`roots` with the outputs (GETITEMs) of one multi-output node together, in output
+    order, where the first of them was. The walk then places a node's outputs at one place
+    whatever order their storages come in: a fused optimizer's state, made in the first
+    step, comes after that step's batch and before every later step's, and the step's
+    graph key must be the same from its first step on (docs/design.md, "Fused optimizers")."""
+    groups: dict = {}
+    for root in roots:
+        if root.op is GETITEM:
+            groups.setdefault(id(root.args[0]), []).append(root)
+    if all(len(g) < 2 for g in groups.values()):
+        return roots
+    out: list = []
+    for root in roots:
+        if root.op is not GETITEM:
+            out.append(root)
+            continue
+        group = groups.pop(id(root.args[0]), None)
+        if group is not None:
+            out.extend(sorted(group, key=lambda r: r.args[1]))
+    return out
 
 
 def _visit(roots: list, index: dict, order: list, entries: list, params: list, scalars: list,
