@@ -43,7 +43,7 @@ from ..runtime import backend, memory, timeline
 from ..runtime.execute import execute, wait_all
 from ..runtime.transfer import download
 from ..state import STATE
-from . import barriers, failures, host_eval, host_split
+from . import barriers, failures, host_eval, host_split, step_capture
 from .placeholders import Placeholder, capturing, placeholder_refusal
 from .collect import collect
 from .install import install
@@ -79,13 +79,16 @@ def _runtime_lock() -> Iterator[None]:
 def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str,
          skip_donated: bool = False, eager: bool = False,
          auto_owners: Optional[set] = None, written: frozenset = frozenset(),
-         leaves: Optional[dict] = None) -> Optional[tuple]:
+         leaves: Optional[dict] = None, step: Optional[step_capture.Attempt] = None) -> Optional[tuple]:
     """Collect, plan, compile and run one graph; its outputs, one per distinct root of
     `items` in the order they first appear (see _slot_of). `eager`: the graph of one
     eager op (experimental/eager.py), timed under the eager metrics. `auto_owners`,
     `written`: for the donor plan (alias/planner.py). `leaves`: nodes read as given
-    device data (collect())."""
+    device data (collect()). `step`: a step barrier's capture attempt, recorded once run
+    (sync/step_capture.py); any other sync breaks the step's capture."""
     forget_lifted_scalars()   # ops traced from here on start a new sharing pattern
+    if step is None:
+        step_capture.note_read(device)
     if not items:
         return None
     started = timeline.start()
@@ -150,6 +153,8 @@ def _run(device: int, items: list, *, automatic: bool, explicit: bool, kind: str
             raise oom from e
         e.add_note(note)
         raise
+    if step is not None:
+        step_capture.record(step, graph, targets, exe, decisions)
     LastGraph.executable, LastGraph.decisions, LastGraph.kind = exe, decisions, kind
     LastGraph.n_nodes = len(graph.order)
     return tuple(outs[slot] for slot in graph.root_slots)
@@ -180,8 +185,15 @@ def _barrier(kind: str, explicit: bool) -> int:
     failed: Optional[FailedOpError] = None
     for device in live_devices():
         try:
-            if _run(device, _pending(live_storages(device)), automatic=True, explicit=explicit,
-                    kind=kind, skip_donated=True) is not None:
+            step = step_capture.begin(device, live_storages(device), kind)
+            captured = step_capture.replay(step)
+            if captured is not None:   # the step ran as its recorded executable
+                LastGraph.executable, LastGraph.decisions, LastGraph.kind = captured.exe, captured.decisions, kind
+                LastGraph.n_nodes = captured.n_nodes
+                nodes += captured.n_nodes
+                continue
+            if _run(device, step.items, automatic=True, explicit=explicit,
+                    kind=kind, skip_donated=True, step=step) is not None:
                 nodes += LastGraph.n_nodes
         except FailedOpError as e:   # contained (sync/failures.py): the other devices still run
             failed = failed or e

@@ -1,0 +1,289 @@
+"""A captured step: a step barrier made only of compiled calls, replayed as one executable call.
+
+A compiled training step (`torch.compile(..., backend="lazyxla")` forward, backward and
+optimizer step) leaves at its barrier a pending graph of a few CALL nodes (dynamo/replay.py,
+capture/function.py), their outputs, the buffers they read, and a handful of traced ops
+between them (backward's `ones_like`). Each CALL is logged here as it is inserted. At the
+barrier, one pass over the live storages and the logged calls' operands gathers what the
+executable needs (the pending storages, the device buffers read) and builds the step's
+fingerprint: each call's signature (its program and operand avals), where each operand comes
+from (a buffer, by first appearance; an output of an earlier logged call; one traced op over
+those), each pending storage's source, and per buffer what the donor plan depends on (its
+owner's place among the pending storages, other tensors holding it, its donation flags).
+A fingerprint seen at an earlier barrier names that barrier's executable, donors, parameter
+order and output slots: the step runs as one call on the gathered buffers and its outputs
+are installed in one pass, with no graph walk, no donor plan and no cache key. A new
+fingerprint runs the ordinary barrier (sync/api.py `_run`) and records it.
+
+Not captured (the ordinary barrier runs, `lx.debug.step_capture()` says why): a pending value
+that is not a logged call's output (lazily traced work in the step), an operand made by more
+than one traced op, lifted Python scalars or random seeds, a host read or partial sync since
+the last barrier, SPMD, a storage dtype policy, a graph size cut, `LAZYXLA_STEP_CAPTURE=0`.
+
+Design: docs/design.md, "A captured step (issue 51)".
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import NamedTuple, Optional
+
+from .. import config, metrics
+from ..alias import switches
+from ..compile import precision
+from ..frontend.tracing import forget_lifted_scalars
+from ..ir.node import DATA, GETITEM, Node
+from ..runtime import placement, storage_dtypes
+from ..runtime.execute import execute_params
+from ..state import STATE
+from .install import install_outputs, output_avals
+
+# calls logged per device between barriers; a loop that never reaches a barrier (decoding
+# through host reads) stops logging here instead of growing the log
+_MAX_CALLS = 64
+_MAX_CAPTURES = 8   # fingerprints kept per process (a train and an eval step, accumulation)
+
+
+class Outcome(NamedTuple):
+    """What the last step barrier did with its capture: `replayed`, `recorded` (ran the
+    ordinary barrier and keeps its executable for the next identical step) or `not captured`,
+    and why."""
+    outcome: str
+    reason: str
+
+
+class _Log:
+    __slots__ = ("calls", "broken")
+
+    def __init__(self) -> None:
+        self.calls: list[Node] = []      # CALL nodes inserted since the last barrier, in order
+        self.broken: Optional[str] = None
+
+
+class Captured:
+    """A recorded step: what its fingerprint's next barrier runs."""
+    __slots__ = ("exe", "decisions", "gather", "slots", "avals", "n_nodes")
+
+    def __init__(self, exe, decisions: list, gather: tuple, slots: tuple, avals: list, n_nodes: int) -> None:
+        self.exe = exe
+        self.decisions = decisions   # the donor plan's, for lx.debug.donation_report()
+        self.gather = gather         # per executable parameter, its buffer's position in the pass
+        self.slots = slots           # per pending storage, in live order, its output slot
+        self.avals = avals           # per output slot, (shape, dtype)
+        self.n_nodes = n_nodes
+
+
+class Attempt:
+    """One barrier's pass (module docstring): the pending items in live order, the buffers
+    read in first-seen order, and the fingerprint (None where the step cannot be captured)."""
+    __slots__ = ("device", "items", "leaves", "fingerprint")
+
+    def __init__(self, device: int, items: list, leaves: list, fingerprint: Optional[tuple]) -> None:
+        self.device = device
+        self.items = items
+        self.leaves = leaves
+        self.fingerprint = fingerprint
+
+
+_LOGS: dict[int, _Log] = {}
+_CAPTURES: OrderedDict = OrderedDict()
+LAST = [Outcome("not captured", "no step barrier yet")]
+
+
+def enabled() -> bool:
+    return config.SETTINGS.step_capture
+
+
+def note_call(device: int, call: Node) -> None:
+    """A CALL node was inserted into `device`'s pending graph (capture/function.py)."""
+    if STATE.captures:   # inside a capture: a node of the captured program, not of the step
+        return
+    log = _LOGS.get(device)
+    if log is None:
+        log = _LOGS[device] = _Log()
+    if len(log.calls) >= _MAX_CALLS:
+        log.broken = f"more than {_MAX_CALLS} compiled calls since the last barrier"
+        return
+    log.calls.append(call)
+
+
+def note_read(device: int) -> None:
+    """A host read or partial sync ran on `device` between barriers: the step that follows
+    is not the captured one (it falls back, and `lx.debug.step_capture()` says so)."""
+    log = _LOGS.get(device)
+    if log is not None and log.calls:
+        log.broken = "a host read or partial sync ran in the middle of the step"
+        log.calls.clear()   # the read ran or replaced what they computed
+
+
+def begin(device: int, live: list, kind: str) -> Attempt:
+    """The barrier's one pass over `live` (the device's live storages) and its log."""
+    log = _LOGS.pop(device, None)
+    items, held, position = [], {}, {}
+    for st in live:
+        value = st.value
+        if value.op is DATA:
+            key = id(value.data)
+            held[key] = held.get(key, 0) + 1
+        else:
+            position[id(st)] = len(items)
+            items.append((value, st))
+    if not items:   # nothing pending (an lx.sync() right after an implied barrier)
+        return Attempt(device, items, [], None)
+    reason = _refusal(log, kind)
+    if reason:
+        return _refused(device, items, reason)
+    leaves: list = []
+    fingerprint = _fingerprint(device, log.calls, items, held, position, leaves)
+    if isinstance(fingerprint, str):
+        return _refused(device, items, fingerprint)
+    return Attempt(device, items, leaves, fingerprint)
+
+
+def _refusal(log: Optional[_Log], kind: str) -> str:
+    if not enabled():
+        return "off (LAZYXLA_STEP_CAPTURE=0)"
+    if kind == "graph size cut":
+        return "a graph size cut (no explicit donors there)"
+    if log is None or not log.calls:
+        return log.broken if log is not None and log.broken else "no compiled call in the step"
+    if log.broken:
+        return log.broken
+    if placement.spmd_enabled() or storage_dtypes.current() is not None:
+        return "SPMD or a storage dtype policy"
+    return ""
+
+
+def _refused(device: int, items: list, reason: str) -> Attempt:
+    LAST[0] = Outcome("not captured", reason)
+    metrics.counter_add("StepCaptureFallback")
+    return Attempt(device, items, [], None)
+
+
+def _fingerprint(device: int, calls: list, items: list, held: dict, position: dict, leaves: list):
+    """The step's fingerprint (module docstring), filling `leaves`; a string saying why
+    where the step cannot be captured."""
+    call_index = {id(c): k for k, c in enumerate(calls)}
+    leaf_index: dict = {}
+    traced: dict = {}
+    parts: list = [device, switches.aliasing_enabled(device), precision.matmul_precision()]
+
+    def source(node: Node):
+        op = node.op
+        if op is GETITEM:
+            k = call_index.get(id(node.args[0]))
+            return None if k is None else (k, node.args[1])
+        if op is DATA:
+            data = node.data
+            p = leaf_index.get(id(data))
+            if p is not None:
+                return -1 - p
+            if data.donated_in is not None or data.failure is not None or data.sharding is not None:
+                return None
+            p = leaf_index[id(data)] = len(leaves)
+            leaves.append(data)
+            parts.append(_leaf_code(node, data, held, position))
+            return -1 - p
+        return None
+
+    for call in calls:
+        parts.append(call.sig)
+        for operand in call.inputs:
+            ref = source(operand)
+            if ref is None and operand.op is not DATA and operand.op is not GETITEM:
+                ref = traced.get(id(operand))
+                if ref is None:   # one traced op over compiled outputs and buffers, seen first
+                    inputs = tuple(source(i) for i in operand.inputs)
+                    if operand.nout or not inputs or None in inputs:
+                        return ("a compiled call's operand is traced work deeper than one op over "
+                                "compiled outputs and buffers, or reads a lifted scalar")
+                    ref = traced[id(operand)] = ("traced", len(traced))
+                    parts.append((operand.sig, inputs))
+            if ref is None:
+                return ("a compiled call reads a donated, failed or sharded buffer, or an output "
+                        "of a call made before the step")
+            parts.append(ref)
+    for node, _ in items:
+        ref = source(node) if node.op is GETITEM else None
+        if ref is None:
+            return "a pending tensor is not an output of a compiled call (lazily traced work in the step)"
+        parts.append(ref)
+    return tuple(parts)
+
+
+def _leaf_code(node: Node, data, held: dict, position: dict) -> tuple:
+    """What the donor plan decides a buffer by (alias/planner.py), besides the structure:
+    its owner (a pending storage's position; -1 none; -2 it still holds the buffer; -3 moved
+    on), whether other tensors hold it, its flags."""
+    owner = data.owner_storage()
+    holders = held.get(id(data), 0)
+    if owner is None:
+        where = -1
+    else:
+        where = position.get(id(owner))
+        if where is None:
+            value = owner.value
+            keeps = value.op is DATA and value.data is data
+            where = -2 if keeps else -3
+            holders -= keeps
+    return (node.sig, where, holders > 0, data.donate, data.read_only, data.external is None)
+
+
+def replay(attempt: Attempt) -> Optional[Captured]:
+    """Run the step as its recorded executable when its fingerprint is known: the captured
+    step (None: the ordinary barrier must run, then `record`)."""
+    if attempt.fingerprint is None:
+        return None
+    captured = _CAPTURES.get(attempt.fingerprint)
+    if captured is None:
+        return None
+    forget_lifted_scalars()   # as `_run`: ops traced from here on start a new sharing pattern
+    leaves = attempt.leaves
+    try:
+        outs = execute_params(captured.exe, [leaves[p] for p in captured.gather], [], attempt.device,
+                              (attempt.device,))
+    except Exception as e:
+        # Nothing was installed. Unless the backend consumed donated buffers before failing
+        # (then their tensors raise DonatedBufferError, as after the ordinary barrier's
+        # failure), the ordinary barrier runs the step again and reports the failure its way.
+        _CAPTURES.pop(attempt.fingerprint, None)
+        lost = getattr(e, "lazyxla_lost_buffers", 0)
+        if lost:
+            e.add_note(f"lazyxla: the captured step was not applied: the backend consumed {lost} donated "
+                       "buffer(s) before failing (their tensors now raise DonatedBufferError)")
+            raise
+        LAST[0] = Outcome("not captured", f"the captured call failed ({type(e).__name__}); ran the ordinary barrier")
+        return None
+    slots = captured.slots
+    install_outputs(captured.avals, attempt.device, [(st, slots[i]) for i, (_, st) in enumerate(attempt.items)],
+                    outs)
+    metrics.counter_add("CachedCompile")   # its executable, found without a key: still a cached graph
+    metrics.counter_add("StepCaptureReplay")
+    LAST[0] = Outcome("replayed", "")
+    return captured
+
+
+def record(attempt: Attempt, graph, targets: list, exe, decisions: list) -> None:
+    """The ordinary barrier ran `attempt`'s items as `graph` with `exe`: keep what its next
+    identical step needs (sync/api.py `_run` calls this once the outputs are installed)."""
+    if attempt.fingerprint is None:
+        return
+    if graph.scalars or len(targets) != len(attempt.items):
+        LAST[0] = Outcome("not captured", "the step graph has lifted scalars, or tensors it could not compute")
+        return
+    position = {id(d): i for i, d in enumerate(attempt.leaves)}
+    gather = tuple(position.get(id(d), -1) for d in graph.params)
+    if -1 in gather:
+        LAST[0] = Outcome("not captured", "the step graph reads a buffer no compiled call reads")
+        return
+    _CAPTURES[attempt.fingerprint] = Captured(exe, decisions, gather, tuple(slot for _, slot in targets),
+                                              output_avals(graph), len(graph.order))
+    while len(_CAPTURES) > _MAX_CAPTURES:
+        _CAPTURES.popitem(last=False)
+    metrics.counter_add("StepCaptureRecord")
+    LAST[0] = Outcome("recorded", "")
+
+
+def clear() -> None:
+    """Forget every capture and log (tests; the compile cache's reset)."""
+    _CAPTURES.clear()
+    _LOGS.clear()
