@@ -1,0 +1,127 @@
+"""A captured step (sync/step_capture.py, issue 51): a compiled training step (forward,
+backward, optimizer step under torch.compile(backend="lazyxla")) replays, from its third
+step, as one executable call with no graph walk and no donor plan; losses and parameters
+equal the uncaptured path's, donation counts are unchanged, a donated buffer still raises,
+and a read in the middle of the step, lazily traced work in it or a new shape fall back to the
+ordinary barrier, which lx.debug.step_capture() names. Counters and values only."""
+import pytest
+import torch
+
+import lazyxla as lx
+from lazyxla import config, metrics
+
+STEPS = 5
+
+
+def _counts() -> dict:
+    return {name: metrics.counter_value(name) or 0 for name in
+            ("ExecuteComputation", "GraphCollect", "DonorPlan", "StepCaptureReplay", "UncachedCompile")}
+
+
+def _donated() -> list:
+    data = metrics.metric_data("DonatedBytes")
+    return [] if data is None else [int(v) for _, v in data[2]]
+
+
+def _train(capture: bool, batch_of=lambda i: 4, mid_step=None) -> tuple:
+    """STEPS compiled AdamW steps of a small MLP: (losses, final parameters, per-step
+    counters, per-step donated bytes, per-step outcomes)."""
+    torch.manual_seed(0)
+    dev = lx.device()
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True)
+    # the loss compiled too: a loss traced lazily is work the capture does not take
+    forward = torch.compile(lambda x, y: torch.nn.functional.mse_loss(model(x), y), backend="lazyxla")
+    step = torch.compile(opt.step, backend="lazyxla")
+    gen = torch.Generator().manual_seed(1)
+    losses, counts, donated, outcomes = [], [], [], []
+    try:
+        with config.override(step_capture=capture):
+            for i in range(STEPS):
+                x = torch.randn(batch_of(i), 8, generator=gen).to(dev)
+                y = torch.randn(batch_of(i), 4, generator=gen).to(dev)
+                metrics.clear_all()
+                opt.zero_grad()
+                loss = forward(x, y)
+                loss.backward()
+                if mid_step is not None:
+                    mid_step(loss)
+                step()
+                lx.sync()
+                counts.append(_counts())
+                donated.append(_donated())
+                outcomes.append(lx.debug.step_capture())
+                losses.append(loss.cpu().item())
+            params = [p.cpu() for p in model.parameters()]
+    finally:
+        torch._dynamo.reset()
+    return losses, params, counts, donated, outcomes
+
+
+def test_steady_compiled_step_is_one_call_without_walk_or_plan():
+    losses, params, counts, donated, outcomes = _train(capture=True)
+    ref_losses, ref_params, ref_counts, ref_donated, _ = _train(capture=False)
+    assert losses == ref_losses
+    assert all(torch.equal(p, r) for p, r in zip(params, ref_params))
+    assert [o.outcome for o in outcomes[1:]] == ["recorded"] + ["replayed"] * (STEPS - 2)
+    for c in counts[2:]:
+        assert c == {"ExecuteComputation": 1, "GraphCollect": 0, "DonorPlan": 0, "StepCaptureReplay": 1,
+                     "UncachedCompile": 0}, c
+    assert all(c["StepCaptureReplay"] == 0 and c["DonorPlan"] >= 1 for c in ref_counts)
+    assert donated[2:] == ref_donated[2:]
+    assert all(d and d[-1] > 0 for d in donated[2:])   # parameters and Adam's state, in place
+    report = lx.debug.donation_report()
+    assert report is not None and sum(p["donated"] for p in report.params) > 0
+
+
+def test_read_in_the_middle_of_the_step_falls_back_and_says_so():
+    reads = lambda loss: loss.item()   # noqa: E731
+    losses, params, counts, _, outcomes = _train(capture=True, mid_step=reads)
+    ref_losses, ref_params, _, _, _ = _train(capture=False, mid_step=reads)
+    assert losses == ref_losses
+    assert all(torch.equal(p, r) for p, r in zip(params, ref_params))
+    assert all(c["StepCaptureReplay"] == 0 for c in counts)
+    assert outcomes[-1].outcome == "not captured"
+    assert "host read" in outcomes[-1].reason
+
+
+def test_lazily_traced_work_in_the_step_falls_back():
+    total = []
+    traced = lambda loss: total.append(loss.detach() * 2)   # noqa: E731  pending at the barrier
+    losses, _, counts, _, outcomes = _train(capture=True, mid_step=traced)
+    assert losses == _train(capture=False)[0]
+    assert all(c["StepCaptureReplay"] == 0 for c in counts)
+    assert "not an output of a compiled call" in outcomes[-1].reason
+
+
+def test_new_shape_records_again():
+    batch_of = lambda i: 4 if i < 3 else 6   # noqa: E731
+    losses, params, _, _, outcomes = _train(capture=True, batch_of=batch_of)
+    ref_losses, ref_params, _, _, _ = _train(capture=False, batch_of=batch_of)
+    assert losses == ref_losses
+    assert all(torch.equal(p, r) for p, r in zip(params, ref_params))
+    assert [o.outcome for o in outcomes[1:]] == ["recorded", "replayed", "recorded", "replayed"]
+
+
+def test_explicitly_donated_input_raises_after_a_captured_step():
+    torch.manual_seed(0)
+    dev = lx.device()
+    w = torch.nn.Parameter(torch.randn(4, 4).to(dev))
+    opt = torch.optim.SGD([w], lr=0.1)
+    step = torch.compile(opt.step, backend="lazyxla")
+    f = torch.compile(lambda a, b: (a @ b).sum(), backend="lazyxla")
+    outcomes = []
+    try:
+        for _ in range(4):
+            x = torch.randn(4, 4).to(dev)
+            lx.set_buffer_donation(x, True)
+            opt.zero_grad()
+            f(w, x).backward()
+            step()
+            lx.sync()
+            outcomes.append(lx.debug.step_capture().outcome)
+            with pytest.raises(lx.DonatedBufferError, match="donated"):
+                x.cpu()
+    finally:
+        torch._dynamo.reset()
+    assert outcomes[-1] == "replayed", outcomes
