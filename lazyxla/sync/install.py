@@ -11,7 +11,7 @@ from .._jax import torch_dtype
 from ..state import STATE
 from ..ir.graph import Graph
 from ..ir.build import data_node
-from ..runtime import placement
+from ..runtime import memory, placement
 from ..runtime.device_data import DeviceData
 
 
@@ -36,16 +36,22 @@ def install_outputs(avals: Sequence[tuple], device: int, targets: list, outs: tu
         start = time.perf_counter_ns()
     installed: list = [None] * len(outs)
     spmd = placement.spmd_enabled()
-    for st, slot in targets:
-        data = installed[slot]
-        if data is None:
-            shape, dtype = avals[slot]
-            out = outs[slot]
-            # the array's own dtype is the storage: narrower than the node's dtype under a
-            # storage dtype policy (runtime/storage_dtypes.py)
-            data = installed[slot] = DeviceData(out, shape, dtype, device, owner=st,
-                                                sharding=out.sharding if spmd else None,
-                                                stored_dtype=torch_dtype(out.dtype))
-        st.write(data_node(data))
+    made: list = []   # charged together (memory.charge_outputs), also if a write raises
+    try:
+        for st, slot in targets:
+            data = installed[slot]
+            if data is None:
+                shape, dtype = avals[slot]
+                out = outs[slot]
+                # the array's own dtype is the storage: narrower than the node's dtype under a
+                # storage dtype policy (runtime/storage_dtypes.py)
+                data = installed[slot] = DeviceData(out, shape, dtype, device, owner=st,
+                                                    sharding=out.sharding if spmd else None,
+                                                    stored_dtype=torch_dtype(out.dtype), charge=spmd)
+                made.append(data)
+            st.write(data_node(data))
+    finally:
+        if not spmd:
+            memory.charge_outputs(made, device)
     if detailed:
         metrics.metric_add("WrapXlaData", time.perf_counter_ns() - start)
