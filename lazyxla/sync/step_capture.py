@@ -281,9 +281,3 @@ def record(attempt: Attempt, graph, targets: list, exe, decisions: list) -> None
         _CAPTURES.popitem(last=False)
     metrics.counter_add("StepCaptureRecord")
     LAST[0] = Outcome("recorded", "")
-
-
-def clear() -> None:
-    """Forget every capture and log (tests; the compile cache's reset)."""
-    _CAPTURES.clear()
-    _LOGS.clear()
