@@ -2,13 +2,15 @@
 backward, optimizer step under torch.compile(backend="lazyxla")) replays, from its third
 step, as one executable call with no graph walk and no donor plan; losses and parameters
 equal the uncaptured path's, donation counts are unchanged, a donated buffer still raises,
-and a read in the middle of the step, lazily traced work in it or a new shape fall back to the
-ordinary barrier, which lx.debug.step_capture() names. Counters and values only."""
+and a read in the middle of the step, much lazily traced work in it or a new shape fall back to the
+ordinary barrier, which lx.debug.step_capture() names; a few lazily traced ops, lifted
+scalars among them, are captured with the calls. Counters and values only."""
 import pytest
 import torch
 
 import lazyxla as lx
 from lazyxla import config, metrics
+from lazyxla.sync import step_capture
 
 STEPS = 5
 
@@ -85,13 +87,28 @@ def test_read_in_the_middle_of_the_step_falls_back_and_says_so():
     assert "host read" in outcomes[-1].reason
 
 
-def test_lazily_traced_work_in_the_step_falls_back():
+def test_small_lazily_traced_work_is_captured_and_more_falls_back():
+    """A few ops traced lazily in the step (a running loss total, with a lifted scalar whose
+    value changes every step) are part of the capture; more than the bound falls back."""
     total = []
-    traced = lambda loss: total.append(loss.detach() * 2)   # noqa: E731  pending at the barrier
-    losses, _, counts, _, outcomes = _train(capture=True, mid_step=traced)
-    assert losses == _train(capture=False)[0]
+    small = lambda loss: total.append(loss.detach() * (len(total) + 2))   # noqa: E731
+    losses, _, counts, _, outcomes = _train(capture=True, mid_step=small)
+    sums = [t.cpu().item() for t in total]
+    total.clear()
+    ref_losses, _, _, _, _ = _train(capture=False, mid_step=small)
+    assert losses == ref_losses
+    assert sums == [t.cpu().item() for t in total]
+    assert [c["StepCaptureReplay"] for c in counts[2:]] == [1] * (STEPS - 2)
+
+    def large(loss) -> None:
+        t = loss.detach()
+        for _ in range(step_capture._MAX_TRACED + 1):
+            t = t.sin()
+        total.append(t)
+    losses, _, counts, _, outcomes = _train(capture=True, mid_step=large)
+    assert losses == ref_losses
     assert all(c["StepCaptureReplay"] == 0 for c in counts)
-    assert "not an output of a compiled call" in outcomes[-1].reason
+    assert "lazily traced work" in outcomes[-1].reason
 
 
 def test_new_shape_records_again():
@@ -125,3 +142,42 @@ def test_explicitly_donated_input_raises_after_a_captured_step():
     finally:
         torch._dynamo.reset()
     assert outcomes[-1] == "replayed", outcomes
+
+
+@pytest.mark.parametrize("whole_step", [False, True], ids=["compiled-forward", "compiled-step"])
+def test_decode_loop_token_is_one_captured_call(whole_step):
+    """The decode loop form (lazyxla/bench/decode_loop.py: a static cache, `lx.sync()` after
+    each token): after the first call, every token is one call of the captured step, no graph
+    walk, no donor plan, every layer's K and V donated each decode token; tokens equal the
+    uncaptured loop's and eager generate()'s."""
+    pytest.importorskip("transformers")
+    from lazyxla.bench import decode_loop, gen_models
+    tokens = 6
+    model = gen_models.build_model("llama", torch.float32)
+    ids = gen_models.prompt(model, 2, 8)
+    ref, _ = gen_models.timed_generate(model, ids, tokens, "static")
+    dev = lx.device()
+    model.to(dev)
+    compiled = lambda f: torch.compile(f, backend="lazyxla")   # noqa: E731
+    loop = decode_loop.TorchDecodeLoop(model, dev, barrier=lx.sync, wait=lx.wait_device_ops,
+                                       forward=None if whole_step else compiled(model.forward),
+                                       compile_step=compiled if whole_step else None)
+    try:
+        with config.override(step_capture=False):
+            assert torch.equal(loop.run(ids, tokens).ids, ref)
+        loop.run(ids, tokens)   # records the prefill's and the decode token's steps
+        metrics.clear_all()
+        assert torch.equal(loop.run(ids, tokens).ids, ref)
+        counts = _counts()
+        kv = [d for d in _donated() if d > 0]
+    finally:
+        torch._dynamo.reset()
+        model.to("cpu")
+    # one captured call a token; the one graph walked and planned is the loop's final read
+    # of the tokens (a host read, not a step)
+    assert counts == {"ExecuteComputation": tokens + 1, "GraphCollect": 1, "DonorPlan": 1,
+                      "StepCaptureReplay": tokens, "UncachedCompile": 0}, counts
+    layers = model.config.num_hidden_layers
+    kv_bytes = 2 * layers * 2 * model.config.num_key_value_heads * (8 + tokens) * \
+        (model.config.hidden_size // model.config.num_attention_heads) * 4
+    assert sum(d >= kv_bytes for d in kv) == tokens - 1, kv   # the prefill's cache is new

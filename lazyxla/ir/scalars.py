@@ -78,9 +78,15 @@ def scalar_avals(graph: Graph) -> list:
 
 def scalar_args(graph: Graph) -> list:
     """`graph`'s scalar operands: Python numbers, or one array per kind when packed."""
-    if not graph.packed_scalars:
-        return [_SCALAR_TYPES[scalar_kind(s)](s.data) for s in graph.scalars]
+    return scalar_values(graph.scalars, graph.packed_scalars)
+
+
+def scalar_values(scalars: list, packed: bool) -> list:
+    """`scalar_args` from its parts: the scalar nodes in the graph's order, and whether they
+    travel packed (a captured step gathers this step's nodes, sync/step_capture.py)."""
+    if not packed:
+        return [_SCALAR_TYPES[scalar_kind(s)](s.data) for s in scalars]
     values: list = [[] for _ in SCALAR_DTYPES]
-    for s in graph.scalars:
+    for s in scalars:
         values[scalar_kind(s)].append(s.data)
     return [np.asarray(v, dtype=SCALAR_DTYPES[k]) for k, v in enumerate(values) if v]

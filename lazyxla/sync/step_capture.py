@@ -31,7 +31,8 @@ from .. import config, metrics
 from ..alias import switches
 from ..compile import precision
 from ..frontend.tracing import forget_lifted_scalars
-from ..ir.node import DATA, GETITEM, Node
+from ..ir.node import DATA, GETITEM, SCALAR, Node
+from ..ir.scalars import scalar_values
 from ..runtime import placement, storage_dtypes
 from ..runtime.execute import execute_params
 from ..state import STATE
@@ -41,6 +42,10 @@ from .install import install_outputs, output_avals
 # through host reads) stops logging here instead of growing the log
 _MAX_CALLS = 64
 _MAX_CAPTURES = 8   # fingerprints kept per process (a train and an eval step, accumulation)
+# lazily traced nodes a step may hold beside its compiled calls (backward's ones_like, a loss
+# computed outside torch.compile, a decode loop's argmax and next position); each is a part of
+# the fingerprint, so this bounds the pass
+_MAX_TRACED = 64
 
 
 class Outcome(NamedTuple):
@@ -61,12 +66,15 @@ class _Log:
 
 class Captured:
     """A recorded step: what its fingerprint's next barrier runs."""
-    __slots__ = ("exe", "decisions", "gather", "slots", "avals", "n_nodes")
+    __slots__ = ("exe", "decisions", "gather", "scalar_gather", "packed", "slots", "avals", "n_nodes")
 
-    def __init__(self, exe, decisions: list, gather: tuple, slots: tuple, avals: list, n_nodes: int) -> None:
+    def __init__(self, exe, decisions: list, gather: tuple, scalar_gather: tuple, packed: bool, slots: tuple,
+                 avals: list, n_nodes: int) -> None:
         self.exe = exe
         self.decisions = decisions   # the donor plan's, for lx.debug.donation_report()
         self.gather = gather         # per executable parameter, its buffer's position in the pass
+        self.scalar_gather = scalar_gather   # per scalar operand, its node's position in the pass
+        self.packed = packed         # the scalars travel packed (ir/scalars.py)
         self.slots = slots           # per pending storage, in live order, its output slot
         self.avals = avals           # per output slot, (shape, dtype)
         self.n_nodes = n_nodes
@@ -75,12 +83,13 @@ class Captured:
 class Attempt:
     """One barrier's pass (module docstring): the pending items in live order, the buffers
     read in first-seen order, and the fingerprint (None where the step cannot be captured)."""
-    __slots__ = ("device", "items", "leaves", "fingerprint")
+    __slots__ = ("device", "items", "leaves", "scalars", "fingerprint")
 
-    def __init__(self, device: int, items: list, leaves: list, fingerprint: Optional[tuple]) -> None:
+    def __init__(self, device: int, items: list, leaves: list, scalars: list, fingerprint: Optional[tuple]) -> None:
         self.device = device
         self.items = items
         self.leaves = leaves
+        self.scalars = scalars       # lifted scalar nodes in first-seen order
         self.fingerprint = fingerprint
 
 
@@ -128,15 +137,16 @@ def begin(device: int, live: list, kind: str) -> Attempt:
             position[id(st)] = len(items)
             items.append((value, st))
     if not items:   # nothing pending (an lx.sync() right after an implied barrier)
-        return Attempt(device, items, [], None)
+        return Attempt(device, items, [], [], None)
     reason = _refusal(log, kind)
     if reason:
         return _refused(device, items, reason)
     leaves: list = []
-    fingerprint = _fingerprint(device, log.calls, items, held, position, leaves)
+    scalars: list = []
+    fingerprint = _fingerprint(device, log.calls, items, held, position, leaves, scalars)
     if isinstance(fingerprint, str):
         return _refused(device, items, fingerprint)
-    return Attempt(device, items, leaves, fingerprint)
+    return Attempt(device, items, leaves, scalars, fingerprint)
 
 
 def _refusal(log: Optional[_Log], kind: str) -> str:
@@ -156,56 +166,69 @@ def _refusal(log: Optional[_Log], kind: str) -> str:
 def _refused(device: int, items: list, reason: str) -> Attempt:
     LAST[0] = Outcome("not captured", reason)
     metrics.counter_add("StepCaptureFallback")
-    return Attempt(device, items, [], None)
+    return Attempt(device, items, [], [], None)
 
 
-def _fingerprint(device: int, calls: list, items: list, held: dict, position: dict, leaves: list):
-    """The step's fingerprint (module docstring), filling `leaves`; a string saying why
-    where the step cannot be captured."""
+def _fingerprint(device: int, calls: list, items: list, held: dict, position: dict, leaves: list,
+                 scalars: list):
+    """The step's fingerprint (module docstring), filling `leaves` and `scalars`; a string
+    saying why where the step cannot be captured."""
     call_index = {id(c): k for k, c in enumerate(calls)}
     leaf_index: dict = {}
-    traced: dict = {}
+    seen: dict = {}      # id(node) -> its reference, for traced nodes and scalars met before
     parts: list = [device, switches.aliasing_enabled(device), precision.matmul_precision()]
 
     def source(node: Node):
+        """Where `node` comes from; None: the step cannot be captured (`failed` says why)."""
         op = node.op
         if op is GETITEM:
             k = call_index.get(id(node.args[0]))
-            return None if k is None else (k, node.args[1])
-        if op is DATA:
+            if k is not None:
+                return (k, node.args[1])
+        elif op is DATA:
             data = node.data
             p = leaf_index.get(id(data))
             if p is not None:
                 return -1 - p
             if data.donated_in is not None or data.failure is not None or data.sharding is not None:
+                failed[0] = "the step reads a donated, failed or sharded buffer"
                 return None
             p = leaf_index[id(data)] = len(leaves)
             leaves.append(data)
             parts.append(_leaf_code(node, data, held, position))
             return -1 - p
-        return None
+        ref = seen.get(id(node))
+        if ref is not None:
+            return ref
+        if op is SCALAR:   # a lifted scalar: an operand whose value is this step's
+            ref = seen[id(node)] = ("scalar", len(scalars))
+            scalars.append(node)
+            parts.append(node.sig)
+            return ref
+        traced[0] += 1   # counted on the way down: a chain stops at the bound, not at its end
+        if traced[0] > _MAX_TRACED:
+            failed[0] = f"more than {_MAX_TRACED} nodes of lazily traced work in the step"
+            return None
+        inputs = tuple(source(i) for i in node.inputs)   # recursion bounded by _MAX_TRACED
+        if None in inputs:
+            return None
+        ref = seen[id(node)] = ("traced", len(seen))
+        parts.append((node.sig, inputs))
+        return ref
 
+    failed = [""]
+    traced = [0]
     for call in calls:
         parts.append(call.sig)
         for operand in call.inputs:
             ref = source(operand)
-            if ref is None and operand.op is not DATA and operand.op is not GETITEM:
-                ref = traced.get(id(operand))
-                if ref is None:   # one traced op over compiled outputs and buffers, seen first
-                    inputs = tuple(source(i) for i in operand.inputs)
-                    if operand.nout or not inputs or None in inputs:
-                        return ("a compiled call's operand is traced work deeper than one op over "
-                                "compiled outputs and buffers, or reads a lifted scalar")
-                    ref = traced[id(operand)] = ("traced", len(traced))
-                    parts.append((operand.sig, inputs))
             if ref is None:
-                return ("a compiled call reads a donated, failed or sharded buffer, or an output "
-                        "of a call made before the step")
+                return failed[0]
             parts.append(ref)
     for node, _ in items:
-        ref = source(node) if node.op is GETITEM else None
+        ref = source(node)
         if ref is None:
-            return "a pending tensor is not an output of a compiled call (lazily traced work in the step)"
+            return failed[0]
         parts.append(ref)
     return tuple(parts)
 
@@ -238,8 +261,12 @@ def replay(attempt: Attempt) -> Optional[Captured]:
         return None
     forget_lifted_scalars()   # as `_run`: ops traced from here on start a new sharing pattern
     leaves = attempt.leaves
+    scalars = attempt.scalars
     try:
-        outs = execute_params(captured.exe, [leaves[p] for p in captured.gather], [], attempt.device,
+        if scalars:   # this step's values, sent with this run as the ordinary barrier sends them
+            metrics.counter_add("UploadedScalars", len(captured.scalar_gather))
+        args = scalar_values([scalars[p] for p in captured.scalar_gather], captured.packed) if scalars else []
+        outs = execute_params(captured.exe, [leaves[p] for p in captured.gather], args, attempt.device,
                               (attempt.device,))
     except Exception as e:
         # Nothing was installed. Unless the backend consumed donated buffers before failing
@@ -267,16 +294,20 @@ def record(attempt: Attempt, graph, targets: list, exe, decisions: list) -> None
     identical step needs (sync/api.py `_run` calls this once the outputs are installed)."""
     if attempt.fingerprint is None:
         return
-    if graph.scalars or len(targets) != len(attempt.items):
-        LAST[0] = Outcome("not captured", "the step graph has lifted scalars, or tensors it could not compute")
+    if graph.merged_scalars is not None or len(targets) != len(attempt.items):
+        LAST[0] = Outcome("not captured", "the step graph merges equal scalars (a long chain), or has "
+                                          "tensors it could not compute")
         return
     position = {id(d): i for i, d in enumerate(attempt.leaves)}
     gather = tuple(position.get(id(d), -1) for d in graph.params)
-    if -1 in gather:
-        LAST[0] = Outcome("not captured", "the step graph reads a buffer no compiled call reads")
+    scalar_position = {id(n): i for i, n in enumerate(attempt.scalars)}
+    scalar_gather = tuple(scalar_position.get(id(n), -1) for n in graph.scalars)
+    if -1 in gather or -1 in scalar_gather:
+        LAST[0] = Outcome("not captured", "the step graph reads a value the pass did not meet")
         return
-    _CAPTURES[attempt.fingerprint] = Captured(exe, decisions, gather, tuple(slot for _, slot in targets),
-                                              output_avals(graph), len(graph.order))
+    _CAPTURES[attempt.fingerprint] = Captured(exe, decisions, gather, scalar_gather, graph.packed_scalars,
+                                              tuple(slot for _, slot in targets), output_avals(graph),
+                                              len(graph.order))
     while len(_CAPTURES) > _MAX_CAPTURES:
         _CAPTURES.popitem(last=False)
     metrics.counter_add("StepCaptureRecord")
