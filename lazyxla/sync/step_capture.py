@@ -1,24 +1,24 @@
-"""A captured step: a step barrier made only of compiled calls, replayed as one executable call.
+"""A captured step: a step barrier made of compiled calls, replayed as one executable call.
 
 A compiled training step (`torch.compile(..., backend="lazyxla")` forward, backward and
-optimizer step) leaves at its barrier a pending graph of a few CALL nodes (dynamo/replay.py,
-capture/function.py), their outputs, the buffers they read, and a handful of traced ops
-between them (backward's `ones_like`). Each CALL is logged here as it is inserted. At the
-barrier, one pass over the live storages and the logged calls' operands gathers what the
-executable needs (the pending storages, the device buffers read) and builds the step's
-fingerprint: each call's signature (its program and operand avals), where each operand comes
-from (a buffer, by first appearance; an output of an earlier logged call; one traced op over
-those), each pending storage's source, and per buffer what the donor plan depends on (its
-owner's place among the pending storages, other tensors holding it, its donation flags).
-A fingerprint seen at an earlier barrier names that barrier's executable, donors, parameter
-order and output slots: the step runs as one call on the gathered buffers and its outputs
-are installed in one pass, with no graph walk, no donor plan and no cache key. A new
-fingerprint runs the ordinary barrier (sync/api.py `_run`) and records it.
+optimizer step) or a decode loop's token leaves at its barrier a pending graph of a few CALL
+nodes (dynamo/replay.py, capture/function.py), their outputs, the buffers they read and a few
+lazily traced ops. Each CALL is logged here as it is inserted. At the barrier, one pass over
+the live storages and the logged calls' operands gathers what the executable needs (pending
+storages, device buffers, lifted scalars) and builds the step's fingerprint: each call's
+signature, where each operand comes from (a buffer by first appearance, an output of an
+earlier logged call, a lifted scalar, a traced node by its signature and its operands'
+sources), each pending storage's source, and per buffer what the donor plan depends on (its
+owner's place among the pending storages, other tensors holding it, its donation flags). A
+fingerprint seen at an earlier barrier names that barrier's executable, donors, parameter and
+scalar order and output slots: the step runs as one call and its outputs are installed in one
+pass, with no graph walk, no donor plan and no cache key. A new fingerprint runs the ordinary
+barrier (sync/api.py `_run`) and records it.
 
-Not captured (the ordinary barrier runs, `lx.debug.step_capture()` says why): a pending value
-that is not a logged call's output (lazily traced work in the step), an operand made by more
-than one traced op, lifted Python scalars or random seeds, a host read or partial sync since
-the last barrier, SPMD, a storage dtype policy, a graph size cut, `LAZYXLA_STEP_CAPTURE=0`.
+Not captured (the ordinary barrier runs, `lx.debug.step_capture()` says why): more than
+`_MAX_TRACED` lazily traced nodes, a host read or partial sync since the last barrier, merged
+scalars of a long chain, SPMD, a storage dtype policy, a graph size cut,
+`LAZYXLA_STEP_CAPTURE=0`.
 
 Design: docs/design.md, "A captured step (issue 51)".
 """
