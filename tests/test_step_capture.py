@@ -12,6 +12,8 @@ import lazyxla as lx
 from lazyxla import config, metrics
 from lazyxla.sync import step_capture
 
+from helpers import backend_as
+
 STEPS = 5
 
 
@@ -144,13 +146,20 @@ def test_explicitly_donated_input_raises_after_a_captured_step():
     assert outcomes[-1] == "replayed", outcomes
 
 
+@pytest.mark.parametrize("platform", ["cpu", "tpu"])
 @pytest.mark.parametrize("whole_step", [False, True], ids=["compiled-forward", "compiled-step"])
-def test_decode_loop_token_is_one_captured_call(whole_step):
+def test_decode_loop_token_is_one_captured_call(whole_step, platform):
     """The decode loop form (lazyxla/bench/decode_loop.py: a static cache, `lx.sync()` after
     each token): after the first call, every token is one call of the captured step, no graph
     walk, no donor plan, every layer's K and V donated each decode token; tokens equal the
-    uncaptured loop's and eager generate()'s."""
+    uncaptured loop's and eager generate()'s; also under the TPU backend's policies (lifted
+    scalars packed) over JAX's CPU."""
     pytest.importorskip("transformers")
+    with backend_as(platform):
+        _decode_loop(whole_step)
+
+
+def _decode_loop(whole_step: bool) -> None:
     from lazyxla.bench import decode_loop, gen_models
     tokens = 6
     model = gen_models.build_model("llama", torch.float32)

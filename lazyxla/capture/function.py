@@ -114,7 +114,7 @@ def insert_call(program: Subprogram, operands: Sequence[Node], out_specs: Sequen
     the rest as their bare nodes."""
     items = call_outputs(program, operands)
     if items:
-        step_capture.note_call(device, items[0].args[0])
+        step_capture.note_call(device, items)
     if n_tensors is None:
         n_tensors = len(items)
     wrap = LazyTensor.wrap

@@ -57,10 +57,11 @@ class Outcome(NamedTuple):
 
 
 class _Log:
-    __slots__ = ("calls", "broken")
+    __slots__ = ("calls", "outputs", "broken")
 
     def __init__(self) -> None:
         self.calls: list[Node] = []      # CALL nodes inserted since the last barrier, in order
+        self.outputs: list[list] = []    # per call, its GETITEM nodes (capture/function.py)
         self.broken: Optional[str] = None
 
 
@@ -102,8 +103,9 @@ def enabled() -> bool:
     return config.SETTINGS.step_capture
 
 
-def note_call(device: int, call: Node) -> None:
-    """A CALL node was inserted into `device`'s pending graph (capture/function.py)."""
+def note_call(device: int, outputs: list) -> None:
+    """A CALL node was inserted into `device`'s pending graph (capture/function.py); `outputs`:
+    the GETITEM node of each of its outputs."""
     if STATE.captures:   # inside a capture: a node of the captured program, not of the step
         return
     log = _LOGS.get(device)
@@ -112,7 +114,8 @@ def note_call(device: int, call: Node) -> None:
     if len(log.calls) >= _MAX_CALLS:
         log.broken = f"more than {_MAX_CALLS} compiled calls since the last barrier"
         return
-    log.calls.append(call)
+    log.calls.append(outputs[0].args[0])
+    log.outputs.append(outputs)
 
 
 def note_read(device: int) -> None:
@@ -122,6 +125,7 @@ def note_read(device: int) -> None:
     if log is not None and log.calls:
         log.broken = "a host read or partial sync ran in the middle of the step"
         log.calls.clear()   # the read ran or replaced what they computed
+        log.outputs.clear()
 
 
 def begin(device: int, live: list, kind: str) -> Attempt:
@@ -143,7 +147,7 @@ def begin(device: int, live: list, kind: str) -> Attempt:
         return _refused(device, items, reason)
     leaves: list = []
     scalars: list = []
-    fingerprint = _fingerprint(device, log.calls, items, held, position, leaves, scalars)
+    fingerprint = _fingerprint(device, log, items, held, position, leaves, scalars)
     if isinstance(fingerprint, str):
         return _refused(device, items, fingerprint)
     return Attempt(device, items, leaves, scalars, fingerprint)
@@ -169,10 +173,11 @@ def _refused(device: int, items: list, reason: str) -> Attempt:
     return Attempt(device, items, [], [], None)
 
 
-def _fingerprint(device: int, calls: list, items: list, held: dict, position: dict, leaves: list,
+def _fingerprint(device: int, log: _Log, items: list, held: dict, position: dict, leaves: list,
                  scalars: list):
     """The step's fingerprint (module docstring), filling `leaves` and `scalars`; a string
     saying why where the step cannot be captured."""
+    calls, outputs = log.calls, log.outputs
     call_index = {id(c): k for k, c in enumerate(calls)}
     leaf_index: dict = {}
     seen: dict = {}      # id(node) -> its reference, for traced nodes and scalars met before
@@ -183,7 +188,9 @@ def _fingerprint(device: int, calls: list, items: list, held: dict, position: di
         op = node.op
         if op is GETITEM:
             k = call_index.get(id(node.args[0]))
-            if k is not None:
+            # the call's own GETITEM: another node reading the same output is a node of its own
+            # in the collected graph, so it is traced work here
+            if k is not None and outputs[k][node.args[1]] is node:
                 return (k, node.args[1])
         elif op is DATA:
             data = node.data
