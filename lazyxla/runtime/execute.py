@@ -35,7 +35,6 @@ class Runnable(Protocol):
     def memory_analysis(self) -> dict: ...
 
 
-@x64
 def execute(graph: Graph, exe: Runnable, eager: bool = False) -> tuple:
     """Run `exe` on `graph`'s parameters; mark the donated ones dead; return all output
     arrays (sync/install.py makes them tensors' values).

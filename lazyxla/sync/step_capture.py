@@ -38,8 +38,8 @@ from ..runtime.execute import execute_params
 from ..state import STATE
 from .install import install_outputs, output_avals
 
-# calls logged per device between barriers; a loop that never reaches a barrier (decoding
-# through host reads) stops logging here instead of growing the log
+# calls logged per device between barriers; a loop that reaches no barrier and no device read
+# (its reads all replayed on the host) stops logging here instead of growing the log
 _MAX_CALLS = 64
 _MAX_CAPTURES = 8   # fingerprints kept per process (a train and an eval step, accumulation)
 # lazily traced nodes a step may hold beside its compiled calls (backward's ones_like, a loss
