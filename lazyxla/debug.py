@@ -18,7 +18,8 @@ from .state import STATE
 from .memory_report import memory_report  # noqa: F401  (lx.debug.memory_report)
 from .sync import barriers
 from .sync import step_capture as step_capture_module
-from .sync.api import LastGraph, pending_graphs
+from .sync.api import pending_graphs
+from .sync.pipeline import LastGraph
 
 
 class DonationReport:

@@ -13,7 +13,7 @@ from .frontend.device import device_index
 from .frontend.storage import live_storages
 from .frontend.tensor import LazyTensor
 from .ir.node import DATA
-from .sync.api import LOCK
+from .lock import LOCK
 
 
 def _lazy(t, what: str) -> LazyTensor:

@@ -1,4 +1,7 @@
-"""Exceptions users can catch."""
+"""Exceptions users can catch, and the one lazyxla's layers hand each other when a graph fails."""
+from __future__ import annotations
+
+from typing import Optional
 
 
 class DonatedBufferError(RuntimeError):
@@ -12,6 +15,24 @@ class LoweringError(RuntimeError):
     # compile/program.py; None when the failure is not one node's lowering (an XLA compile
     # error): then sync/failures.py searches for the op.
     node_position = None
+
+
+class ExecutionFailure(RuntimeError):
+    """A sync's graph failed at one stage: "lower" (an op's lowering, at `node_position` of
+    the graph's order), "compile" (XLA refused the graph) or "run" (the executable's call
+    raised; `lost_buffers` donated inputs the backend consumed before failing). `error` is
+    the original exception, also the `__cause__`. The runtime and the sync's compile stage
+    raise it, sync/failures.py reads it; users see what it becomes there: the contained
+    `FailedOpError`, or for running out of memory a `torch.OutOfMemoryError`."""
+    LOWER, COMPILE, RUN = "lower", "compile", "run"
+
+    def __init__(self, stage: str, error: BaseException, lost_buffers: int = 0,
+                 node_position: Optional[int] = None) -> None:
+        super().__init__(f"lazyxla: the graph failed to {stage}: {type(error).__name__}: {error}")
+        self.stage = stage
+        self.error = error
+        self.lost_buffers = lost_buffers
+        self.node_position = node_position
 
 
 class FailedOpError(LoweringError):

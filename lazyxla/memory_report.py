@@ -20,7 +20,7 @@ from .frontend.device_module import memory_device
 from .frontend.tensor import LazyTensor
 from .ir.node import DATA
 from .runtime import collector, memory
-from .sync.api import LastGraph
+from .sync.pipeline import LastGraph
 
 ROLES = ("parameters", "gradients", "optimizer state", "other")
 

@@ -21,7 +21,7 @@ import lazyxla as lx
 from compiled_step_profile import make_step   # this folder is on sys.path when run as a script
 from lazyxla.dynamo import replay
 from lazyxla.capture import function as capture
-from lazyxla.sync import api
+from lazyxla.sync import pipeline as api   # where the stages' callees are named
 
 acc: dict = defaultdict(float)
 

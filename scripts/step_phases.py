@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--mode", choices=("lazy", "compiled"), default="lazy")
     opts = parser.parse_args()
-    api = importlib.import_module("lazyxla.sync.api")
+    api = importlib.import_module("lazyxla.sync.pipeline")   # where the stages' callees are named
     stage_time: dict = collections.defaultdict(float)
     for name in STAGES:
         original = getattr(api, name)

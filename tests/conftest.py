@@ -53,6 +53,11 @@ def _fresh_state(request):
         yield
     lx.set_aliasing(True)
     lx.set_explicit_donation(False)
+    # the storage policy back to "from the settings" (LAZYXLA_STORAGE_DTYPES, else the
+    # backend's default): a test that restores with set_storage_dtypes(previous) leaves an
+    # explicit choice that would hide the TPU backend's default from later tests
+    from lazyxla.state import FROM_SETTINGS, STATE
+    STATE.set("storage_dtypes", FROM_SETTINGS)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 
+import numpy as np
 import pytest
 import torch
 
@@ -38,8 +39,11 @@ def test_scalars_travel_packed_on_accelerators(dev, platform, packed):
         assert graph.packed_scalars is packed
         avals = scalars.scalar_avals(graph)
         kinds = sorted({scalars.scalar_kind(s) for s in graph.scalars})
-        if packed:   # one vector per kind present (float64, int64), holding every scalar
-            assert [dt for _, dt in avals] == [scalars.SCALAR_DTYPES[k] for k in kinds] == [scalars.SCALAR_DTYPES[0], scalars.SCALAR_DTYPES[1]]
+        if packed:   # one vector per kind present (float, int), holding every scalar; on the
+            # TPU in 32 bits, as its storage policy holds 64-bit types
+            wide = platform != "tpu"
+            assert [dt for _, dt in avals] == [scalars.travel_dtypes(graph)[k] for k in kinds] \
+                == ([np.float64, np.int64] if wide else [np.float32, np.int32])
             assert sum(shape[0] for shape, _ in avals) == len(graph.scalars) >= 3
         else:
             assert [shape for shape, _ in avals] == [()] * len(graph.scalars)
@@ -228,3 +232,28 @@ def test_where_a_small_read_runs_is_the_backends_unless_set(dev, host_replay):
         assert metrics.counter_value("HostEvaluatedRead") == 1   # ran on the device this time
     assert config.from_env({"LAZYXLA_HOST_READ_MAX_ELEMENTS": "12"}).host_read_max_elements == 12
     assert config.from_env({}).host_read_max_elements is None   # unset: the backend's
+
+
+def test_the_collectors_hook_comes_with_the_first_device_use_and_goes_on_request(dev):
+    # `import lazyxla` registers and nothing else: gc.callbacks holds no lazyxla hook until
+    # a backend starts; then collections are counted, until `unwatch`
+    import subprocess
+    import sys
+    from helpers import child_env
+    script = ("import gc, lazyxla\n"
+              "assert not [c for c in gc.callbacks if c.__module__.startswith('lazyxla')], gc.callbacks\n"
+              "lazyxla.platform()\n"
+              "assert [c for c in gc.callbacks if c.__module__.startswith('lazyxla')], gc.callbacks\n"
+              "print('OK')\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout + proc.stderr
+    assert collector._count in gc.callbacks
+    collector.unwatch()
+    try:
+        before = metrics.counter_value("GcCollections") or 0
+        gc.collect()
+        assert (metrics.counter_value("GcCollections") or 0) == before
+    finally:
+        collector.watch()
+    gc.collect()
+    assert metrics.counter_value("GcCollections") >= before + 1

@@ -50,31 +50,23 @@ def test_b15_explicit_with_ltc_donation_at_barrier(dev):
     assert_close(t1, c1 + 2)
 
 
-def test_b16_explicit_at_partial_sync_enabled(dev):
-    c0, c1, t0, t1 = setup_pair(dev, 16)
-    with lx.explicit_donation(True):
+@pytest.mark.parametrize("enabled", [True, False], ids=["b16-enabled", "b17-disabled"])
+def test_b16_b17_explicit_at_partial_sync(dev, enabled):
+    c0, c1, t0, t1 = setup_pair(dev, 16 if enabled else 17)
+    with lx.explicit_donation(enabled):
         assert lx.set_buffer_donation(t0)
         t2 = t0 + t1
         t1 += 2
         lx.sync_tensors([t0, t1, t2], wait=True, donate_inplace=False)
-    assert_deleted(t0)
-    assert alias2() == (1, 1.0)
-    assert_close(t2, c0 + c1)
-    assert_close(t1, c1 + 2)
-
-
-def test_b17_explicit_at_partial_sync_disabled(dev):
-    c0, c1, t0, t1 = setup_pair(dev, 17)
-    with lx.explicit_donation(False):
-        assert lx.set_buffer_donation(t0)
-        t2 = t0 + t1
-        t1 += 2
-        lx.sync_tensors([t0, t1, t2], wait=True, donate_inplace=False)
-    assert not lx.is_donated(t0)
-    assert_close(t0, c0)
-    assert alias2() == (1, 0.0)
-    report = lx.debug.donation_report()
-    assert any("not enabled" in p["reason"] for p in report.params), str(report)
+    if enabled:
+        assert_deleted(t0)
+        assert alias2() == (1, 1.0)
+    else:
+        assert not lx.is_donated(t0)
+        assert_close(t0, c0)
+        assert alias2() == (1, 0.0)
+        report = lx.debug.donation_report()
+        assert any("not enabled" in p["reason"] for p in report.params), str(report)
     assert_close(t2, c0 + c1)
     assert_close(t1, c1 + 2)
 

@@ -2,10 +2,12 @@
 bad inputs get clear errors at the call (docs/reliability.md)."""
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import textwrap
 import warnings
+import weakref
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ import torch
 import lazyxla as lx
 from lazyxla.compile import cache
 from lazyxla.ir.ops import overriding
+from lazyxla.sync.api import pending_graphs
 from helpers import child_env
 
 aten = torch.ops.aten
@@ -45,7 +48,8 @@ def _assert_nothing_lost(a, w, y):
 
 def test_lowering_failure_raises_once_and_loses_nothing(dev):
     # The rule of docs/reliability.md "Failures stay contained" (tests/test_failed_ops.py has
-    # the rest): the op's tensors carry its error, the work that did not need it runs.
+    # the rest): the step is all or nothing: w, device data before it, keeps its value; y,
+    # new and needing the op, carries its error.
     def broken(ctx, *args, **kwargs):
         raise ValueError("injected lowering failure")
 
@@ -55,9 +59,11 @@ def test_lowering_failure_raises_once_and_loses_nothing(dev):
         with pytest.raises(lx.LoweringError, match="cosh") as info:
             lx.sync()
         assert "injected lowering failure" in str(info.value) and "donated nothing" in str(info.value)
-        assert _count("ExecuteComputation") == executed + 1    # the rest of the barrier: w's update
+        assert _count("ExecuteComputation") == executed        # nothing new left that runs without cosh
         assert not lx.is_donated(a) and lx.get_buffer_donation(a), "a marked buffer was donated by a failed graph"
-        assert w.tolist() == [[2.0] * 7] * 5
+        assert w.tolist() == [[1.0] * 7] * 5                   # its update in the failed step: not applied
+        w.add_(1)                                              # the step, again
+        expected = torch.cosh(torch.full((5, 7), 2.0)) + 2
         with pytest.raises(lx.LoweringError, match="injected lowering failure"):
             y.cpu()                        # y needed cosh: it carries the error
         other = torch.ones(3, device=dev) * 4
@@ -159,8 +165,32 @@ def test_execution_failure_after_backend_consumed_donors_is_reported(dev, monkey
     z = keep + 1
     lx.sync()  # y can never be computed (its input is gone); it does not block the barrier
     assert z.sum().item() == 72.0
+    assert pending_graphs() == []   # nor the barrier's inspection (lx.debug.ir_text, graph_hash)
     with pytest.raises(lx.DonatedBufferError):
         y.cpu()
+
+
+@pytest.mark.parametrize("failure", ["not applied", "contained"])
+def test_a_failed_sync_keeps_no_tensor_alive(dev, monkeypatch, failure):
+    # The error a sync raises holds its graph's frames: no reference cycle through them may
+    # keep that graph's tensors alive once the user drops the error and the tensors (a
+    # pending tensor left alive fails every later barrier that cannot compute it).
+    def fail(graph, donors, *metric):
+        raise RuntimeError("RESOURCE_EXHAUSTED: injected compile failure")
+    if failure == "not applied":
+        monkeypatch.setattr(cache, "compile_graph", fail)
+    x = torch.ones(3).to(dev)
+    gc.disable()
+    try:
+        with overriding(aten.cosh.default, "lowering", lambda ctx, *a, **k: 1 / 0):
+            y = torch.cosh(x) + 1
+            alive = weakref.ref(y._st)
+            with pytest.raises(RuntimeError if failure == "not applied" else lx.FailedOpError):
+                lx.sync()
+            del y
+            assert alive() is None
+    finally:
+        gc.enable()
 
 
 # -- bad inputs: clear errors at the call ---------------------------------------------------

@@ -103,7 +103,7 @@ def test_sampling_is_reproducible_for_a_seed():
 def test_default_cache_graph_size_stays_flat():
     model = _llama().to(lx.device())
     sizes = {}
-    api = __import__("sys").modules["lazyxla.sync.api"]
+    api = __import__("sys").modules["lazyxla.sync.pipeline"]
     for n in (8, 40):
         with torch.no_grad():
             model.generate(_prompt().to(lx.device()), max_new_tokens=n, min_new_tokens=n, do_sample=False)

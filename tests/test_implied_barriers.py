@@ -125,6 +125,18 @@ def test_barrier_donates_like_sync(dev, implied_on):
     assert lx.debug.ir_text().strip() == "(nothing pending)"
 
 
+def test_each_implied_barrier_names_what_ended_the_step(dev, implied_on):
+    # the sync's kind is passed through: a compiled optimizer step's barrier is not labelled
+    # optimizer.step's in the donation report, the error notes or the timeline
+    from lazyxla.sync.api import compiled_update_done
+    w = torch.ones(3).to(dev)
+    w.add_(1)
+    compiled_update_done()
+    assert lx.debug.donation_report().kind == "implied step barrier (compiled optimizer step)"
+    assert lx.debug.implied_barriers()[-1].reason == "compiled optimizer step"
+    assert w.tolist() == [2.0, 2.0, 2.0]
+
+
 def test_cpu_optimizer_places_no_barrier(implied_on):
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

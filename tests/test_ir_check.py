@@ -151,6 +151,21 @@ def test_one_signature_stands_for_one_structure():
         check_node(traced_node(aten.neg.default, (b,), None, (b,), signature))
 
 
+def test_every_node_has_the_builders_signature(dev):
+    # one builder (ir/build.py `signature`) keys every kind of node; a node keyed by hand,
+    # e.g. a GETITEM whose key forgot its index, is caught: equal nodes would miss each other
+    a = _data()
+    pair = op_node(OPT_BARRIER, (a, a), None, ((3,), (3,)), (torch.float32, torch.float32), 2)
+    for node in (a, scalar_node(1.5), pair, getitem_node(pair, 1), _add(a, a)):
+        check_node(node)
+    forgot_index = intern_sig((GETITEM, (3,), torch.float32))
+    with pytest.raises(MalformedIR, match="the builder .* gives a node of its parts"):
+        check_node(_node(GETITEM, (pair, 1), (pair,), sig=forgot_index))
+    # a traced call's key is the tracer's (it holds strides): marked, never rebuilt
+    x = torch.randn(2, 3).to(dev)
+    check_roots([(x.t() * 2)._st.value])
+
+
 def _graph(order, params, outputs, scalars=()) -> Graph:
     return Graph(0, order, outputs, params, list(scalars), (), tuple(range(len(outputs))))
 

@@ -133,7 +133,7 @@ def test_the_backends_out_of_memory_becomes_the_same_error(dev, monkeypatch):
             raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 12 bytes.")
         wrapped.call = fail
         return wrapped
-    monkeypatch.setattr(sys.modules["lazyxla.sync.api"], "get_or_compile", exhausted)
+    monkeypatch.setattr(sys.modules["lazyxla.sync.pipeline"], "get_or_compile", exhausted)
     with pytest.raises(torch.OutOfMemoryError, match="RESOURCE_EXHAUSTED") as info:
         lx.sync()
     assert "lazyxla device memory" in str(info.value)

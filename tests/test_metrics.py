@@ -158,7 +158,7 @@ def detailed():
 
 
 def test_detailed_records_per_graph_and_tensor(dev, detailed):
-    from lazyxla.sync.api import LastGraph
+    from lazyxla.sync.pipeline import LastGraph
     x = rand(8, seed=40).to(dev)
     y = x * 3 + 1           # two lifted scalars
     lx.sync()               # no wait: reading the metrics waits for the run's measurement
@@ -193,3 +193,18 @@ def test_ready_time_waits_for_donated_outputs(dev, detailed):
         lx.sync()
     assert m.metric_data("ExecuteReadyTime")[0] == 5
     assert_close(x, rand(16, seed=42) * 1.5 ** 5, rtol=1e-4)
+
+
+def test_every_sync_entry_point_counts_its_lock_wait(dev, detailed):
+    # Host reads and graph inspection take the runtime lock as barriers do (sync/entry.py),
+    # so DeviceLockWait has one sample per entry point that ran.
+    x = rand(8, seed=41).to(dev)
+    lx.sync()
+    assert m.metric_data("DeviceLockWait")[0] == 1
+    y = x * 2
+    lx.graph_hash([y])                       # inspection
+    assert m.metric_data("DeviceLockWait")[0] == 2
+    assert_close(y, rand(8, seed=41) * 2)    # a host read
+    assert m.metric_data("DeviceLockWait")[0] == 3
+    lx.sync_tensors([x + 1])                 # a partial sync
+    assert m.metric_data("DeviceLockWait")[0] == 4

@@ -21,7 +21,7 @@ from .._jax import jax_dtype
 from ..errors import LoweringError
 from ..ir.call import Subprogram
 from ..ir.node import DATA, GETITEM, SCALAR, Node
-from ..ir.scalars import scalar_slots
+from ..ir.scalars import NARROWED_TRAVEL, scalar_slots
 from ..lower._packs import PackReader
 from ..lower._precision import LEVELS
 from ..lower._util import cast, opmath
@@ -182,20 +182,26 @@ def build(graph: Graph) -> tuple[Callable, int]:
 
 
 def _scalar_read_dtype(graph: Graph) -> Callable:
-    """The JAX dtype each lifted scalar is read as: its own, except that complex Python
-    scalars (complex128) are read as complex64 in a graph without a complex128 tensor.
-    Same values: by eager's wrapped-number rule the scalar takes the dtype of the op's
-    tensors, so every op that reads it would convert it to complex64 anyway. Read this way
-    the program has no complex128 <-> complex64 convert, on which the TPU compiler aborts
-    the process (lower/_util.py complex_cast; the read itself converts part by part)."""
-    if not any(n.dtype == torch.complex128 for n in graph.scalars) or any(
-            n.op is not SCALAR and torch.complex128 in (n.dtype if n.nout else (n.dtype,)) for n in graph.order):
-        return jax_dtype
-    return _complex_scalars_narrowed
+    """The JAX dtype each lifted scalar is read as: its node's dtype, or where the graph's
+    storage policy narrows that, the 32 bits its kind travels in (ir/scalars.py: a float
+    held in 16 bits is still read as float32, as an op's opmath would take it), except
+    that complex Python scalars (complex128)
+    are read as complex64 in a graph without a complex128 tensor. Same values: by eager's
+    wrapped-number rule the scalar takes the dtype of the op's tensors, so every op that
+    reads it would convert it to complex64 anyway. Read this way the program has no
+    complex128 <-> complex64 convert, on which the TPU compiler aborts the process
+    (lower/_util.py complex_cast; the read itself converts part by part)."""
+    storage = graph.policy.storage if graph.policy is not None else _identity
+    narrow_complex = any(n.dtype == torch.complex128 for n in graph.scalars) and not any(
+        n.op is not SCALAR and torch.complex128 in (n.dtype if n.nout else (n.dtype,)) for n in graph.order)
 
+    def read_dtype(dtype: torch.dtype):
+        if narrow_complex and dtype == torch.complex128:
+            return jnp.complex64
+        narrowed = storage(dtype)
+        return jax_dtype(dtype) if narrowed == dtype else jnp.dtype(NARROWED_TRAVEL[narrowed])
 
-def _complex_scalars_narrowed(dtype: torch.dtype):
-    return jnp.complex64 if dtype == torch.complex128 else jax_dtype(dtype)
+    return read_dtype
 
 
 def _apply(rule: Callable, ctx: Ctx, args: tuple, kwargs: dict):

@@ -23,6 +23,7 @@ from ..ir.node import Node
 from ..ir.ops import facts
 from .fallback import run_on_host
 from .opinfo import OpInfo
+from .storage import FILLS
 from .tensor import LazyTensor, copy_bits
 from .torch_compat import decomposition_table, has_composite_implicit_kernel
 from .tracing import DeviceMismatchError, convert_call, lookup, trace, wrap_outputs
@@ -68,9 +69,6 @@ def functional(func, info, args, kwargs):
     return wrap_outputs(node, entry, device)
 
 
-_FILLS = (aten.fill.Scalar, aten.fill.Tensor, aten.zero.default)
-
-
 def check_no_internal_overlap(t: LazyTensor) -> None:
     """Eager refuses writes into views where several elements share memory (expand)."""
     shape, stride = t._mkey[0], t._mkey[1]
@@ -95,7 +93,7 @@ def inplace(func, info, args, kwargs):
     self = args[0]
     if type(self) is not LazyTensor:
         check_lazy_target(self, info)
-    if self._view is not None and info.functional not in _FILLS:  # eager fills overlapping memory
+    if self._view is not None and info.functional not in FILLS:  # eager fills overlapping memory
         check_no_internal_overlap(self)
     nargs, nkw, inputs, key, _ = convert_call(info, args, kwargs)
     entry = lookup(key, func, args, kwargs)  # meta run of the in-place op: eager's errors

@@ -19,20 +19,38 @@ from __future__ import annotations
 import itertools
 import weakref
 
+import torch
+
 from ..ir.node import DATA, Node
 from ..runtime.device_data import donated_error
+from ..state import STATE
 
 _seq = itertools.count()
 _live: dict[int, list] = {}
 _compact_at: dict[int, int] = {}
 _ref = weakref.ref
+# Functional forms of the in-place fills: the written value does not depend on the old one
+# (its first operand), whose shape and dtype alone they read.
+FILLS = frozenset((torch.ops.aten.fill.Scalar, torch.ops.aten.fill.Tensor, torch.ops.aten.zero.default))
 
 
 class Storage:
-    __slots__ = ("value", "version", "device", "seq", "base_spec", "__weakref__")
+    __slots__ = ("value", "version", "device", "seq", "base_spec", "last_data", "entry", "entry_epoch",
+                 "__weakref__")
 
     def __init__(self, value: Node, device: int) -> None:
         self.value = value
+        # weakly, the device data this storage held before its value became pending: what a
+        # failed sync returns it to (sync/failures.py), while anything (the pending update
+        # reading it, as every in-place update does) still holds the buffer
+        self.last_data = None
+        # The pending value this storage held when its in-place writes since the last sync
+        # point began, or the value of a write that started it afresh (None: device data),
+        # and the STATE.sync_epoch of that write: a barrier reads a small one as device
+        # data, so fresh state gives the later steps' graph (sync/entries.py). It never
+        # holds a node the value does not reach.
+        self.entry = None
+        self.entry_epoch = -1
         # (shape, stride, offset, dtype) of the base tensor, set by LazyTensor.wrap: how
         # the base's values lie in the storage, which as_strided and resize_ address.
         self.base_spec = None
@@ -50,11 +68,24 @@ class Storage:
     def write(self, value: Node) -> None:
         """Install a new base value (an in-place update or a sync result)."""
         old = self.value
-        if old is not None and old.op is DATA and old.data.donated_in is not None:
-            # Writing into a donated tensor (or a view of one) is a use of it: raise
-            # instead of silently reviving it (a partial write would also read the
-            # dead buffer at the next sync).
-            raise donated_error(old.data)
+        if old is not None and old.op is DATA:
+            if old.data.donated_in is not None:
+                # Writing into a donated tensor (or a view of one) is a use of it: raise
+                # instead of silently reviving it (a partial write would also read the
+                # dead buffer at the next sync).
+                raise donated_error(old.data)
+            if value.op is not DATA:
+                self.last_data = _ref(old.data)
+        if value.op is DATA:
+            self.entry = None   # device data again (a sync's result, an upload)
+        elif value.op in FILLS or not value.inputs or value.inputs[0] is not old:
+            # A fresh start: the new value does not read the old one (copy_), or reads only
+            # its shape (a fill: `torch.zeros(..., device=...)` is an allocation, then zero_()).
+            # An in-place op's functional node reads the old value first.
+            self.entry, self.entry_epoch = value, STATE.sync_epoch
+        elif self.entry_epoch != STATE.sync_epoch:
+            self.entry_epoch = STATE.sync_epoch
+            self.entry = old if old.op is not DATA else None
         self.value = value
         self.version += 1
 

@@ -45,7 +45,7 @@ def _service(name: str) -> Callable:
 
 
 def host_values(tensors: list, allow_explicit: bool = True) -> list[torch.Tensor]:
-    """CPU copies of lazy `tensors` (sync/api.py `host_values`)."""
+    """CPU copies of lazy `tensors` (sync/host_read.py `host_values`)."""
     return _service("host_values")(tensors, allow_explicit)
 
 

@@ -52,7 +52,7 @@ class DeviceMismatchError(RuntimeError):
 # Identity, not value: the pattern is the same every step and never depends on
 # data, and equal values from different objects stay apart (upstream #3604).
 # Holding the object keeps its id from being reused until the memo is reset,
-# which every graph run does (sync.api._run), so a step's pattern never depends
+# which every graph run does (sync/pipeline.py run_graph), so a step's pattern never depends
 # on what earlier steps lifted. Measured on W2's AdamW step: 383 -> 109 scalars.
 _LIFTED: dict = {}
 

@@ -17,12 +17,14 @@ it), so no module assembles a signature tuple of its own. The constructors:
 * the leaves and elements: `data_node`, `scalar_node`, `getitem_node`; `call_outputs`
   for a CALL node with one GETITEM per output.
 
-Where checking is on, `ir/check.py` verifies that one signature always stands for one
-structure (`structure` below, the key `op_node` interns).
+Every constructor but the tracer's takes its key from one builder, `signature`, which
+knows each node kind's key (a traced call's is the tracer's, marked a `TracedKey`).
+Where checking is on, `ir/check.py` verifies that every node's signature is the one the
+builder gives it, or a traced key, and that one signature always stands for one structure.
 """
 from __future__ import annotations
 
-from typing import Any, Hashable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -43,14 +45,21 @@ class _Operand:
 OPERAND = _Operand()
 
 
+class TracedKey(tuple):
+    """A traced call's key (frontend/tracing.py) as a signature: the tuple it is, marked
+    so that the checker knows the builder did not make it (it cannot rebuild it: the key
+    holds operand strides, which nodes do not)."""
+    __slots__ = ()
+
+
 class OpSignature:
     """A traced call's structural key, interned once, and the output avals it implies:
     what every node of that signature shares. `shape`/`dtype` are tuples, one entry per
     output, when `nout` > 0."""
     __slots__ = ("sig", "shape", "dtype", "nout")
 
-    def __init__(self, key: Hashable, shape: tuple, dtype: Any, nout: int = 0) -> None:
-        self.sig = intern_sig(key)
+    def __init__(self, key: tuple, shape: tuple, dtype: Any, nout: int = 0) -> None:
+        self.sig = intern_sig(TracedKey(key))
         self.shape = shape
         self.dtype = dtype
         self.nout = nout
@@ -92,11 +101,33 @@ def structure(op: Any, args: tuple, kwargs: Optional[dict], shape: Any, dtype: A
             tuple([(k, _keyed(v, inputs)) for k, v in kwargs.items()]) if kwargs else (), shape, dtype, nout)
 
 
+def signature(op: Any, args: tuple, kwargs: Optional[dict], shape: Any, dtype: Any, nout: int,
+              inputs: list, data: Any = None) -> tuple:
+    """The one signature builder: the key a node of these parts has, by its kind; appends
+    its operand nodes to `inputs`. Device data: its avals and storage dtype (the compiled
+    parameter's type). A lifted scalar: its dtype, never its value. A GETITEM: the index
+    and the item's avals (its source is keyed by its own signature). Any other node: its
+    `structure`."""
+    if op is DATA:
+        return (DATA, shape, dtype, data.stored_dtype)
+    if op is SCALAR:
+        return (SCALAR, dtype)
+    if op is GETITEM:
+        inputs.append(args[0])
+        return (GETITEM, args[1], shape, dtype)
+    return structure(op, args, kwargs, shape, dtype, nout, inputs)
+
+
+def node_signature(node: Node, inputs: list) -> tuple:
+    """The key the builder gives `node` (ir/check.py holds it against the node's own)."""
+    return signature(node.op, node.args, node.kwargs, node.shape, node.dtype, node.nout, inputs, node.data)
+
+
 def op_node(op: Any, args: tuple, kwargs: Optional[dict], shape: tuple, dtype: Any, nout: int = 0) -> Node:
     """A computed node whose operands are the nodes among `args` and `kwargs` and whose
     signature is its `structure`."""
     inputs: list = []
-    key = structure(op, args, kwargs, shape, dtype, nout, inputs)
+    key = signature(op, args, kwargs, shape, dtype, nout, inputs)
     return Node(op, args, kwargs, tuple(inputs), shape, dtype, intern_sig(key), None, nout)
 
 
@@ -106,18 +137,28 @@ def call_node(program: Subprogram, operands: Sequence[Node]) -> Node:
                    len(program.out_shapes))
 
 
+# a program's key id -> the signatures of the GETITEM nodes reading its outputs, interned once:
+# a compiled forward has hundreds of outputs (saved activations) and is called every step
+_ITEM_SIGS = BoundedTable(SIG_TABLE_CAP // 16)
+
+
 def call_outputs(program: Subprogram, operands: Sequence[Node]) -> list[Node]:
-    """One CALL node of `program` and a GETITEM node per output, whose signatures the
-    program interned once (a compiled forward has hundreds of outputs, every step)."""
+    """One CALL node of `program` and a GETITEM node per output."""
     node = call_node(program, operands)
+    sigs = _ITEM_SIGS.get(program.key_id)
+    if sigs is None:
+        sigs = _ITEM_SIGS.put(program.key_id, tuple(
+            intern_sig(signature(GETITEM, (node, i), None, shape, dtype, 0, []))
+            for i, (shape, dtype) in enumerate(program.out_avals)))
     return [Node(GETITEM, (node, i), None, (node,), shape, dtype, sig)
-            for i, ((shape, dtype), sig) in enumerate(zip(program.out_avals, program.item_sigs))]
+            for i, ((shape, dtype), sig) in enumerate(zip(program.out_avals, sigs))]
 
 
 def getitem_node(node: Node, index: int) -> Node:
     """Output `index` of multi-output `node`."""
     shape, dtype = node.shape[index], node.dtype[index]
-    return Node(GETITEM, (node, index), None, (node,), shape, dtype, intern_sig((GETITEM, index, shape, dtype)))
+    args = (node, index)
+    return Node(GETITEM, args, None, (node,), shape, dtype, intern_sig(signature(GETITEM, args, None, shape, dtype, 0, [])))
 
 
 # (DATA, shape, dtype, storage dtype) -> its interned id: a DATA node is made for every
@@ -129,7 +170,7 @@ def data_node(data: Any) -> Node:
     """A device buffer (`runtime.device_data.DeviceData`) as a leaf: a parameter of the
     compiled graph. The buffer's storage dtype (a narrower one under a storage policy) is
     part of the signature: it is the compiled parameter's type."""
-    key = (DATA, data.shape, data.dtype, data.stored_dtype)
+    key = signature(DATA, (), None, data.shape, data.dtype, 0, [], data)
     sid = _DATA_SIGS.get(key)
     if sid is None:
         sid = _DATA_SIGS.put(key, intern_sig(key))
@@ -144,4 +185,4 @@ def scalar_node(value: Any, dtype: Optional[torch.dtype] = None) -> Node:
     travel as float64, ints as int64, complex numbers as complex128."""
     if dtype is None:
         dtype = _SCALAR_DTYPES[type(value)]
-    return Node(SCALAR, (), None, (), (), dtype, intern_sig((SCALAR, dtype)), value)
+    return Node(SCALAR, (), None, (), (), dtype, intern_sig(signature(SCALAR, (), None, (), dtype, 0, [])), value)

@@ -7,10 +7,10 @@ sync and take part in its donation like any other op.
 
 The node's `op` is a `Subprogram`; its `inputs` are the operand nodes in the
 order the function takes them; it always has `nout = len(out_avals)` outputs,
-read through GETITEM nodes (ir/build.py `call_node`, `call_outputs`). The node's
-signature is the program's `key` plus the operand avals, so the graph key (and the
-compile cache) treat two calls of the same program exactly like two calls of the
-same ATen op.
+read through GETITEM nodes (ir/build.py `call_node`, `call_outputs`, whose signature
+builder keys the node by the program's `key` plus the operand avals), so the graph key
+(and the compile cache) treat two calls of the same program exactly like two calls of
+the same ATen op.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Callable, Hashable, Sequence
 
 import torch
 
-from .node import GETITEM, intern_sig
+from .node import intern_sig
 
 
 class Subprogram:
@@ -28,7 +28,7 @@ class Subprogram:
     (`(shape, torch dtype)` pairs). Equal keys must mean the same computation:
     the key stands for `fn` in graph keys and compile-cache keys.
     """
-    __slots__ = ("fn", "key", "key_id", "name", "out_avals", "out_shapes", "out_dtypes", "item_sigs")
+    __slots__ = ("fn", "key", "key_id", "name", "out_avals", "out_shapes", "out_dtypes")
 
     def __init__(self, fn: Callable, key: Hashable, name: str,
                  out_avals: Sequence[tuple[tuple, torch.dtype]]) -> None:
@@ -41,9 +41,6 @@ class Subprogram:
         self.out_avals = tuple((tuple(s), d) for s, d in out_avals)
         self.out_shapes = tuple(s for s, _ in self.out_avals)   # the CALL node's, per call
         self.out_dtypes = tuple(d for _, d in self.out_avals)
-        # Signatures of the GETITEM nodes reading each output, interned once: a compiled
-        # forward has hundreds of outputs (saved activations) and is called every step.
-        self.item_sigs = tuple(intern_sig((GETITEM, i, s, d)) for i, (s, d) in enumerate(self.out_avals))
 
     def rule(self, ctx, *operands) -> tuple:
         """Lowering of a CALL node of this program (compile/program.py)."""

@@ -13,7 +13,9 @@ taken from the compile cache. The checker names the node and the rule at once. I
   own rules: GETITEM reads an existing output of a multi-output node, a CALL node has its
   program's outputs, barriers, sharding constraints and view writes keep their operands'
   avals;
-* signatures: one signature always stands for one structure (op, static arguments,
+* signatures: a node's signature is the one ir/build.py's builder (`signature`) gives a
+  node of its parts, or a traced call's key (the tracer's, which holds operand strides no
+  node keeps); and one signature always stands for one structure (op, static arguments,
   operand and output avals), remembered across graphs while checking is on;
 * a collected graph: topological order, parameters and scalars that match its leaves,
   outputs inside the order.
@@ -30,10 +32,10 @@ import torch
 
 from .. import metrics
 from .bounded import BoundedTable
-from .build import structure
+from .build import TracedKey, node_signature
 from .call import Subprogram
 from .graph import Graph, positions
-from .node import DATA, GETITEM, OPT_BARRIER, SCALAR, SHARDING_CONSTRAINT, SIG_TABLE_CAP, VIEW_SCATTER, Node
+from .node import DATA, GETITEM, OPT_BARRIER, SCALAR, SHARDING_CONSTRAINT, SIG_TABLE_CAP, VIEW_SCATTER, Node, sig_of
 from .ops import facts
 from .walk import post_order
 
@@ -60,15 +62,6 @@ def _fail(node: Node, rule: str) -> MalformedIR:
                        "bug; please report it with the op that made the node.")
 
 
-def _structure(node: Node, inputs: list) -> tuple:
-    """What the node's signature must always stand for; appends the operand nodes among
-    its arguments to `inputs`."""
-    if node.op is GETITEM:   # the source is keyed by its own signature; its avals are not the item's
-        inputs.append(node.args[0])
-        return (GETITEM, node.args[1], node.shape, node.dtype)
-    return structure(node.op, node.args, node.kwargs, node.shape, node.dtype, node.nout, inputs)
-
-
 def _check_avals(node: Node) -> None:
     def aval_ok(shape: Any, dtype: Any) -> bool:
         return (type(shape) is tuple and all(type(d) is int and d >= 0 for d in shape)
@@ -89,10 +82,11 @@ def _check_avals(node: Node) -> None:
 
 
 def _check_structure(node: Node) -> None:
-    """Operands: exactly the nodes among the arguments. Signature: one structure per id."""
+    """Operands: exactly the nodes among the arguments. Signature: the builder's (or a
+    traced call's), and one structure per id."""
     found: list = []
     try:
-        made_of = _structure(node, found)
+        made_of = node_signature(node, found)
     except TypeError as e:
         raise _fail(node, str(e).removeprefix("lazyxla: ")) from None
     if len(found) != len(node.inputs) or any(a is not b for a, b in zip(found, node.inputs)):
@@ -100,6 +94,10 @@ def _check_structure(node: Node) -> None:
                           "arguments, in order")
     if type(node.sig) is not int:
         raise _fail(node, f"its signature is {node.sig!r}, not an interned id")
+    stands_for = sig_of(node.sig)   # None: forgotten by the bounded table (ids are never reused)
+    if stands_for is not None and type(stands_for) is not TracedKey and stands_for != made_of:
+        raise _fail(node, f"its signature stands for {stands_for}, but the builder (ir/build.py `signature`) "
+                          f"gives a node of its parts {made_of}: equal nodes would get different keys")
     known = _STRUCTURES.get(node.sig)
     if known is None:
         _STRUCTURES.put(node.sig, made_of)

@@ -1,7 +1,8 @@
 """Lifted scalars as a graph's operands: how they travel and how they are packed.
 
 Lifted scalars travel as float64, int64, bool or complex128 by their Python kind and are
-cast to the node's dtype inside. They come packed in one vector per kind present
+cast to the node's dtype inside; where the graph's storage policy narrows a kind (the TPU
+holds 64-bit types in 32 bits), that kind travels in 32 bits. They come packed in one vector per kind present
 (`Graph.packed_scalars`) where the backend says so (on accelerators every operand from the
 host is a transfer of its own) and in a long chain: more than SEPARATE_SCALARS_MAX scalars
 that also outnumber the graph's outputs PACK_SCALARS_PER_OUTPUT to one. Otherwise each is a
@@ -14,6 +15,8 @@ Design: docs/design.md, "Scalars" and "ir/scalars.py".
 """
 from __future__ import annotations
 
+from typing import Union
+
 import numpy as np
 import torch
 
@@ -22,6 +25,10 @@ from .node import Node
 
 SCALAR_DTYPES = (np.float64, np.int64, np.bool_, np.complex128)
 _SCALAR_TYPES = (float, int, bool, complex)
+_KIND_DTYPES = (torch.float64, torch.int64, torch.bool, torch.complex128)
+# what a narrowed kind travels in: 32 bits (a float64 held in 16 bits still travels as float32)
+NARROWED_TRAVEL = {torch.float32: np.float32, torch.bfloat16: np.float32, torch.float16: np.float32,
+                   torch.int32: np.int32, torch.uint32: np.uint32}
 SEPARATE_SCALARS_MAX = 256
 PACK_SCALARS_PER_OUTPUT = 4
 
@@ -68,25 +75,66 @@ def scalar_slots(graph: Graph, n_params: int) -> dict:
     return slots
 
 
+class _TravelDtypes:
+    """The numpy dtype each scalar kind travels in for one graph, indexed by `scalar_kind`:
+    its own, or 32 bits where the graph's storage policy narrows the kind (the policy is
+    asked only about the kinds the graph has)."""
+    __slots__ = ("_storage", "_known")
+
+    def __init__(self, graph: Graph) -> None:
+        self._storage = graph.policy.storage
+        self._known: dict = {}
+
+    def __getitem__(self, kind: int):
+        dtype = self._known.get(kind)
+        if dtype is None:
+            own = SCALAR_DTYPES[kind]
+            dtype = self._known[kind] = NARROWED_TRAVEL.get(self._storage(_KIND_DTYPES[kind]), own)
+        return dtype
+
+
+def travel_dtypes(graph: Graph):
+    """`graph`'s scalar kind -> numpy dtype it travels in (SCALAR_DTYPES without a policy)."""
+    return SCALAR_DTYPES if graph.policy is None else _TravelDtypes(graph)
+
+
 def scalar_avals(graph: Graph) -> list:
     """(shape, dtype) of each scalar operand of `graph`'s program."""
+    dtypes = travel_dtypes(graph)
     if not graph.packed_scalars:
-        return [((), SCALAR_DTYPES[scalar_kind(s)]) for s in graph.scalars]
+        return [((), dtypes[scalar_kind(s)]) for s in graph.scalars]
     _, packs = _pack_layout(graph)
-    return [((n,), SCALAR_DTYPES[k]) for k, n in packs]
+    return [((n,), dtypes[k]) for k, n in packs]
 
 
 def scalar_args(graph: Graph) -> list:
-    """`graph`'s scalar operands: Python numbers, or one array per kind when packed."""
-    return scalar_values(graph.scalars, graph.packed_scalars)
+    """`graph`'s scalar operands: Python numbers (numpy scalars where their kind is
+    narrowed), or one array per kind when packed."""
+    return scalar_values(graph.scalars, graph.packed_scalars, travel_dtypes(graph))
 
 
-def scalar_values(scalars: list, packed: bool) -> list:
-    """`scalar_args` from its parts: the scalar nodes in the graph's order, and whether they
-    travel packed (a captured step gathers this step's nodes, sync/step_capture.py)."""
+def scalar_values(scalars: list, packed: bool, dtypes: Union[tuple, _TravelDtypes]) -> list:
+    """`scalar_args` from its parts: the scalar nodes in the graph's order, whether they
+    travel packed, and the dtype each kind travels in (`travel_dtypes`); a captured step
+    gathers this step's nodes and keeps the rest from its recorded graph
+    (sync/step_capture.py)."""
     if not packed:
-        return [_SCALAR_TYPES[scalar_kind(s)](s.data) for s in scalars]
+        if dtypes is SCALAR_DTYPES:
+            return [_SCALAR_TYPES[scalar_kind(s)](s.data) for s in scalars]
+        return [_narrowed(dtypes[scalar_kind(s)], [s.data])[0] for s in scalars]
     values: list = [[] for _ in SCALAR_DTYPES]
     for s in scalars:
         values[scalar_kind(s)].append(s.data)
-    return [np.asarray(v, dtype=SCALAR_DTYPES[k]) for k, v in enumerate(values) if v]
+    return [_narrowed(dtypes[k], v) for k, v in enumerate(values) if v]
+
+
+def _narrowed(dtype, values: list) -> np.ndarray:
+    try:
+        return np.asarray(values, dtype=dtype)
+    except OverflowError:
+        big = next(v for v in values if isinstance(v, int) and not np.can_cast(np.min_scalar_type(v), dtype))
+        raise OverflowError(
+            f"lazyxla: the Python int {big} does not fit {np.dtype(dtype).name}, the type int64 is held in "
+            "under the storage dtype policy (the TPU's default holds 64-bit types in 32 bits: "
+            "docs/design.md, '64-bit types on the TPU'). Keep int64 with LAZYXLA_STORAGE_DTYPES=none "
+            "or lx.set_storage_dtypes(None), or pass the value in a tensor.") from None

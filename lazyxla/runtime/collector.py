@@ -15,7 +15,9 @@ program is past its warm-up, at a step barrier, the managed collector:
 `LAZYXLA_GC_MANAGEMENT=0`, or a program that disabled the collector itself, leaves it alone;
 turning the setting off later restores the thresholds and unfreezes. Collections, theirs
 or ours, are counted (`GcCollections`, `GcCollectionsGen2`) and timed (`GcTime`, recorded at
-the next step barrier or `flush()`: a collection can start inside metrics' own lock).
+the next step barrier or `flush()`: a collection can start inside metrics' own lock) by a
+hook in `gc.callbacks` that the backend installs at the first device use (`watch`; nothing
+happens at import) and `unwatch` removes.
 """
 from __future__ import annotations
 
@@ -118,4 +120,13 @@ def _count(phase: str, info: dict) -> None:
                   collected=info["collected"])
 
 
-gc.callbacks.append(_count)
+def watch() -> None:
+    """Count and time every collection from now on (the backend's start; once)."""
+    if _count not in gc.callbacks:
+        gc.callbacks.append(_count)
+
+
+def unwatch() -> None:
+    """Stop counting collections: the hook leaves `gc.callbacks`."""
+    if _count in gc.callbacks:
+        gc.callbacks.remove(_count)

@@ -13,6 +13,7 @@ from typing import Protocol
 import jax
 
 from .. import metrics
+from ..errors import ExecutionFailure
 from .._jax import jax_devices
 from ..state import STATE
 from ..ir.scalars import scalar_args
@@ -37,7 +38,8 @@ class Runnable(Protocol):
 
 def execute(graph: Graph, exe: Runnable, eager: bool = False) -> tuple:
     """Run `exe` on `graph`'s parameters; mark the donated ones dead; return all output
-    arrays (sync/install.py makes them tensors' values).
+    arrays (sync/install.py makes them tensors' values). A failed call raises
+    `ExecutionFailure` (stage "run") with the donated buffers it lost.
 
     `ExecuteTime` times the launch (`EagerOpExecuteTime` for an eager op's graph). With
     lx.metrics' detailed records on (`set_op_records`), a step's graph also records
@@ -78,12 +80,7 @@ def execute_params(exe: Runnable, params: list, scalars: list, device: int, devi
                 if params[i].array is not None and params[i].array.is_deleted()]
         for data in lost:
             data.mark_donated(exe.key_hex + " (failed execution)")
-        try:
-            # for sync's message; its presence also tells sync/failures.py the graph failed to run
-            e.lazyxla_lost_buffers = len(lost)
-        except AttributeError:
-            pass
-        raise
+        raise ExecutionFailure(ExecutionFailure.RUN, e, lost_buffers=len(lost)) from e
     metrics.metric_add("EagerOpExecuteTime" if eager else "ExecuteTime", time.perf_counter_ns() - start)
     if timeline.REC.on:
         timeline.mark("dispatch", start, graph=exe.key_hex, arguments=len(args))

@@ -22,6 +22,7 @@ import torch
 
 from .. import config
 from ..state import FROM_SETTINGS, STATE
+from . import backend
 
 NARROWINGS = {
     torch.float64: (torch.float32, torch.bfloat16, torch.float16),
@@ -86,9 +87,15 @@ class StoragePolicy:
         return f"StoragePolicy({self.name})"
 
 
+NO_POLICY = "none"   # LAZYXLA_STORAGE_DTYPES=none (or empty): every dtype stored as itself
+
+
 def parse(text: str) -> dict:
-    """`LAZYXLA_STORAGE_DTYPES`' form, e.g. "float32=bfloat16,float64=bfloat16,int64=int32"."""
+    """`LAZYXLA_STORAGE_DTYPES`' form, e.g. "float32=bfloat16,float64=bfloat16,int64=int32";
+    "none" or "" for no narrowing (on every backend, the TPU's 64-bit rule included)."""
     mapping = {}
+    if text.strip().lower() == NO_POLICY:
+        return mapping
     for item in filter(None, (part.strip() for part in text.split(","))):
         logical, _, storage = item.partition("=")
         try:
@@ -103,23 +110,45 @@ def parse(text: str) -> dict:
 
 
 _from_settings: dict = {}   # LAZYXLA_STORAGE_DTYPES text -> its policy (answers fixed at first use)
+_backend_defaults: dict = {}   # backend class -> its default policy
 
 
 def current() -> Optional[StoragePolicy]:
     """`lx.storage_dtypes()`: the policy transfers and syncs apply now (its `storage(dtype)`
     answers); None stores every dtype as itself. It is the run-time state's
     `storage_dtypes` mode (lazyxla/state.py); until set, the setting LAZYXLA_STORAGE_DTYPES
-    decides, read at use (`config.override` reaches it)."""
+    decides, read at use (`config.override` reaches it), and while that is unset the
+    backend's default (`Backend.storage_dtypes`: the TPU holds 64-bit types in 32 bits)."""
     policy = STATE.storage_dtypes
     if policy is not FROM_SETTINGS:
         return policy
     text = config.SETTINGS.storage_dtypes
-    if not text:
-        return None
+    if text is None:
+        return backend_default()
     policy = _from_settings.get(text)
     if policy is None:
-        policy = _from_settings[text] = StoragePolicy(parse(text), text)
+        mapping = parse(text)
+        policy = _from_settings[text] = StoragePolicy(mapping, text) if mapping else None
     return policy
+
+
+def chosen_by_user() -> Optional[StoragePolicy]:
+    """The policy `lx.set_storage_dtypes` or LAZYXLA_STORAGE_DTYPES chose, None where
+    neither did (then the backend's default applies)."""
+    return None if STATE.storage_dtypes is FROM_SETTINGS and config.SETTINGS.storage_dtypes is None \
+        else current()
+
+
+def backend_default() -> Optional[StoragePolicy]:
+    """The running backend's default policy (None: every dtype as itself)."""
+    current_backend = backend.current()
+    kind = type(current_backend)
+    if kind not in _backend_defaults:
+        mapping = current_backend.storage_dtypes
+        _backend_defaults[kind] = StoragePolicy(mapping, f"{current_backend.platform} default ("
+                                                f"{', '.join(f'{str(k)[6:]}={str(v)[6:]}' for k, v in mapping.items())})") \
+            if mapping else None
+    return _backend_defaults[kind]
 
 
 def set_storage_dtypes(rule: Optional[Union[Rule, StoragePolicy]]) -> Optional[StoragePolicy]:
@@ -134,6 +163,22 @@ def set_storage_dtypes(rule: Optional[Union[Rule, StoragePolicy]]) -> Optional[S
             rule = None   # an empty mapping: no narrowing, and graph keys as without a policy
     STATE.set("storage_dtypes", rule)
     return previous
+
+
+def check_integer_range(t: torch.Tensor, storage: torch.dtype) -> None:
+    """Refuse CPU tensor `t` where a value does not fit the narrower integer `storage`: a
+    narrowing keeps values, it never wraps them."""
+    if t.numel() == 0:
+        return
+    info = torch.iinfo(storage)
+    values = t.numpy()   # numpy: torch has no min/max of uint64 on CPU
+    low, high = int(values.min()), int(values.max())
+    if low < info.min or high > info.max:
+        raise OverflowError(
+            f"lazyxla: a {t.dtype} tensor of shape {list(t.shape)} holds {high if high > info.max else low}, "
+            f"which {storage} cannot: the storage dtype policy ({current()}) holds {t.dtype} as {storage}. "
+            "Keep 64-bit integers with LAZYXLA_STORAGE_DTYPES=none or lx.set_storage_dtypes(None) "
+            "(on the TPU they are then emulated: docs/design.md, '64-bit types on the TPU').")
 
 
 def storage_for(logical: torch.dtype) -> torch.dtype:

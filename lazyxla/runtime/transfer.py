@@ -42,11 +42,14 @@ def place_staged(datas: list, device: int) -> None:
 
 
 def staged(t: torch.Tensor, device: int, owner=None) -> DeviceData:
-    """Device data of CPU tensor `t`, a value the host computed (sync/host_split.py): it
-    stays on the host, also as the handle's `host_copy`, until a graph needs it on the
-    device (`DeviceData.array` uploads it then). `t` must not change afterwards."""
-    data = DeviceData(None, tuple(t.shape), t.dtype, device, owner, host=_to_numpy(t))
-    data.host_copy = t
+    """Device data of CPU tensor `t`, a value the host computed (sync/host_split.py,
+    sync/entries.py): it stays on the host, also as the handle's `host_copy`, until a graph
+    needs it on the device (`DeviceData.array` uploads it then). Under a storage dtype
+    policy it is held as an upload would be, in the narrower dtype (and the host copy is
+    what a download would give). `t` must not change afterwards."""
+    host_t, storage = _host_copy(t)
+    data = DeviceData(None, tuple(t.shape), t.dtype, device, owner, host=_to_numpy(host_t), stored_dtype=storage)
+    data.host_copy = t if storage == t.dtype else host_t.to(t.dtype)
     return data
 
 
@@ -55,7 +58,12 @@ def _host_copy(t: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
     torch's rounding, eager's .to(storage): half the bytes move), and that dtype."""
     jax_dtype(t.dtype)  # clear error for unsupported dtypes
     storage = storage_dtypes.storage_for(t.dtype)
-    return (t.cpu() if storage == t.dtype else t.detach().cpu().to(storage)), storage
+    if storage == t.dtype:
+        return t.cpu(), storage
+    t = t.detach().cpu()
+    if not storage.is_floating_point:
+        storage_dtypes.check_integer_range(t, storage)
+    return t.to(storage), storage
 
 
 @x64

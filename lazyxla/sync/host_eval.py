@@ -16,7 +16,7 @@ Design: docs/design.md, "Small reads on the host".
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Collection, Optional
 
 import torch
 
@@ -73,9 +73,10 @@ def _replayable(node: Node, limit: int) -> bool:
     return replayable_op(node)
 
 
-def replay_order(roots: list[Node]) -> Optional[list[Node]]:
+def replay_order(roots: list[Node], given: Collection[int] = ()) -> Optional[list[Node]]:
     """The nodes of `roots`' graph, operands first, when the whole graph can be replayed
-    on the host (module docstring); None otherwise."""
+    on the host (module docstring); None otherwise. `given`: ids of nodes whose values the
+    caller supplies to `replay`, left out with what only they reach."""
     limit = backend.setting("host_read_max_elements")
     if limit <= 0:
         return None
@@ -86,6 +87,8 @@ def replay_order(roots: list[Node]) -> Optional[list[Node]]:
         # asked as each node is first reached, so a large graph is refused at its first
         # node the replay cannot take (or past MAX_NODES), before the walk descends into it
         nonlocal reached, refused
+        if id(node) in given:
+            return True
         reached += 1
         refused = refused or reached > MAX_NODES or not _replayable(node, limit)
         return refused

@@ -33,7 +33,7 @@ _INTEGRAL = frozenset((torch.bool, torch.uint8, torch.int8, torch.int16, torch.i
 # Run the device graph of some (root, storage) items, given the ids of the storages the
 # host writes in the same read and, optionally, nodes to read as given device data
 # ({id(node): DATA node}); one output per distinct root, in the order they first appear
-# (sync/api.py `_run`).
+# (sync/pipeline.py `run_graph`).
 RunDevice = Callable[..., tuple]
 # A constant (made from scalars alone) larger than this stays on the device: there it fuses
 # into the graph at no cost and keeps its shape, while the host would compute and upload it
@@ -165,7 +165,7 @@ def run(device: int, items: list, run_device: RunDevice) -> tuple:
     metrics.counter_add("HostBookkeepingOps", len(split.after) + sum(n.op is not DATA and n.op is not SCALAR
                                                                      for n in split.before))
     # the device graph reads the uploaded values as device data in place of their nodes
-    leaves = {id(n): data_node(staged(_owned_value(values[id(n)]), device)) for n in split.uploads}
+    leaves = {id(n): data_node(staged(owned_value(values[id(n)]), device)) for n in split.uploads}
     device_items = [(node, st) for node, st in items if id(node) in split.on_device]
     device_items += [(n, None) for n in split.for_host]
     written = frozenset(id(st) for node, st in items if st is not None and id(node) not in split.on_device)
@@ -179,7 +179,7 @@ def run(device: int, items: list, run_device: RunDevice) -> tuple:
                for node, st in _unique(items)]
     for node, st in items:
         if st is not None and id(node) not in split.on_device:
-            value = _owned_value(values[id(node)])
+            value = owned_value(values[id(node)])
             values[id(node)] = value
             st.write(data_node(staged(value, device, owner=st)))
     return tuple(results)
@@ -189,7 +189,7 @@ def _after_on_device(device: int, split: Split, items: list, values: dict, run_d
     """`after` failed on the host (an op CPU eager refuses): compute the roots among it on
     the device, from the values the host and the device graph already have, into `values`."""
     leaves = {id(n): data_node(staged(values[id(n)], device)) for n in split.for_host}
-    leaves.update({id(n): data_node(staged(_owned_value(values[id(n)]), device))
+    leaves.update({id(n): data_node(staged(owned_value(values[id(n)]), device))
                    for n in split.before if n.op is not DATA and n.op is not SCALAR})
     after = {id(n) for n in split.after}
     roots = [node for node, _ in _unique(items) if id(node) in after]
@@ -207,6 +207,6 @@ def _unique(items: list) -> list:
     return out
 
 
-def _owned_value(value: torch.Tensor) -> torch.Tensor:
+def owned_value(value: torch.Tensor) -> torch.Tensor:
     """A contiguous tensor of its own: a replayed view may share a cached host copy."""
     return value.clone(memory_format=torch.contiguous_format)

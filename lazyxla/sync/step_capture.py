@@ -13,12 +13,15 @@ owner's place among the pending storages, other tensors holding it, its donation
 fingerprint seen at an earlier barrier names that barrier's executable, donors, parameter and
 scalar order and output slots: the step runs as one call and its outputs are installed in one
 pass, with no graph walk, no donor plan and no cache key. A new fingerprint runs the ordinary
-barrier (sync/api.py `_run`) and records it.
+barrier's stages (sync/pipeline.py `run_graph`) and records it. The fingerprint also holds what
+else makes another program: the storage dtype policy's token (the TPU's default policy holds
+64-bit types in 32 bits; a recorded step keeps the dtypes its scalars travel in), the matmul
+precision, whether aliasing is on. Entry values (sync/entries.py) the barrier reads as staged
+device data count as the buffers they are, in place of the IR they stand for.
 
 Not captured (the ordinary barrier runs, `lx.debug.step_capture()` says why): more than
 `_MAX_TRACED` lazily traced nodes, a host read or partial sync since the last barrier, merged
-scalars of a long chain, SPMD, a storage dtype policy, a graph size cut,
-`LAZYXLA_STEP_CAPTURE=0`.
+scalars of a long chain, SPMD, a graph size cut, `LAZYXLA_STEP_CAPTURE=0`.
 
 Design: docs/design.md, "A captured step (issue 51)".
 """
@@ -30,12 +33,15 @@ from typing import NamedTuple, Optional
 from .. import config, metrics
 from ..alias import switches
 from ..compile import precision
-from ..frontend.tracing import forget_lifted_scalars
+from ..compile.cache import Executable
+from ..ir.graph import Graph
 from ..ir.node import DATA, GETITEM, SCALAR, Node
-from ..ir.scalars import scalar_values
+from ..errors import ExecutionFailure
+from ..ir.scalars import scalar_values, travel_dtypes
 from ..runtime import placement, storage_dtypes
 from ..runtime.execute import execute_params
 from ..state import STATE
+from . import failures
 from .install import install_outputs, output_avals
 
 # calls logged per device between barriers; a loop that reaches no barrier and no device read
@@ -67,23 +73,27 @@ class _Log:
 
 class Captured:
     """A recorded step: what its fingerprint's next barrier runs."""
-    __slots__ = ("exe", "decisions", "gather", "scalar_gather", "packed", "slots", "avals", "n_nodes")
+    __slots__ = ("exe", "decisions", "gather", "scalar_gather", "packed", "travel", "slots", "root_slots",
+                 "avals", "n_nodes")
 
-    def __init__(self, exe, decisions: list, gather: tuple, scalar_gather: tuple, packed: bool, slots: tuple,
-                 avals: list, n_nodes: int) -> None:
+    def __init__(self, exe: Executable, decisions: list, gather: tuple, scalar_gather: tuple, graph: Graph,
+                 slots: tuple) -> None:
         self.exe = exe
         self.decisions = decisions   # the donor plan's, for lx.debug.donation_report()
         self.gather = gather         # per executable parameter, its buffer's position in the pass
         self.scalar_gather = scalar_gather   # per scalar operand, its node's position in the pass
-        self.packed = packed         # the scalars travel packed (ir/scalars.py)
+        self.packed = graph.packed_scalars   # the scalars travel packed (ir/scalars.py)
+        self.travel = travel_dtypes(graph)   # and in these dtypes (32 bits where the policy narrows)
         self.slots = slots           # per pending storage, in live order, its output slot
-        self.avals = avals           # per output slot, (shape, dtype)
-        self.n_nodes = n_nodes
+        self.root_slots = graph.root_slots   # per distinct root, in first-seen order, its output slot
+        self.avals = output_avals(graph)     # per output slot, (shape, dtype)
+        self.n_nodes = len(graph.order)
 
 
 class Attempt:
     """One barrier's pass (module docstring): the pending items in live order, the buffers
-    read in first-seen order, and the fingerprint (None where the step cannot be captured)."""
+    read in first-seen order (entry values' staged buffers among them), and the fingerprint
+    (None where the step cannot be captured)."""
     __slots__ = ("device", "items", "leaves", "scalars", "fingerprint")
 
     def __init__(self, device: int, items: list, leaves: list, scalars: list, fingerprint: Optional[tuple]) -> None:
@@ -128,26 +138,26 @@ def note_read(device: int) -> None:
         log.outputs.clear()
 
 
-def begin(device: int, live: list, kind: str) -> Attempt:
-    """The barrier's one pass over `live` (the device's live storages) and its log."""
+def begin(device: int, live: list, items: list, entry_leaves: Optional[dict], kind: str) -> Attempt:
+    """The barrier's pass over `live` (the device's live storages), `items` (its pending
+    ones, sync/entry.py `pending_items`), and its log; `entry_leaves`: the barrier's entry
+    values (sync/entries.py `leaves`, read in place of the IR they stand for)."""
     log = _LOGS.pop(device, None)
-    items, held, position = [], {}, {}
-    for st in live:
-        value = st.value
-        if value.op is DATA:
-            key = id(value.data)
-            held[key] = held.get(key, 0) + 1
-        else:
-            position[id(st)] = len(items)
-            items.append((value, st))
     if not items:   # nothing pending (an lx.sync() right after an implied barrier)
         return Attempt(device, items, [], [], None)
     reason = _refusal(log, kind)
     if reason:
         return _refused(device, items, reason)
+    held: dict = {}
+    for st in live:
+        value = st.value
+        if value.op is DATA:
+            key = id(value.data)
+            held[key] = held.get(key, 0) + 1
+    position = {id(st): i for i, (_, st) in enumerate(items)}
     leaves: list = []
     scalars: list = []
-    fingerprint = _fingerprint(device, log, items, held, position, leaves, scalars)
+    fingerprint = _fingerprint(device, log, items, entry_leaves or {}, held, position, leaves, scalars)
     if isinstance(fingerprint, str):
         return _refused(device, items, fingerprint)
     return Attempt(device, items, leaves, scalars, fingerprint)
@@ -162,8 +172,8 @@ def _refusal(log: Optional[_Log], kind: str) -> str:
         return log.broken if log is not None and log.broken else "no compiled call in the step"
     if log.broken:
         return log.broken
-    if placement.spmd_enabled() or storage_dtypes.current() is not None:
-        return "SPMD or a storage dtype policy"
+    if placement.spmd_enabled():
+        return "SPMD"
     return ""
 
 
@@ -173,18 +183,21 @@ def _refused(device: int, items: list, reason: str) -> Attempt:
     return Attempt(device, items, [], [], None)
 
 
-def _fingerprint(device: int, log: _Log, items: list, held: dict, position: dict, leaves: list,
-                 scalars: list):
+def _fingerprint(device: int, log: _Log, items: list, entry_leaves: dict, held: dict, position: dict,
+                 leaves: list, scalars: list):
     """The step's fingerprint (module docstring), filling `leaves` and `scalars`; a string
     saying why where the step cannot be captured."""
     calls, outputs = log.calls, log.outputs
     call_index = {id(c): k for k, c in enumerate(calls)}
     leaf_index: dict = {}
     seen: dict = {}      # id(node) -> its reference, for traced nodes and scalars met before
-    parts: list = [device, switches.aliasing_enabled(device), precision.matmul_precision()]
+    policy = storage_dtypes.current()
+    parts: list = [device, switches.aliasing_enabled(device), precision.matmul_precision(),
+                   None if policy is None else policy.token]
 
     def source(node: Node):
         """Where `node` comes from; None: the step cannot be captured (`failed` says why)."""
+        node = entry_leaves.get(id(node), node)   # an entry value: its staged buffer, as collect() reads it
         op = node.op
         if op is GETITEM:
             k = call_index.get(id(node.args[0]))
@@ -258,21 +271,22 @@ def _leaf_code(node: Node, data, held: dict, position: dict) -> tuple:
     return (node.sig, where, holders > 0, data.donate, data.read_only, data.external is None)
 
 
-def replay(attempt: Attempt) -> Optional[Captured]:
-    """Run the step as its recorded executable when its fingerprint is known: the captured
-    step (None: the ordinary barrier must run, then `record`)."""
+def replay(attempt: Attempt, kind: str) -> Optional[tuple[Captured, tuple]]:
+    """Run the step (a sync of `kind`) as its recorded executable when its fingerprint is
+    known: the captured step and its output arrays, installed (None: the ordinary barrier
+    must run, then `record`)."""
     if attempt.fingerprint is None:
         return None
     captured = _CAPTURES.get(attempt.fingerprint)
     if captured is None:
         return None
-    forget_lifted_scalars()   # as `_run`: ops traced from here on start a new sharing pattern
     leaves = attempt.leaves
     scalars = attempt.scalars
     try:
         if scalars:   # this step's values, sent with this run as the ordinary barrier sends them
             metrics.counter_add("UploadedScalars", len(captured.scalar_gather))
-        args = scalar_values([scalars[p] for p in captured.scalar_gather], captured.packed) if scalars else []
+        args = scalar_values([scalars[p] for p in captured.scalar_gather], captured.packed,
+                             captured.travel) if scalars else []
         outs = execute_params(captured.exe, [leaves[p] for p in captured.gather], args, attempt.device,
                               (attempt.device,))
     except Exception as e:
@@ -280,11 +294,8 @@ def replay(attempt: Attempt) -> Optional[Captured]:
         # (then their tensors raise DonatedBufferError, as after the ordinary barrier's
         # failure), the ordinary barrier runs the step again and reports the failure its way.
         _CAPTURES.pop(attempt.fingerprint, None)
-        lost = getattr(e, "lazyxla_lost_buffers", 0)
-        if lost:
-            e.add_note(f"lazyxla: the captured step was not applied: the backend consumed {lost} donated "
-                       "buffer(s) before failing (their tensors now raise DonatedBufferError)")
-            raise
+        if isinstance(e, ExecutionFailure) and e.lost_buffers:
+            raise failures.not_applied(kind, attempt.device, e)   # as the stages raise it
         LAST[0] = Outcome("not captured", f"the captured call failed ({type(e).__name__}); ran the ordinary barrier")
         return None
     slots = captured.slots
@@ -293,12 +304,13 @@ def replay(attempt: Attempt) -> Optional[Captured]:
     metrics.counter_add("CachedCompile")   # its executable, found without a key: still a cached graph
     metrics.counter_add("StepCaptureReplay")
     LAST[0] = Outcome("replayed", "")
-    return captured
+    return captured, outs
 
 
-def record(attempt: Attempt, graph, targets: list, exe, decisions: list) -> None:
+def record(attempt: Attempt, graph: Graph, targets: list, exe: Executable, decisions: list) -> None:
     """The ordinary barrier ran `attempt`'s items as `graph` with `exe`: keep what its next
-    identical step needs (sync/api.py `_run` calls this once the outputs are installed)."""
+    identical step needs (sync/pipeline.py's install stage calls this once the outputs are
+    installed)."""
     if attempt.fingerprint is None:
         return
     if graph.merged_scalars is not None or len(targets) != len(attempt.items):
@@ -312,9 +324,8 @@ def record(attempt: Attempt, graph, targets: list, exe, decisions: list) -> None
     if -1 in gather or -1 in scalar_gather:
         LAST[0] = Outcome("not captured", "the step graph reads a value the pass did not meet")
         return
-    _CAPTURES[attempt.fingerprint] = Captured(exe, decisions, gather, scalar_gather, graph.packed_scalars,
-                                              tuple(slot for _, slot in targets), output_avals(graph),
-                                              len(graph.order))
+    _CAPTURES[attempt.fingerprint] = Captured(exe, decisions, gather, scalar_gather, graph,
+                                              tuple(slot for _, slot in targets))
     while len(_CAPTURES) > _MAX_CAPTURES:
         _CAPTURES.popitem(last=False)
     metrics.counter_add("StepCaptureRecord")

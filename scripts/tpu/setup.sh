@@ -7,4 +7,8 @@ if [ ! -d /tmp/site/torch ]; then
     --index-url file:///opt/pypi/simple --target /tmp/site \
     torch==2.13.0 --find-links /opt/wheels transformers tqdm psutil ${LAZYXLA_TPU_EXTRA_PACKAGES:-} 2>&1 | grep -E "ERROR"
 fi
+if [ ! -d /tmp/site/accelerate ]; then   # the Trainer needs it; its own dependencies are there already
+  PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --only-binary=:all: --no-deps \
+    --index-url file:///opt/pypi/simple --target /tmp/site accelerate 2>&1 | grep -E "ERROR"
+fi
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD:/tmp/site

@@ -1,6 +1,9 @@
 """Test driver: runs a Hugging Face script under a lazyxla launcher and prints, after it,
-`STEPS [...]`: the lazyxla counters of each optimizer step (graphs, compiles, traced ops)
-and its wall time in seconds ("s"; scripts/hf_bench.py reads it, the tests do not).
+`STEPS [...]`: the lazyxla counters of each optimizer step after the first (graphs,
+compiles, traced ops, host-replayed reads, persistent compile cache hits) and its wall time
+in seconds ("s"; scripts/hf_bench.py reads it, the tests do not); `FIRST {...}`: the same
+from the start of the script to the end of its first step; `REST {...}`: from the end of
+its last step to its end.
 
     python measure.py run|compat SCRIPT [ARGS...]
 """
@@ -12,15 +15,24 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 import lazyxla as lx
 
-COUNTERS = ("ExecuteComputation", "UncachedCompile", "TracedOps", "HostEvaluatedRead")
-steps = []
+COUNTERS = ("ExecuteComputation", "UncachedCompile", "TracedOps", "HostEvaluatedRead", "PersistentCacheHit")
+
+
+def _counters() -> dict:
+    return {name: lx.metrics.counter_value(name) or 0 for name in COUNTERS} | {"s": time.perf_counter()}
+
+
+def _delta(a: dict, b: dict) -> dict:
+    return {k: b[k] - a[k] for k in (*COUNTERS, "s")}
 
 
 def _snapshot(optimizer, args, kwargs):
     # Registered after lazyxla's own post hook (the implied barrier), so it sees the step done.
-    steps.append({name: lx.metrics.counter_value(name) or 0 for name in COUNTERS} | {"s": time.perf_counter()})
+    steps.append(_counters())
 
 
+start = _counters()
+steps = []
 register_optimizer_step_post_hook(_snapshot)
 launcher, argv = sys.argv[1], sys.argv[2:]
 if launcher == "run":
@@ -28,4 +40,6 @@ if launcher == "run":
 else:
     from lazyxla.compat.__main__ import main
 main(argv)
-print("STEPS", json.dumps([{k: b[k] - a[k] for k in (*COUNTERS, "s")} for a, b in zip(steps, steps[1:])]))
+print("STEPS", json.dumps([_delta(a, b) for a, b in zip(steps, steps[1:])]))
+print("FIRST", json.dumps(_delta(start, steps[0])))
+print("REST", json.dumps(_delta(steps[-1], _counters())))

@@ -1,6 +1,7 @@
 """Ops that PyTorch/XLA's test_operations.py found wrong in lazyxla, each against eager CPU."""
 import itertools
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -105,21 +106,36 @@ INF, NAN = float("inf"), float("nan")
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 def test_sign_and_sgn_of_nan_are_zero_as_eager(dev, dtype):
+    # eager's definition, (0 < x) - (x < 0) in both its vector loop and scalar tail: 0 at nan
     x = torch.tensor([NAN, -0.0, 0.0, 2.0, -INF, INF, -3.0], dtype=dtype)
+    expected = torch.tensor([0.0, 0.0, 0.0, 1.0, -1.0, 1.0, -1.0], dtype=dtype)
     for fn in (torch.sign, torch.sgn):
-        assert torch.equal(fn(x.to(dev)).cpu(), fn(x))
+        assert torch.equal(fn(x.to(dev)).cpu(), expected)
 
 
-def test_sgn_of_complex_infinities_and_nans_as_eager(dev):
+def _reference_sgn(values: list, dtype: torch.dtype) -> torch.Tensor:
+    """torch's own OpInfo reference for sgn (torch.testing's `reference_sgn`): x / |x| in
+    NumPy's complex division, 0 at 0. It does not depend on the host, unlike eager's kernels,
+    whose result for an infinite part depends on the element's position (its vector loop or
+    its scalar tail: `inf+0j` gives (nan, 0) or (nan, nan) on one AVX2 machine)."""
+    x = np.array(values, dtype=np.complex64 if dtype == torch.complex64 else np.complex128)
+    with np.errstate(all="ignore"):
+        out = x / np.abs(x)
+    out[x == 0] = 0
+    return torch.view_as_real(torch.from_numpy(out))
+
+
+def test_sgn_of_complex_infinities_and_nans(dev):
     # PyTorch/XLA's test_sgn: complex64 with inf, nan, 0 and signed infinite real parts
     values = [complex(INF, INF), complex(NAN, NAN), 0j, complex(INF, 0), complex(-INF, 0), complex(0, INF),
               complex(NAN, 1), complex(3, 4), complex(-1e30, 1e30), complex(1e-3, -2)]
     x = torch.tensor(values, dtype=torch.complex64)
-    assert_close(torch.view_as_real(x.to(dev).sgn().cpu()), torch.view_as_real(x.sgn()))   # nan where eager has nan
-    # complex128: finite values only (eager's own result for an infinite part depends on
-    # whether the element falls in its vectorized loop or the scalar tail)
-    wide = torch.tensor([0j] + values[7:], dtype=torch.complex128)
-    assert_close(torch.view_as_real(wide.to(dev).sgn().cpu()), torch.view_as_real(wide.sgn()))
+    assert_close(torch.view_as_real(x.to(dev).sgn().cpu()), _reference_sgn(values, torch.complex64))
+    # complex128: finite values only; with an infinite part lazyxla keeps eager's scalar
+    # kernel's (nan, 0) (lower/elementwise.py `sgn`), where the reference has (nan, nan)
+    finite = [0j] + values[7:]
+    wide = torch.tensor(finite, dtype=torch.complex128)
+    assert_close(torch.view_as_real(wide.to(dev).sgn().cpu()), _reference_sgn(finite, torch.complex128))
 
 
 # -- a backward op with a masked output, read on the host ------------------------------------

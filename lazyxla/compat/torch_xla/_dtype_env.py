@@ -25,6 +25,7 @@ import torch
 
 import lazyxla as lx
 from lazyxla import config
+from lazyxla.runtime import storage_dtypes
 
 
 @functools.lru_cache(maxsize=None)
@@ -45,16 +46,23 @@ def _flag(name: str) -> bool:
 
 
 def upstream_storage(dtype: torch.dtype) -> torch.dtype:
-    """The device dtype upstream holds a tensor of `dtype` in."""
+    """The device dtype upstream holds a tensor of `dtype` in; where no variable says, the
+    backend's default (the TPU holds 64-bit types in 32 bits)."""
     if dtype == torch.float64:
         if _flag("XLA_USE_BF16"):
             return torch.bfloat16
-        return torch.float32 if _flag("XLA_DOWNCAST_BF16") else dtype
+        return torch.float32 if _flag("XLA_DOWNCAST_BF16") else _backend_default(dtype)
     if dtype == torch.float32:
         return torch.bfloat16 if _flag("XLA_USE_BF16") or _flag("XLA_DOWNCAST_BF16") else dtype
     if dtype in (torch.int64, torch.uint64):
-        return (torch.int32 if dtype == torch.int64 else torch.uint32) if _flag("XLA_USE_32BIT_LONG") else dtype
+        return (torch.int32 if dtype == torch.int64 else torch.uint32) if _flag("XLA_USE_32BIT_LONG") \
+            else _backend_default(dtype)
     return dtype
+
+
+def _backend_default(dtype: torch.dtype) -> torch.dtype:
+    default = storage_dtypes.backend_default()
+    return dtype if default is None else default.storage(dtype)
 
 
 _installed: list = [None]   # the policy install() made, for uninstall()
@@ -63,7 +71,7 @@ _installed: list = [None]   # the policy install() made, for uninstall()
 def install() -> None:
     """Make the upstream variables lazyxla's storage policy, unless LAZYXLA_STORAGE_DTYPES
     is set or a policy was already chosen (lx.set_storage_dtypes before `import torch_xla`)."""
-    if not config.is_set("storage_dtypes") and lx.storage_dtypes() is None:
+    if not config.is_set("storage_dtypes") and storage_dtypes.chosen_by_user() is None:
         lx.set_storage_dtypes(upstream_storage)
         _installed[0] = lx.storage_dtypes()
 

@@ -11,11 +11,17 @@ _CUDNN_DTYPES = (torch.bfloat16, torch.float16)
 
 class _Accelerator(Backend):
     def start(self) -> None:
-        host_heap.restore_defaults()   # the import may have tuned it before the platform was known
+        super().start()
+        host_heap.undo_import_tuning()   # the import may have tuned it before the platform was known
 
 
 class TpuBackend(_Accelerator):
     platform = "tpu"
+    # The TPU has no 64-bit arithmetic: XLA emulates it with 32-bit pairs, and graphs with
+    # float64 math (AdamW's bias corrections, lifted Python floats) compile for minutes.
+    # 64-bit types are held and computed in 32 bits, as JAX does by default on TPUs
+    # (docs/design.md, "64-bit types on the TPU"; LAZYXLA_STORAGE_DTYPES=none keeps them).
+    storage_dtypes = {torch.float64: torch.float32, torch.int64: torch.int32, torch.uint64: torch.uint32}
 
 
 class GpuBackend(_Accelerator):

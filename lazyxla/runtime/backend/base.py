@@ -8,9 +8,10 @@ to lowering, and the host-overhead policies (how lifted scalars travel, the coll
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Mapping, Optional
 
 import jax
+import torch
 
 from .. import collector
 from . import host_heap
@@ -37,9 +38,15 @@ class Backend:
     # CPU's, not yet measured per platform.
     host_read_max_elements = 4096
     host_bookkeeping_max_elements = 65536
+    # The storage dtype policy while the user sets none (runtime/storage_dtypes.py): logical
+    # dtype -> the dtype it is held and computed in on this platform. Empty: every dtype
+    # as itself.
+    storage_dtypes: Mapping[torch.dtype, torch.dtype] = {}
 
     def start(self) -> None:
-        """At the first device use, once the platform is known."""
+        """At the first device use, once the platform is known (subclasses call it first):
+        collections counted from here on (runtime/collector.py)."""
+        collector.watch()
 
     def compiler_options(self, has_barriers: bool) -> dict:
         """XLA options for one graph; any option not implied by the graph's key must be

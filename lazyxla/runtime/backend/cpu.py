@@ -28,6 +28,7 @@ class CpuBackend(Backend):
         host_heap.tune_at_import(config.SETTINGS.heap_tuning)
 
     def start(self) -> None:
+        super().start()
         host_heap.tune(config.SETTINGS.heap_tuning)
         # fixed from here on, so a token of the process: graphs compiled with split
         # temporaries never meet those compiled without in the cache

@@ -18,7 +18,7 @@ faulted in again; the heap may thus stay well above what is live, and
   stay in the persistent compile cache).
 
 LAZYXLA_HEAP_TUNING=0 keeps glibc's defaults, and so does any platform but CPU (its backend
-calls `restore_defaults`); where glibc is not the C library (musl, macOS) every function here
+calls `undo_import_tuning`); where glibc is not the C library (musl, macOS) every function here
 does nothing. The module imports nothing of lazyxla, torch or JAX, so tests can load it alone.
 
 Design: docs/design.md, "runtime/backend/host_heap.py".
@@ -38,7 +38,8 @@ TRIM_THRESHOLD = 256 * 2**20
 TOP_PAD = 64 * 2**20
 NEVER_TRIM = 2**31 - 1        # mallopt takes an int: the largest trim threshold there is
 XLA_HEAP_LIMIT = 16 * 2**20   # XLA's temporaries in blocks below MMAP_THRESHOLD
-# glibc's defaults, restored when the platform turns out not to be CPU after all
+# glibc's default values of what tune_at_import sets, set back when the platform turns out not
+# to be CPU after all (or the tuning is switched off)
 _DEFAULTS = ((_M_MMAP_MAX, 65536), (_M_TRIM_THRESHOLD, 128 * 2**10), (_M_TOP_PAD, 128 * 2**10),
              (_M_ARENA_MAX, 0))
 ONE_HEAP, SPLIT = "one heap", "split"
@@ -121,7 +122,7 @@ def tune(enabled: bool = True) -> bool:
     """At the first device use on CPU: keep freed buffers in the heap for reuse; True when
     a tuning is in effect (ONE_HEAP from the import, or SPLIT now)."""
     if _LIBC is None or not enabled:
-        restore_defaults()
+        undo_import_tuning()
         return False
     if HEAP.mode is ONE_HEAP:
         return True
@@ -131,9 +132,11 @@ def tune(enabled: bool = True) -> bool:
     return HEAP.mode is not None
 
 
-def restore_defaults() -> None:
-    """Undo the import's tuning: on a GPU or TPU device buffers live in the device's
-    allocator, and the settings would only make the host heap keep more memory for nothing
+def undo_import_tuning() -> None:
+    """Undo `tune_at_import`'s mode ONE_HEAP, if it took: the four settings it changed back
+    to glibc's default values (set explicitly, so glibc's dynamic mmap threshold stays off),
+    and no mode. On a GPU or TPU device buffers live in the device's allocator, and the
+    settings would only make the host heap keep more memory for nothing
     (`release_free_heap` still applies there: compiles run on the host)."""
     if HEAP.mode is not None and _LIBC is not None:
         _mallopt_all(_DEFAULTS)

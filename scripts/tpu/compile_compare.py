@@ -1,0 +1,127 @@
+"""Compile times on the chip: a hand-written JAX training step of the Trainer's models beside
+lazyxla's own step graphs (StableHLO dumped with JAX_DUMP_IR_TO), with 64-bit types narrowed
+or not, each compile timed in its own process (a slow one is cut by the caller's timeout).
+
+    python scripts/tpu/compile_compare.py jax bert|gpt2
+    python scripts/tpu/compile_compare.py mlir FILE asis|f64|i64|f64i64
+
+`bert` is BERT-base for sequence classification (batch 8, seq 128); `gpt2` GPT-2 small as an
+LM (batch 8, seq 128); both random-init, AdamW, float32, the shapes the Trainer runs.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lazyxla.bench.jax_models import _layer_norm, adamw_init, adamw_update, cross_entropy
+
+BATCH, SEQ, D, LAYERS, HEADS = 8, 128, 768, 12, 12
+
+
+def _dense(rng, name, n_in, n_out, p):
+    p[name + ".weight"] = jnp.asarray(rng.standard_normal((n_out, n_in), np.float32) * 0.02)
+    p[name + ".bias"] = jnp.zeros((n_out,), jnp.float32)
+
+
+def _norm(name, p):
+    p[name + ".weight"], p[name + ".bias"] = jnp.ones((D,), jnp.float32), jnp.zeros((D,), jnp.float32)
+
+
+def _lin(p, name, x):
+    return x @ p[name + ".weight"].T + p[name + ".bias"]
+
+
+def _attention(p, name, x, bias, causal):
+    b, t, _ = x.shape
+    q, k, v = (_lin(p, f"{name}.{n}", x).reshape(b, t, HEADS, D // HEADS).transpose(0, 2, 1, 3) for n in "qkv")
+    att = q @ k.transpose(0, 1, 3, 2) / (D // HEADS) ** 0.5 + bias
+    if causal:
+        att = jnp.where(jnp.tril(jnp.ones((t, t), bool)), att, jnp.finfo(jnp.float32).min)
+    y = jax.nn.softmax(att, axis=-1) @ v
+    return _lin(p, name + ".o", y.transpose(0, 2, 1, 3).reshape(b, t, D))
+
+
+def params(model: str, vocab: int) -> dict:
+    rng, p = np.random.default_rng(0), {}
+    p["tok.weight"] = jnp.asarray(rng.standard_normal((vocab, D), np.float32) * 0.02)
+    p["pos.weight"] = jnp.asarray(rng.standard_normal((512, D), np.float32) * 0.02)
+    for i in range(LAYERS):
+        for n in "qkvo":
+            _dense(rng, f"l{i}.{n}", D, D, p)
+        _dense(rng, f"l{i}.fc", D, 4 * D, p)
+        _dense(rng, f"l{i}.out", 4 * D, D, p)
+        _norm(f"l{i}.ln1", p)
+        _norm(f"l{i}.ln2", p)
+    _norm("ln", p)
+    if model == "bert":
+        p["type.weight"] = jnp.zeros((2, D), jnp.float32)
+        _dense(rng, "pool", D, D, p)
+        _dense(rng, "cls", D, 2, p)
+    return p
+
+
+def bert_loss(p, ids, mask, labels):   # post-norm encoder, pooler, classifier (BertForSequenceClassification)
+    x = _layer_norm(p, "ln", p["tok.weight"][ids] + p["pos.weight"][:ids.shape[1]] + p["type.weight"][0], 1e-12)
+    bias = jnp.where(mask[:, None, None, :] > 0, 0.0, jnp.finfo(jnp.float32).min)
+    for i in range(LAYERS):
+        x = _layer_norm(p, f"l{i}.ln1", x + _attention(p, f"l{i}", x, bias, False), 1e-12)
+        x = _layer_norm(p, f"l{i}.ln2", x + _lin(p, f"l{i}.out", jax.nn.gelu(_lin(p, f"l{i}.fc", x), approximate=False)), 1e-12)
+    logits = _lin(p, "cls", jnp.tanh(_lin(p, "pool", x[:, 0])))
+    return cross_entropy(logits, labels)
+
+
+def gpt2_loss(p, ids, mask, labels):   # pre-norm decoder, tied LM head, shifted labels (GPT2LMHeadModel)
+    x = p["tok.weight"][ids] + p["pos.weight"][:ids.shape[1]]
+    for i in range(LAYERS):
+        x = x + _attention(p, f"l{i}", _layer_norm(p, f"l{i}.ln1", x), 0.0, True)
+        x = x + _lin(p, f"l{i}.out", jax.nn.gelu(_lin(p, f"l{i}.fc", _layer_norm(p, f"l{i}.ln2", x)), approximate=True))
+    logits = _layer_norm(p, "ln", x) @ p["tok.weight"].T
+    return cross_entropy(logits[:, :-1], labels[:, 1:])
+
+
+def jax_compile(model: str) -> float:
+    vocab, loss = (30522, bert_loss) if model == "bert" else (50257, gpt2_loss)
+    p = params(model, vocab)
+
+    def step(p, state, ids, mask, labels):
+        value, grads = jax.value_and_grad(loss)(p, ids, mask, labels)
+        p, state = adamw_update(p, grads, state, lr=1e-4)
+        return p, state, value
+
+    ids = jnp.zeros((BATCH, SEQ), jnp.int32)
+    labels = jnp.zeros((BATCH,), jnp.int32) if model == "bert" else ids
+    lowered = jax.jit(step, donate_argnums=(0, 1)).lower(p, adamw_init(p), ids, jnp.ones_like(ids), labels)
+    started = time.perf_counter()
+    lowered.compile()
+    return time.perf_counter() - started
+
+
+def narrow(text: str, mode: str) -> str:
+    """StableHLO text with 64-bit tensor types made 32-bit (`f64`, `i64` or both in `mode`)."""
+    if "f64" in mode:
+        text = re.sub(r"tensor<((?:\d+x)*)f64>", r"tensor<\1f32>", text)
+    if "i64" in mode:
+        text = re.sub(r"tensor<((?:\d+x)*)(u?)i64>", r"tensor<\1\2i32>", text)
+    return text
+
+
+def mlir_compile(path: str, mode: str) -> float:
+    from jax._src import compiler, xla_bridge
+    from jax._src.lib import xla_client as xc
+    text = open(path).read()
+    text = text if mode == "asis" else narrow(text, mode)
+    options = compiler.get_compile_options(num_replicas=1, num_partitions=1)
+    started = time.perf_counter()
+    xla_bridge.get_backend().compile_and_load(text, xc.DeviceList(tuple(jax.devices()[:1])), options)
+    return time.perf_counter() - started
+
+
+if __name__ == "__main__":
+    kind = sys.argv[1]
+    seconds = jax_compile(sys.argv[2]) if kind == "jax" else mlir_compile(sys.argv[2], sys.argv[3])
+    print(f"COMPILE {kind} {' '.join(sys.argv[2:])} {seconds:.1f} s on {jax.devices()[0].device_kind}", flush=True)

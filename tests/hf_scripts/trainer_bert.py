@@ -1,0 +1,47 @@
+"""An ordinary Hugging Face Trainer script (it never names lazyxla or torch_xla).
+
+    python trainer_bert.py STEPS [--cpu]
+
+Fine-tunes a tiny random-init BERT sequence classifier on synthetic tokens, logging every
+5 steps, and prints the logged losses as `LOSSES [...]` and the model's device as `DEVICE ...`.
+"""
+import json
+import sys
+
+import torch
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
+
+steps = int(sys.argv[1])
+flags = sys.argv[2:]
+torch.manual_seed(0)
+# No dropout: the lazy device draws its own random streams, so runs with dropout differ.
+config = BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=256, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                    num_labels=2)
+model = BertForSequenceClassification(config)
+
+
+class Sentences(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4096
+
+    def __getitem__(self, i):
+        ids = torch.randint(0, config.vocab_size, (64,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "attention_mask": torch.ones(64, dtype=torch.long), "labels": torch.tensor(i % 2)}
+
+
+losses = []
+
+
+class KeepLosses(TrainerCallback):
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            losses.append(logs["loss"])
+
+
+args = TrainingArguments(output_dir="trainer-out", max_steps=steps, per_device_train_batch_size=8,
+                         logging_steps=5, report_to=[], save_strategy="no", learning_rate=1e-4, seed=0,
+                         disable_tqdm=True, use_cpu="--cpu" in flags)
+Trainer(model=model, args=args, train_dataset=Sentences(), callbacks=[KeepLosses()]).train()
+print("DEVICE", next(model.parameters()).device)
+print("LOSSES", json.dumps(losses))

@@ -1,0 +1,87 @@
+"""The TPU backend's 64-bit rule (runtime/backend/accelerators.py), run on the CPU under the
+TPU backend's policies: 64-bit types are held and computed in 32 bits, lifted scalars
+travel in 32 bits, no graph of a training step has a 64-bit type, values stay eager's to
+float32 rounding, and out-of-range integers are refused rather than wrapped."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import lazyxla as lx
+from lazyxla import config
+from lazyxla.runtime import storage_dtypes
+
+from helpers import backend_as
+
+_WIDE = re.compile(r"\b(f64|s64|u64)\[")
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Flatten(), torch.nn.Linear(64, 32),
+                               torch.nn.GELU(), torch.nn.Linear(32, 5))
+
+
+def _steps(model, ids, labels, fused: bool, steps: int, hlo: list | None = None) -> list:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=fused, foreach=None if fused else False)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 - s / 10)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(ids), labels)
+        loss.backward()
+        if hlo is not None and ids.device.type != "cpu":
+            hlo.append(lx.debug.hlo_text())
+        opt.step()
+        schedule.step()
+        losses.append(loss.detach())
+        if ids.device.type != "cpu":
+            lx.sync()
+    return [float(v) for v in losses]
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_training_step_has_no_64_bit_type_on_the_tpu(dev, fused):
+    # fused AdamW takes its bias corrections in float64 (as ATen's kernel does) and the
+    # schedule's learning rate is a Python float: on the TPU both compute in 32 bits
+    ids, labels = torch.randint(0, 50, (8, 4)), torch.randint(0, 5, (8,))
+    eager = _steps(_model(), ids, labels, fused, steps=4)
+    with backend_as("tpu"):
+        hlo: list = []
+        lazy = _steps(_model().to(dev), ids.to(dev), labels.to(dev), fused, steps=4, hlo=hlo)
+        assert hlo and not any(_WIDE.search(text) for text in hlo), "a 64-bit type in a TPU step graph"
+    torch.testing.assert_close(lazy, eager, rtol=2e-5, atol=2e-6)
+
+
+def test_64_bit_values_keep_their_logical_dtype_and_value(dev):
+    with backend_as("tpu"):
+        n = torch.arange(6).to(dev) * 3 + 2**30
+        x = torch.linspace(0, 1, 5, dtype=torch.float64).to(dev) / 3
+        assert n.dtype == torch.int64 and x.dtype == torch.float64
+        assert lx.debug.ir_nodes([n])[-1].device_dtype == torch.int32
+        assert torch.equal(n.cpu(), torch.arange(6) * 3 + 2**30)
+        torch.testing.assert_close(x.cpu(), torch.linspace(0, 1, 5, dtype=torch.float64) / 3,
+                                   rtol=1.2e-7, atol=0)   # float32's rounding
+
+
+def test_integers_beyond_32_bits_are_refused_not_wrapped(dev):
+    with backend_as("tpu"):
+        with pytest.raises(OverflowError, match="LAZYXLA_STORAGE_DTYPES=none"):
+            torch.tensor([1, 2**40]).to(dev)
+        n = torch.arange(3).to(dev)
+        with pytest.raises(OverflowError, match="does not fit int32"):
+            (n + 2**40).cpu()
+
+
+def test_the_rule_can_be_turned_off(dev):
+    with backend_as("tpu"), config.override(storage_dtypes="none"):
+        assert storage_dtypes.current() is None
+        n = torch.tensor([1, 2**40]).to(dev)
+        assert torch.equal((n + 1).cpu(), torch.tensor([2, 2**40 + 1]))
+        x = torch.ones(3, dtype=torch.float64).to(dev)
+        assert "f64[" in lx.debug.hlo_text([x / 3])
+    with backend_as("tpu"):
+        assert storage_dtypes.current().storage(torch.float64) == torch.float32
+    assert storage_dtypes.current() is None   # the CPU backend keeps 64-bit types
