@@ -190,3 +190,66 @@ def _decode_loop(whole_step: bool) -> None:
     kv_bytes = 2 * layers * 2 * model.config.num_key_value_heads * (8 + tokens) * \
         (model.config.hidden_size // model.config.num_attention_heads) * 4
     assert sum(d >= kv_bytes for d in kv) == tokens - 1, kv   # the prefill's cache is new
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_captured_step_under_the_tpu_storage_policy(dtype):
+    """Under the TPU backend's default storage dtype policy (64-bit types held in 32 bits,
+    lifted scalars travelling in 32 bits; runtime/backend/accelerators.py), over JAX's CPU:
+    the step replays as one call, losses and parameters equal the uncaptured step's, and a
+    step under another policy is another program (the fingerprint holds the policy's token)."""
+    torch.set_default_dtype(dtype)
+    try:
+        with backend_as("tpu"):
+            assert lx.storage_dtypes() is not None
+            losses, params, counts, donated, outcomes = _train(capture=True)
+            ref_losses, ref_params, _, ref_donated, _ = _train(capture=False)
+            switched = []
+            policy = lambda i: None if i == 3 else lx.storage_dtypes()   # noqa: E731
+
+            def set_policy(loss) -> None:
+                lx.set_storage_dtypes(policy(len(switched)))
+                switched.append(lx.storage_dtypes())
+            saved = lx.storage_dtypes()
+            try:
+                policy_losses, _, _, _, policy_outcomes = _train(capture=True, mid_step=set_policy)
+                switched.clear()
+                lx.set_storage_dtypes(saved)
+                ref_policy_losses, _, _, _, _ = _train(capture=False, mid_step=set_policy)
+            finally:
+                lx.set_storage_dtypes(saved)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert losses == ref_losses
+    assert all(torch.equal(p, r) for p, r in zip(params, ref_params))
+    assert all(p.dtype == dtype for p in params)
+    assert [o.outcome for o in outcomes[1:]] == ["recorded"] + ["replayed"] * (STEPS - 2)
+    assert [c["StepCaptureReplay"] for c in counts[2:]] == [1] * (STEPS - 2)
+    assert donated[2:] == ref_donated[2:]
+    # step 3 under no policy: recorded as a program of its own; step 4 under the TPU's again,
+    # replayed, unless step 3 left its float64 buffers stored as float64: another program
+    assert [o.outcome for o in policy_outcomes[1:]] == \
+        ["recorded", "replayed", "recorded", "replayed" if dtype == torch.float32 else "recorded"]
+    assert policy_losses == ref_policy_losses
+
+
+def test_entry_values_compose_with_the_captured_step(host_replay):
+    """A step that starts a running total afresh (`torch.zeros` then `+=`, as the Trainer's
+    `tr_loss -= tr_loss` reset does) has its entry value computed on the host and read as
+    staged device data (sync/entries.py): the step still replays, with this step's staged
+    buffer, and the totals equal the uncaptured step's."""
+    totals: list = []
+
+    def running_total(loss) -> None:
+        t = torch.zeros((), device=loss.device)
+        t += loss.detach()
+        totals.append(t)
+    losses, _, counts, _, outcomes = _train(capture=True, mid_step=running_total)
+    entry_values = metrics.counter_value("HostEntryValue") or 0
+    got = [t.cpu().item() for t in totals]
+    totals.clear()
+    ref_losses, _, _, _, _ = _train(capture=False, mid_step=running_total)
+    assert losses == ref_losses and got == [t.cpu().item() for t in totals] == losses
+    assert entry_values >= 1   # the last step's, counted since its metrics.clear_all()
+    assert [o.outcome for o in outcomes[1:]] == ["recorded"] + ["replayed"] * (STEPS - 2)
+    assert [c["StepCaptureReplay"] for c in counts[2:]] == [1] * (STEPS - 2)
