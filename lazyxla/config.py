@@ -87,6 +87,10 @@ class Config:
     check_ir: bool = False
     """Check every collected graph against the IR's rules before it compiles (ir/check.py):
     for tests and for debugging lazyxla itself; costs a walk of each graph at every sync."""
+    step_capture: bool = True
+    """Replay a step barrier made of compiled calls (and a few traced ops), once seen, as one
+    call of its executable without walking its graph or planning its donors again
+    (sync/step_capture.py; read at every step barrier)."""
     storage_dtypes: Optional[str] = None
     """Storage dtype policy until `lx.set_storage_dtypes`, e.g. "float32=bfloat16,int64=int32":
     tensors of the first dtype are held on the device in the second (runtime/storage_dtypes.py)."""

@@ -17,6 +17,7 @@ from .runtime import ready_times, storage_dtypes, timeline
 from .state import STATE
 from .memory_report import memory_report  # noqa: F401  (lx.debug.memory_report)
 from .sync import barriers
+from .sync import step_capture as step_capture_module
 from .sync.api import pending_graphs
 from .sync.pipeline import LastGraph
 
@@ -115,6 +116,14 @@ def implied_barriers() -> list:
     of `reason` ("optimizer.step", the graph size cap), `where` (the user's file:line) and
     `nodes` (IR nodes the barrier ran); counted in `ImpliedBarrier`."""
     return barriers.recent()
+
+
+def step_capture() -> "step_capture_module.Outcome":
+    """What the last step barrier did with its capture (sync/step_capture.py): `outcome`
+    "replayed" (one call of the recorded executable, no graph walk, no donor plan),
+    "recorded" (ran as usual; the next identical step replays) or "not captured", and
+    `reason`, why not (a host read in the middle of the step, lazily traced work...)."""
+    return step_capture_module.LAST[0]
 
 
 def explain_last_compile() -> Optional[str]:

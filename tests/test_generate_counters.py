@@ -146,3 +146,32 @@ def test_host_replays_off_every_model_step_donates_the_cache(compiled):
         assert _donating_graphs(heads) == TOKENS - 1
         assert max(_alias_counts()) >= 2 * LAYERS
         assert lx.debug.donation_report() is not None
+
+
+@pytest.mark.parametrize("replays", [True, False], ids=["host-replays", "replays-off"])
+def test_issue_shape_model_synced_first_decodes_on_the_device(replays, request):
+    """Issue 51 item 6, as reported: a Llama of 2 layers and hidden 64 whose weights were
+    synced to the device before generate(). Every decode token runs its model step as a
+    device graph donating every layer's K and V, host replays on or off: a host replay
+    never takes a graph that reads a weight (sync/host_eval.py)."""
+    if replays:
+        request.getfixturevalue("host_replay")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                                   num_hidden_layers=LAYERS, num_attention_heads=4,
+                                   num_key_value_heads=KV_HEADS, max_position_embeddings=128)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ref = _generate(model, _prompt())
+    model.to(lx.device())
+    lx.sync()
+    try:
+        metrics.clear_all()
+        assert torch.equal(_generate(model, _prompt()), ref)
+        assert metrics.counter_value("ExecuteComputation") >= TOKENS
+        kv_bytes = 2 * LAYERS * BATCH * KV_HEADS * (PROMPT + TOKENS - 1) * (64 // 4) * 4
+        donated = [value for _, value in metrics.metric_data("DonatedBytes")[2]]
+        assert sum(value >= kv_bytes for value in donated) == TOKENS - 1, donated
+        assert max(_alias_counts()) >= 2 * LAYERS
+        assert lx.debug.donation_report() is not None
+    finally:
+        model.to("cpu")

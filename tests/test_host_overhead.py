@@ -121,7 +121,8 @@ def test_a_steady_compiled_step_is_per_buffer_work(dev, fresh_compile_cache):
     mode's host cost per step"): three replays, AccumulateGrad's 53 detaches and backward's
     ones_like traced lazily, one implied barrier whose graph is the three CALL nodes, one
     GETITEM per output they produce, the device-data leaves and the ones_like (599 nodes),
-    with every buffer the step updates donated and every value as eager's."""
+    with every buffer the step updates donated and every value as eager's; the barrier replays
+    as the captured step."""
     train_step, eager = _w2(dev, compiled=True)
     losses = [train_step() for _ in range(3)]
     per_step = []
@@ -132,11 +133,14 @@ def test_a_steady_compiled_step_is_per_buffer_work(dev, fresh_compile_cache):
         per_step.append((metrics.counter_value("TracedOps"), metrics.counter_value("ExecuteComputation"),
                          metrics.counter_value("ImpliedBarrier"), metrics.counter_value("CompiledGraphCaptures") or 0,
                          metrics.counter_value("UncachedCompile") or 0, report.n_nodes, report.donors,
-                         len(report.params)))
+                         len(report.params), metrics.counter_value("StepCaptureReplay") or 0,
+                         metrics.counter_value("GraphCollect") or 0, metrics.counter_value("DonorPlan") or 0))
     assert len(set(per_step)) == 1, per_step
-    traced, calls, barriers, captures, compiles, nodes, donors, params = per_step[0]
+    traced, calls, barriers, captures, compiles, nodes, donors, params, replayed, walks, plans = per_step[0]
     assert traced <= 54                      # 53 detaches (one per parameter) + ones_like
     assert (calls, barriers, captures, compiles) == (1, 1, 0, 0)
+    # the barrier is the captured step (sync/step_capture.py): no graph walk, no donor plan
+    assert (replayed, walks, plans) == (1, 0, 0)
     assert nodes <= 599
     # 53 parameters, Adam's two moments and step counter per parameter: all updated in place
     # and donated; the two others are the token batches, read again next step

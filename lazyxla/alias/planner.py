@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Optional
 
+from .. import metrics
 from ..ir.graph import Graph, byte_size, data_reachable
 from ..ir.node import DATA
 
@@ -60,6 +61,7 @@ def plan_donors(graph: Graph, targets: list, live: list, *, automatic: bool, exp
     for the live tensors it materializes alongside, never for what it reads); None: any.
     `written`: ids of storages the same sync gives new values computed on the host
     (sync/host_split.py): like the graph's outputs, they no longer hold or need anything."""
+    metrics.counter_add("DonorPlan")
     outputs = {id(st) for st, _ in targets} | written
     direct: dict = {}
     pending_roots = []

@@ -36,6 +36,7 @@ from ..ir.build import call_outputs, data_node, scalar_node
 from ..ir.call import Subprogram
 from ..ir.node import DATA, SCALAR, Node
 from ..state import STATE
+from ..sync import step_capture
 from ..sync.collect import collect
 from ..sync.placeholders import CaptureError, InputMutationError, Placeholder
 
@@ -112,6 +113,8 @@ def insert_call(program: Subprogram, operands: Sequence[Node], out_specs: Sequen
     (default: all) as new lazy tensors with `out_specs` ((shape, stride, dtype) each),
     the rest as their bare nodes."""
     items = call_outputs(program, operands)
+    if items:
+        step_capture.note_call(device, items)
     if n_tensors is None:
         n_tensors = len(items)
     wrap = LazyTensor.wrap

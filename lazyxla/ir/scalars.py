@@ -15,6 +15,8 @@ Design: docs/design.md, "Scalars" and "ir/scalars.py".
 """
 from __future__ import annotations
 
+from typing import Union
+
 import numpy as np
 import torch
 
@@ -108,13 +110,20 @@ def scalar_avals(graph: Graph) -> list:
 def scalar_args(graph: Graph) -> list:
     """`graph`'s scalar operands: Python numbers (numpy scalars where their kind is
     narrowed), or one array per kind when packed."""
-    dtypes = travel_dtypes(graph)
-    if not graph.packed_scalars:
+    return scalar_values(graph.scalars, graph.packed_scalars, travel_dtypes(graph))
+
+
+def scalar_values(scalars: list, packed: bool, dtypes: Union[tuple, _TravelDtypes]) -> list:
+    """`scalar_args` from its parts: the scalar nodes in the graph's order, whether they
+    travel packed, and the dtype each kind travels in (`travel_dtypes`); a captured step
+    gathers this step's nodes and keeps the rest from its recorded graph
+    (sync/step_capture.py)."""
+    if not packed:
         if dtypes is SCALAR_DTYPES:
-            return [_SCALAR_TYPES[scalar_kind(s)](s.data) for s in graph.scalars]
-        return [_narrowed(dtypes[scalar_kind(s)], [s.data])[0] for s in graph.scalars]
+            return [_SCALAR_TYPES[scalar_kind(s)](s.data) for s in scalars]
+        return [_narrowed(dtypes[scalar_kind(s)], [s.data])[0] for s in scalars]
     values: list = [[] for _ in SCALAR_DTYPES]
-    for s in graph.scalars:
+    for s in scalars:
         values[scalar_kind(s)].append(s.data)
     return [_narrowed(dtypes[k], v) for k, v in enumerate(values) if v]
 

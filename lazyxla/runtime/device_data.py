@@ -35,7 +35,8 @@ class DeviceData:
 
     def __init__(self, array, shape: tuple, dtype: torch.dtype, device: int,
                  owner=None, read_only: bool = False, sharding=None, host=None,
-                 stored_dtype: Optional[torch.dtype] = None, failure: Optional[str] = None) -> None:
+                 stored_dtype: Optional[torch.dtype] = None, failure: Optional[str] = None,
+                 charge: bool = True) -> None:
         self._array = array
         self.sharding = sharding
         self.host = host
@@ -54,7 +55,8 @@ class DeviceData:
         self.charged = None
         if failure is None:   # a failed result has no buffer to charge
             self.charged = memory.charges(shape, self.stored_dtype, device, sharding)
-            memory.charge(self, self.charged)
+            if charge:   # else the caller charges a batch (memory.charge_outputs)
+                memory.charge(self, self.charged)
 
     def __del__(self) -> None:
         charged = self.charged

@@ -36,7 +36,6 @@ class Runnable(Protocol):
     def memory_analysis(self) -> dict: ...
 
 
-@x64
 def execute(graph: Graph, exe: Runnable, eager: bool = False) -> tuple:
     """Run `exe` on `graph`'s parameters; mark the donated ones dead; return all output
     arrays (sync/install.py makes them tensors' values). A failed call raises
@@ -47,18 +46,25 @@ def execute(graph: Graph, exe: Runnable, eager: bool = False) -> tuple:
     `UnwrapXlaData` (gathering the parameters' buffers) and, off the step loop's path, `ExecuteReadyTime` (launch
     until the outputs are ready, runtime/ready_times.py); they cost about 25 us per
     graph (a tiny step: 110 -> 135 us), so they are not always on."""
+    if graph.scalars:   # sent with this run: lazyxla keeps no device copies of them
+        metrics.counter_add("UploadedScalars", len(graph.scalars))
+    return execute_params(exe, graph.params, scalar_args(graph), graph.device, _devices(graph), eager)
+
+
+@x64
+def execute_params(exe: Runnable, params: list, scalars: list, device: int, devices: tuple,
+                   eager: bool = False) -> tuple:
+    """`execute` from its parts: the parameters' handles in the executable's order, the
+    scalar operands' arrays, the graph's device and the local devices it runs on. A
+    captured step (sync/step_capture.py) calls it with parameters gathered in one pass."""
     check_not_forked()
-    params = graph.params
     detailed = STATE.op_records and not eager
     if detailed:
         start = time.perf_counter_ns()
-    args = _param_args(params, exe.donors, graph.device)
+    args = _param_args(params, exe.donors, device)
     if detailed:
         metrics.metric_add("UnwrapXlaData", time.perf_counter_ns() - start)
-    args += scalar_args(graph)
-    if graph.scalars:   # sent with this run: lazyxla keeps no device copies of them
-        metrics.counter_add("UploadedScalars", len(graph.scalars))
-    devices = _devices(graph)
+    args += scalars
     analysis = exe.memory_analysis()
     memory.check_fits(devices, analysis, exe.key_hex)
     memory.note_execution(devices, memory.execution_extra(analysis))

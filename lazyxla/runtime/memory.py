@@ -78,6 +78,22 @@ def charge(data, parts: tuple) -> None:
         _live[id(data)] = weakref.ref(data)
 
 
+def charge_outputs(datas: list, device: int) -> None:
+    """`charge` for a graph's new single-device handles on `device` at once (one lock, one
+    ledger update: a step installs hundreds); each handle's `charged` is already set."""
+    total = sum(data.charged[0][1] for data in datas)
+    with _lock:
+        led = _ledger(device)
+        led.current += total
+        led.allocated += total
+        led.buffers += len(datas)
+        if led.current > led.peak:
+            led.peak = led.current
+        if led.buffers > led.peak_buffers:
+            led.peak_buffers = led.buffers
+        _live.update((id(data), weakref.ref(data)) for data in datas)
+
+
 def release(data_id: int, parts: tuple) -> None:
     """(Called from DeviceData.__del__, in whichever thread drops the last reference.)"""
     with _lock:

@@ -32,7 +32,7 @@ from ..frontend import sync_hooks
 from ..runtime import backend
 from ..runtime.execute import wait_all
 from ..state import STATE
-from . import barriers, entries
+from . import barriers, entries, step_capture
 from .entry import by_device, check_lazy, pending_items, runtime_lock, sync_begins, sync_ends
 from .host_read import host_values
 from .pipeline import Request, collect_roots, donor_plan, run_graph
@@ -64,9 +64,13 @@ def _barrier(kind: str, explicit: bool) -> int:
     failed: Optional[FailedOpError] = None
     for device in live_devices():
         try:
-            items = pending_items(live_storages(device))
+            live = live_storages(device)
+            items = pending_items(live)
+            leaves = entries.leaves(device, [st for _, st in items])
+            # a step seen before runs as its recorded executable (sync/step_capture.py)
+            step = step_capture.begin(device, live, items, leaves, kind)
             result = run_graph(Request(device, items, kind, automatic=True, explicit=explicit, skip_donated=True,
-                                       leaves=entries.leaves(device, [st for _, st in items])))
+                                       leaves=leaves, step=step))
         except FailedOpError as e:   # contained (sync/failures.py): the other devices still run
             failed = failed or e
             continue

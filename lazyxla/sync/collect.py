@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .. import config
+from .. import config, metrics
 from ..compile import precision
 from ..ir.check import check_graph
 from ..ir.graph import Graph
@@ -43,6 +43,7 @@ def collect(device: int, items: list, merge_scalars: bool = False,
     read in its place (values the host computed for a read, sync/host_split.py); the
     node's operands are not visited.
     """
+    metrics.counter_add("GraphCollect")   # one walk of a pending graph (a captured step has none)
     index: dict = {}
     order: list = []
     entries: list = []

@@ -25,7 +25,7 @@ from ..ir.bounded import BoundedTable
 from ..ir.build import data_node
 from ..ir.node import DATA, GETITEM, SCALAR, SIG_TABLE_CAP, Node
 from ..ir.walk import post_order
-from ..runtime import backend, placement, storage_dtypes
+from ..runtime import backend, placement
 from ..runtime.transfer import download, staged
 from . import host_eval
 
@@ -84,9 +84,12 @@ def _bookkeeping(node: Node, limit: int) -> bool:
 
 def split_read(roots: list) -> Optional[Split]:
     """The split of `roots`' graph; None where there is no bookkeeping to move, or the
-    split is off (setting 0, SPMD, a storage dtype policy)."""
+    split is off (setting 0, SPMD). Under a storage dtype policy (the TPU's default holds
+    int64 in int32) the host computes in the logical dtypes, as a host replay does, and what
+    it hands the device is staged as an upload is, narrowed (runtime/transfer.py `staged`,
+    which refuses a value the narrower type cannot hold)."""
     limit = backend.setting("host_bookkeeping_max_elements")
-    if limit <= 0 or placement.spmd_enabled() or storage_dtypes.current() is not None:
+    if limit <= 0 or placement.spmd_enabled():
         return None
     order = list(post_order(roots))
     host_known: set = set()     # ids of `before` nodes

@@ -26,7 +26,7 @@ from ..ir.graph import Graph, reads_donated
 from ..runtime import timeline
 from ..runtime.execute import execute
 from ..state import STATE
-from . import failures
+from . import failures, step_capture
 from .collect import collect
 from .install import install
 from .placeholders import Placeholder, placeholder_refusal
@@ -44,6 +44,7 @@ class Request(NamedTuple):
     auto_owners: Optional[set] = None   # ids of the only storages whose buffers may be automatic donors
     written: frozenset = frozenset()    # ids of storages the same sync writes from the host
     leaves: Optional[dict] = None       # id(node) -> DATA node read in its place (collect())
+    step: Optional[step_capture.Attempt] = None   # a step barrier's capture attempt; None breaks a step's capture
 
 
 class Collected(NamedTuple):
@@ -81,6 +82,12 @@ def run_graph(request: Request) -> Optional[Result]:
     """Run `request`'s graph; None when there was nothing to run. A failed graph's roots
     that did not need the failed op run as the next graph, then the failure is raised."""
     forget_lifted_scalars()   # ops traced from here on start a new sharing pattern
+    if request.step is None:   # any other sync in the middle of a step: not the captured step
+        step_capture.note_read(request.device)
+    else:
+        replayed = replay_stage(request)
+        if replayed is not None:
+            return replayed
     first: Optional[failures.Contained] = None
     while request.items:
         try:
@@ -106,7 +113,7 @@ def run_graph(request: Request) -> Optional[Result]:
                 first = contained
             else:
                 failures.note_later(first, request.kind, contained.error)
-            request = request._replace(items=contained.rest)
+            request = request._replace(items=contained.rest, step=None)   # another graph: not the step's
             continue
         if first is None:
             return result
@@ -193,6 +200,24 @@ def install_stage(request: Request, ran: Ran) -> Result:
     graph = ran.planned.collected.graph
     install(graph, ran.planned.collected.targets, ran.outs)
     timeline.mark("install", started, outputs=len(ran.outs))
-    LastGraph.executable, LastGraph.decisions, LastGraph.kind = ran.executable, ran.planned.decisions, request.kind
-    LastGraph.n_nodes = len(graph.order)
+    if request.step is not None:   # its next identical step replays (sync/step_capture.py)
+        step_capture.record(request.step, graph, ran.planned.collected.targets, ran.executable,
+                            ran.planned.decisions)
+    _ran(request, ran.executable, ran.planned.decisions, len(graph.order))
     return Result(tuple(ran.outs[slot] for slot in graph.root_slots), len(graph.order))
+
+
+def replay_stage(request: Request) -> Optional[Result]:
+    """A step barrier's graph seen before, run as its recorded executable with its outputs
+    installed in one pass (sync/step_capture.py); None where the stages must run."""
+    replayed = step_capture.replay(request.step, request.kind)
+    if replayed is None:
+        return None
+    captured, outs = replayed
+    _ran(request, captured.exe, captured.decisions, captured.n_nodes)
+    return Result(tuple(outs[slot] for slot in captured.root_slots), captured.n_nodes)
+
+
+def _ran(request: Request, exe: Executable, decisions: list, nodes: int) -> None:
+    LastGraph.executable, LastGraph.decisions, LastGraph.kind = exe, decisions, request.kind
+    LastGraph.n_nodes = nodes

@@ -1,0 +1,332 @@
+"""A captured step: a step barrier made of compiled calls, replayed as one executable call.
+
+A compiled training step (`torch.compile(..., backend="lazyxla")` forward, backward and
+optimizer step) or a decode loop's token leaves at its barrier a pending graph of a few CALL
+nodes (dynamo/replay.py, capture/function.py), their outputs, the buffers they read and a few
+lazily traced ops. Each CALL is logged here as it is inserted. At the barrier, one pass over
+the live storages and the logged calls' operands gathers what the executable needs (pending
+storages, device buffers, lifted scalars) and builds the step's fingerprint: each call's
+signature, where each operand comes from (a buffer by first appearance, an output of an
+earlier logged call, a lifted scalar, a traced node by its signature and its operands'
+sources), each pending storage's source, and per buffer what the donor plan depends on (its
+owner's place among the pending storages, other tensors holding it, its donation flags). A
+fingerprint seen at an earlier barrier names that barrier's executable, donors, parameter and
+scalar order and output slots: the step runs as one call and its outputs are installed in one
+pass, with no graph walk, no donor plan and no cache key. A new fingerprint runs the ordinary
+barrier's stages (sync/pipeline.py `run_graph`) and records it. The fingerprint also holds what
+else makes another program: the storage dtype policy's token (the TPU's default policy holds
+64-bit types in 32 bits; a recorded step keeps the dtypes its scalars travel in), the matmul
+precision, whether aliasing is on. Entry values (sync/entries.py) the barrier reads as staged
+device data count as the buffers they are, in place of the IR they stand for.
+
+Not captured (the ordinary barrier runs, `lx.debug.step_capture()` says why): more than
+`_MAX_TRACED` lazily traced nodes, a host read or partial sync since the last barrier, merged
+scalars of a long chain, SPMD, a graph size cut, `LAZYXLA_STEP_CAPTURE=0`.
+
+Design: docs/design.md, "A captured step (issue 51)".
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import NamedTuple, Optional
+
+from .. import config, metrics
+from ..alias import switches
+from ..compile import precision
+from ..compile.cache import Executable
+from ..ir.graph import Graph
+from ..ir.node import DATA, GETITEM, SCALAR, Node
+from ..errors import ExecutionFailure
+from ..ir.scalars import scalar_values, travel_dtypes
+from ..runtime import placement, storage_dtypes
+from ..runtime.execute import execute_params
+from ..state import STATE
+from . import failures
+from .install import install_outputs, output_avals
+
+# calls logged per device between barriers; a loop that reaches no barrier and no device read
+# (its reads all replayed on the host) stops logging here instead of growing the log
+_MAX_CALLS = 64
+_MAX_CAPTURES = 8   # fingerprints kept per process (a train and an eval step, accumulation)
+# lazily traced nodes a step may hold beside its compiled calls (backward's ones_like, a loss
+# computed outside torch.compile, a decode loop's argmax and next position); each is a part of
+# the fingerprint, so this bounds the pass
+_MAX_TRACED = 64
+
+
+class Outcome(NamedTuple):
+    """What the last step barrier did with its capture: `replayed`, `recorded` (ran the
+    ordinary barrier and keeps its executable for the next identical step) or `not captured`,
+    and why."""
+    outcome: str
+    reason: str
+
+
+class _Log:
+    __slots__ = ("calls", "outputs", "broken")
+
+    def __init__(self) -> None:
+        self.calls: list[Node] = []      # CALL nodes inserted since the last barrier, in order
+        self.outputs: list[list] = []    # per call, its GETITEM nodes (capture/function.py)
+        self.broken: Optional[str] = None
+
+
+class Captured:
+    """A recorded step: what its fingerprint's next barrier runs."""
+    __slots__ = ("exe", "decisions", "gather", "scalar_gather", "packed", "travel", "slots", "root_slots",
+                 "avals", "n_nodes")
+
+    def __init__(self, exe: Executable, decisions: list, gather: tuple, scalar_gather: tuple, graph: Graph,
+                 slots: tuple) -> None:
+        self.exe = exe
+        self.decisions = decisions   # the donor plan's, for lx.debug.donation_report()
+        self.gather = gather         # per executable parameter, its buffer's position in the pass
+        self.scalar_gather = scalar_gather   # per scalar operand, its node's position in the pass
+        self.packed = graph.packed_scalars   # the scalars travel packed (ir/scalars.py)
+        self.travel = travel_dtypes(graph)   # and in these dtypes (32 bits where the policy narrows)
+        self.slots = slots           # per pending storage, in live order, its output slot
+        self.root_slots = graph.root_slots   # per distinct root, in first-seen order, its output slot
+        self.avals = output_avals(graph)     # per output slot, (shape, dtype)
+        self.n_nodes = len(graph.order)
+
+
+class Attempt:
+    """One barrier's pass (module docstring): the pending items in live order, the buffers
+    read in first-seen order (entry values' staged buffers among them), and the fingerprint
+    (None where the step cannot be captured)."""
+    __slots__ = ("device", "items", "leaves", "scalars", "fingerprint")
+
+    def __init__(self, device: int, items: list, leaves: list, scalars: list, fingerprint: Optional[tuple]) -> None:
+        self.device = device
+        self.items = items
+        self.leaves = leaves
+        self.scalars = scalars       # lifted scalar nodes in first-seen order
+        self.fingerprint = fingerprint
+
+
+_LOGS: dict[int, _Log] = {}
+_CAPTURES: OrderedDict = OrderedDict()
+LAST = [Outcome("not captured", "no step barrier yet")]
+
+
+def enabled() -> bool:
+    return config.SETTINGS.step_capture
+
+
+def note_call(device: int, outputs: list) -> None:
+    """A CALL node was inserted into `device`'s pending graph (capture/function.py); `outputs`:
+    the GETITEM node of each of its outputs."""
+    if STATE.captures:   # inside a capture: a node of the captured program, not of the step
+        return
+    log = _LOGS.get(device)
+    if log is None:
+        log = _LOGS[device] = _Log()
+    if len(log.calls) >= _MAX_CALLS:
+        log.broken = f"more than {_MAX_CALLS} compiled calls since the last barrier"
+        return
+    log.calls.append(outputs[0].args[0])
+    log.outputs.append(outputs)
+
+
+def note_read(device: int) -> None:
+    """A host read or partial sync ran on `device` between barriers: the step that follows
+    is not the captured one (it falls back, and `lx.debug.step_capture()` says so)."""
+    log = _LOGS.get(device)
+    if log is not None and log.calls:
+        log.broken = "a host read or partial sync ran in the middle of the step"
+        log.calls.clear()   # the read ran or replaced what they computed
+        log.outputs.clear()
+
+
+def begin(device: int, live: list, items: list, entry_leaves: Optional[dict], kind: str) -> Attempt:
+    """The barrier's pass over `live` (the device's live storages), `items` (its pending
+    ones, sync/entry.py `pending_items`), and its log; `entry_leaves`: the barrier's entry
+    values (sync/entries.py `leaves`, read in place of the IR they stand for)."""
+    log = _LOGS.pop(device, None)
+    if not items:   # nothing pending (an lx.sync() right after an implied barrier)
+        return Attempt(device, items, [], [], None)
+    reason = _refusal(log, kind)
+    if reason:
+        return _refused(device, items, reason)
+    held: dict = {}
+    for st in live:
+        value = st.value
+        if value.op is DATA:
+            key = id(value.data)
+            held[key] = held.get(key, 0) + 1
+    position = {id(st): i for i, (_, st) in enumerate(items)}
+    leaves: list = []
+    scalars: list = []
+    fingerprint = _fingerprint(device, log, items, entry_leaves or {}, held, position, leaves, scalars)
+    if isinstance(fingerprint, str):
+        return _refused(device, items, fingerprint)
+    return Attempt(device, items, leaves, scalars, fingerprint)
+
+
+def _refusal(log: Optional[_Log], kind: str) -> str:
+    if not enabled():
+        return "off (LAZYXLA_STEP_CAPTURE=0)"
+    if kind == "graph size cut":
+        return "a graph size cut (no explicit donors there)"
+    if log is None or not log.calls:
+        return log.broken if log is not None and log.broken else "no compiled call in the step"
+    if log.broken:
+        return log.broken
+    if placement.spmd_enabled():
+        return "SPMD"
+    return ""
+
+
+def _refused(device: int, items: list, reason: str) -> Attempt:
+    LAST[0] = Outcome("not captured", reason)
+    metrics.counter_add("StepCaptureFallback")
+    return Attempt(device, items, [], [], None)
+
+
+def _fingerprint(device: int, log: _Log, items: list, entry_leaves: dict, held: dict, position: dict,
+                 leaves: list, scalars: list):
+    """The step's fingerprint (module docstring), filling `leaves` and `scalars`; a string
+    saying why where the step cannot be captured."""
+    calls, outputs = log.calls, log.outputs
+    call_index = {id(c): k for k, c in enumerate(calls)}
+    leaf_index: dict = {}
+    seen: dict = {}      # id(node) -> its reference, for traced nodes and scalars met before
+    policy = storage_dtypes.current()
+    parts: list = [device, switches.aliasing_enabled(device), precision.matmul_precision(),
+                   None if policy is None else policy.token]
+
+    def source(node: Node):
+        """Where `node` comes from; None: the step cannot be captured (`failed` says why)."""
+        node = entry_leaves.get(id(node), node)   # an entry value: its staged buffer, as collect() reads it
+        op = node.op
+        if op is GETITEM:
+            k = call_index.get(id(node.args[0]))
+            # the call's own GETITEM: another node reading the same output is a node of its own
+            # in the collected graph, so it is traced work here
+            if k is not None and outputs[k][node.args[1]] is node:
+                return (k, node.args[1])
+        elif op is DATA:
+            data = node.data
+            p = leaf_index.get(id(data))
+            if p is not None:
+                return -1 - p
+            if data.donated_in is not None or data.failure is not None or data.sharding is not None:
+                failed[0] = "the step reads a donated, failed or sharded buffer"
+                return None
+            p = leaf_index[id(data)] = len(leaves)
+            leaves.append(data)
+            parts.append(_leaf_code(node, data, held, position))
+            return -1 - p
+        ref = seen.get(id(node))
+        if ref is not None:
+            return ref
+        if op is SCALAR:   # a lifted scalar: an operand whose value is this step's
+            ref = seen[id(node)] = ("scalar", len(scalars))
+            scalars.append(node)
+            parts.append(node.sig)
+            return ref
+        traced[0] += 1   # counted on the way down: a chain stops at the bound, not at its end
+        if traced[0] > _MAX_TRACED:
+            failed[0] = f"more than {_MAX_TRACED} nodes of lazily traced work in the step"
+            return None
+        inputs = tuple(source(i) for i in node.inputs)   # recursion bounded by _MAX_TRACED
+        if None in inputs:
+            return None
+        ref = seen[id(node)] = ("traced", len(seen))
+        parts.append((node.sig, inputs))
+        return ref
+
+    failed = [""]
+    traced = [0]
+    for call in calls:
+        parts.append(call.sig)
+        for operand in call.inputs:
+            ref = source(operand)
+            if ref is None:
+                return failed[0]
+            parts.append(ref)
+    for node, _ in items:
+        ref = source(node)
+        if ref is None:
+            return failed[0]
+        parts.append(ref)
+    return tuple(parts)
+
+
+def _leaf_code(node: Node, data, held: dict, position: dict) -> tuple:
+    """What the donor plan decides a buffer by (alias/planner.py), besides the structure:
+    its owner (a pending storage's position; -1 none; -2 it still holds the buffer; -3 moved
+    on), whether other tensors hold it, its flags."""
+    owner = data.owner_storage()
+    holders = held.get(id(data), 0)
+    if owner is None:
+        where = -1
+    else:
+        where = position.get(id(owner))
+        if where is None:
+            value = owner.value
+            keeps = value.op is DATA and value.data is data
+            where = -2 if keeps else -3
+            holders -= keeps
+    return (node.sig, where, holders > 0, data.donate, data.read_only, data.external is None)
+
+
+def replay(attempt: Attempt, kind: str) -> Optional[tuple[Captured, tuple]]:
+    """Run the step (a sync of `kind`) as its recorded executable when its fingerprint is
+    known: the captured step and its output arrays, installed (None: the ordinary barrier
+    must run, then `record`)."""
+    if attempt.fingerprint is None:
+        return None
+    captured = _CAPTURES.get(attempt.fingerprint)
+    if captured is None:
+        return None
+    leaves = attempt.leaves
+    scalars = attempt.scalars
+    try:
+        if scalars:   # this step's values, sent with this run as the ordinary barrier sends them
+            metrics.counter_add("UploadedScalars", len(captured.scalar_gather))
+        args = scalar_values([scalars[p] for p in captured.scalar_gather], captured.packed,
+                             captured.travel) if scalars else []
+        outs = execute_params(captured.exe, [leaves[p] for p in captured.gather], args, attempt.device,
+                              (attempt.device,))
+    except Exception as e:
+        # Nothing was installed. Unless the backend consumed donated buffers before failing
+        # (then their tensors raise DonatedBufferError, as after the ordinary barrier's
+        # failure), the ordinary barrier runs the step again and reports the failure its way.
+        _CAPTURES.pop(attempt.fingerprint, None)
+        if isinstance(e, ExecutionFailure) and e.lost_buffers:
+            raise failures.not_applied(kind, attempt.device, e)   # as the stages raise it
+        LAST[0] = Outcome("not captured", f"the captured call failed ({type(e).__name__}); ran the ordinary barrier")
+        return None
+    slots = captured.slots
+    install_outputs(captured.avals, attempt.device, [(st, slots[i]) for i, (_, st) in enumerate(attempt.items)],
+                    outs)
+    metrics.counter_add("CachedCompile")   # its executable, found without a key: still a cached graph
+    metrics.counter_add("StepCaptureReplay")
+    LAST[0] = Outcome("replayed", "")
+    return captured, outs
+
+
+def record(attempt: Attempt, graph: Graph, targets: list, exe: Executable, decisions: list) -> None:
+    """The ordinary barrier ran `attempt`'s items as `graph` with `exe`: keep what its next
+    identical step needs (sync/pipeline.py's install stage calls this once the outputs are
+    installed)."""
+    if attempt.fingerprint is None:
+        return
+    if graph.merged_scalars is not None or len(targets) != len(attempt.items):
+        LAST[0] = Outcome("not captured", "the step graph merges equal scalars (a long chain), or has "
+                                          "tensors it could not compute")
+        return
+    position = {id(d): i for i, d in enumerate(attempt.leaves)}
+    gather = tuple(position.get(id(d), -1) for d in graph.params)
+    scalar_position = {id(n): i for i, n in enumerate(attempt.scalars)}
+    scalar_gather = tuple(scalar_position.get(id(n), -1) for n in graph.scalars)
+    if -1 in gather or -1 in scalar_gather:
+        LAST[0] = Outcome("not captured", "the step graph reads a value the pass did not meet")
+        return
+    _CAPTURES[attempt.fingerprint] = Captured(exe, decisions, gather, scalar_gather, graph,
+                                              tuple(slot for _, slot in targets))
+    while len(_CAPTURES) > _MAX_CAPTURES:
+        _CAPTURES.popitem(last=False)
+    metrics.counter_add("StepCaptureRecord")
+    LAST[0] = Outcome("recorded", "")
