@@ -63,7 +63,10 @@ def jax_dtype(dtype: torch.dtype):
 
 
 def torch_dtype(dtype) -> torch.dtype:
-    return JAX_TO_TORCH[np.dtype(dtype)]
+    # an array's dtype is an np.dtype already (one dict hit for every graph output);
+    # a JAX scalar type (jnp.float32) is converted first
+    found = JAX_TO_TORCH.get(dtype)
+    return found if found is not None else JAX_TO_TORCH[np.dtype(dtype)]
 
 
 def jax_devices() -> list:

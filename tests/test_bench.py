@@ -121,10 +121,60 @@ def test_report_mfu_beside_each_step_on_accelerators_only():
             _fake("mlp", "lazyxla", 10.0, model_flops_per_step=1e9, versions={"device_kind": "cpu"}),
             _fake("mlp", "eager", 10.0, model_flops_per_step=1e9, versions={"device_kind": "TPU v9 imaginary"})]
     text = report.render(recs, {"mode": "quick"})
-    assert "| gpt | lazyxla | 10.0 | 10.0 | 2.00x | 25.0% |" in text
+    assert "| gpt | lazyxla | 10.0 | 10.0 | 2.00x | 25.0% | 10.0 | 10.0 | 2.00x |" in text
     assert "| gpt | jax | 5.0 | 5.0 | 1.00x | 50.0% |" in text
     assert "| mlp | lazyxla | 10.0 | 10.0 | — | n/a |" in text and "| mlp | eager | 10.0 | 10.0 | — | n/a |" in text
     assert "TPU v5 lite: 197 TFLOP/s" in text and "TPU v9 imaginary: unknown (n/a)" in text
+
+
+def test_report_headline_is_the_pipelined_step():
+    """A training row leads with the pipelined step (no wait between steps) and its host
+    share, against the JAX limit's pipelined step; the step that waits every time comes
+    beside it, against the JAX limit's waiting step; MFU is the pipelined step's."""
+    peak = flops.PEAK_FLOPS["TPU v5 lite"]
+    kw = dict(model_flops_per_step=0.25 * peak * 0.012, versions={"device_kind": "TPU v5 lite"})
+    recs = [_fake("gpt", "lazyxla", 20.0, pipelined_ms=12.0, pipelined_host_ms=11.0,
+                  pipelined_counters={"device_waits": 0.0}, **kw),
+            _fake("gpt", "jax", 10.0, pipelined_ms=6.0, pipelined_host_ms=0.1, **kw),
+            _fake("trace", "lazyxla", 2.0, ops=200, trace_us_per_op={"median": 10.0})]
+    text = report.render(recs, {"mode": "quick"})
+    assert "| gpt | lazyxla | 12.0 | 11.0 | 2.00x | 25.0% | 20.0 | 20.0 | 2.00x |" in text
+    assert "| gpt | jax | 6.0 | 0.1 | 1.00x | 50.0% | 10.0 | 10.0 | 1.00x |" in text
+    assert "| 0.00 | — | 0 | ok |" in text   # device waits of a pipelined lazyxla step
+    assert [report.headline_ms(r) for r in recs] == [12.0, 6.0, 2.0]   # W4: its median step
+
+
+class _Loop:
+    """A backend that records what the pipelined loop calls, in order."""
+    def __init__(self):
+        self.calls = []
+
+    def begin_step(self):
+        self.calls.append("begin")
+
+    def mark_step(self):
+        self.calls.append("barrier")
+
+    def wait(self):
+        self.calls.append("wait")
+
+    def step_counters(self):
+        self.calls.append("counters")
+        return {"traced_ops": 30, "device_waits": 0, "fallback_ops": []}
+
+
+def test_pipelined_loop_waits_once_after_all_steps():
+    """torch_loops._pipelined: every step ends at its barrier with no wait; the one wait
+    comes after the counters are read (it is the bench's, not the step's); counters are
+    per step; the losses are read after the timing."""
+    from lazyxla.bench.torch_loops import _pipelined
+    loop = _Loop()
+    values = iter([3.0, 2.0, 1.0])
+    rec = _pipelined(loop, lambda: torch.tensor(next(values)), 3)
+    assert loop.calls == ["begin", "barrier", "barrier", "barrier", "counters", "wait"]
+    assert rec["pipelined_losses"] == [3.0, 2.0, 1.0]
+    assert rec["pipelined_counters"] == {"traced_ops": 10.0, "device_waits": 0.0}
+    assert rec["pipelined_ms"] >= rec["pipelined_host_ms"] > 0
 
 
 def test_chart_is_optional(tmp_path, monkeypatch):
@@ -246,6 +296,8 @@ def test_report_amp_rows_compare_losses_with_eager_under_autocast():
 def _fake(workload, system, step, variant="", **kw):
     rec = {"workload": workload, "system": system, "variant": variant, "ok": True,
            "step_ms": {"median": step, "min": step}, "peak_rss_mb": 100.0}
+    if workload in plan.TRAINING:
+        rec.update(pipelined_ms=step, pipelined_host_ms=step)
     rec.update(kw)
     return rec
 
@@ -303,7 +355,7 @@ def test_quick_donate_lazyxla_and_failing_cell_recorded(tmp_path):
     assert (out / "bench.png").exists()
 
 
-TRAIN_FIELDS = ("step_ms", "trace_ms", "first_step_s", "compiles_per_step", "graphs_per_step", "donors_per_graph",
+TRAIN_FIELDS = ("pipelined_ms", "pipelined_host_ms", "pipelined_counters", "step_ms", "trace_ms", "first_step_s", "compiles_per_step", "graphs_per_step", "donors_per_graph",
                 "traced_ops_per_step", "peak_rss_mb", "losses", "memory", "minor_faults_per_step")
 
 
@@ -322,6 +374,7 @@ def test_quick_all_workloads(tmp_path):
         assert lx["compiles_per_step"] == 0 and lx["graphs_per_step"] >= 1
         assert lx["donors_per_graph"] > 0 and lx["memory"]["alias_size_in_bytes"] > 0
         assert jx["compiles_per_step"] == 0 and jx["donors_per_graph"] > 0
+        assert len(jx["pipelined_losses"]) == len(lx["pipelined_losses"]) == 3 and jx["pipelined_ms"] > 0
         for r in (lx, eager):
             assert len(r["losses"]) == len(jx["losses"]) == 5
             assert abs(r["losses"][0] - jx["losses"][0]) <= 1e-3 * abs(jx["losses"][0])
@@ -392,5 +445,12 @@ def test_quick_compiled_training_matches_lazy_mode(tmp_path):
     assert compiled["compiles_per_step"] == 0 and compiled["graphs_per_step"] == 1
     assert 3 * compiled["traced_ops_per_step"] <= lazy["traced_ops_per_step"]
     assert compiled["donors_per_graph"] == lazy["donors_per_graph"] > 0
-    for a, b in zip(compiled["losses"], lazy["losses"]):
+    for a, b in zip(compiled["losses"] + compiled["pipelined_losses"], lazy["losses"] + lazy["pipelined_losses"]):
         assert abs(a - b) <= 1e-4 * abs(b)
+    # the pipelined steps (the headline): one graph a step, no compile, and nothing in
+    # the step waits for the device or reads it back
+    for r in (lazy, compiled):
+        c = r["pipelined_counters"]
+        assert (c["graphs"], c["compiles"], c["device_waits"], c["host_reads"]) == (1, 0, 0, 0)
+        assert len(r["pipelined_losses"]) == 3 and r["pipelined_ms"] >= r["pipelined_host_ms"] > 0
+    assert lazy["pipelined_counters"]["traced_ops"] == lazy["traced_ops_per_step"]

@@ -30,7 +30,7 @@ def test_bounded_table_refuses_a_tiny_cap():
 
 
 def test_the_real_tables_have_caps():
-    assert tracing._META_CACHE.cap == tracing.META_CACHE_CAP == 65536
+    assert tracing.META_CACHE.cap == tracing.META_CACHE_CAP == 65536
     assert ir_node._SIG_IDS.cap == ir_node._SIGS.cap == ir_node.SIG_TABLE_CAP == 131072
     assert ir_build._DATA_SIGS.cap <= ir_node.SIG_TABLE_CAP
 
@@ -38,7 +38,7 @@ def test_the_real_tables_have_caps():
 @pytest.fixture
 def small_tables(monkeypatch):
     """The tracer's tables with tiny caps (restored after)."""
-    monkeypatch.setattr(tracing, "_META_CACHE", BoundedTable(8))
+    monkeypatch.setattr(tracing, "META_CACHE", BoundedTable(8))
     monkeypatch.setattr(ir_node, "_SIG_IDS", BoundedTable(16))
     monkeypatch.setattr(ir_node, "_SIGS", BoundedTable(16))
     monkeypatch.setattr(ir_build, "_DATA_SIGS", BoundedTable(8))
@@ -49,7 +49,7 @@ def test_many_shapes_stay_within_the_caps_and_compute_right(dev, small_tables):
         x = torch.arange(float(n)).to(dev)
         y = (x * 2 + 1).sum()
         assert y.item() == float(n * n)   # sum of 2k+1 for k < n
-        assert len(tracing._META_CACHE) <= 8
+        assert len(tracing.META_CACHE) <= 8
         assert len(ir_node._SIG_IDS) <= 16 and len(ir_node._SIGS) <= 16 and len(ir_build._DATA_SIGS) <= 8
 
 

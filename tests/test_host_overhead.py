@@ -143,3 +143,36 @@ def test_a_steady_compiled_step_is_per_buffer_work(dev, fresh_compile_cache):
     assert (donors, params) == (212, 216)
     expected = _eager_losses(eager, len(losses))
     assert [round(l.item(), 4) for l in losses] == pytest.approx([round(v, 4) for v in expected], abs=2e-4)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+def test_steps_without_reads_never_wait_for_the_device(dev, compiled):
+    """Overlap (issue 50): in a loop of steps that read nothing, no sync waits for the
+    device work of the step before (counter `DeviceWait`: every host wait for device
+    results), so the host traces step k+1 while the device runs step k. Pinned per step:
+    the traced ops, one graph, no host read. A read waits once, and the values are eager's."""
+    train_step, eager = _w2(dev, compiled)
+    losses = [train_step().detach() for _ in range(3)]
+    lx.sync()
+    lx.wait_device_ops()
+    per_step = []
+    for _ in range(5):
+        metrics.clear_all()
+        losses.append(train_step().detach())
+        lx.sync()
+        per_step.append((metrics.counter_value("TracedOps"), metrics.counter_value("ExecuteComputation"),
+                         metrics.counter_value("MarkStep"), metrics.counter_value("DeviceWait"),
+                         metrics.metric_data("TransferFromDeviceTime")))
+    assert per_step == [(TRACED_PER_STEP[compiled], 1, 1, None, None)] * 5
+    metrics.clear_all()
+    last = losses[-1].item()    # a host read: the one wait
+    assert (metrics.counter_value("DeviceWait"), metrics.metric_data("TransferFromDeviceTime")[0]) == (1, 1)
+    expected = _eager_losses(eager, len(losses))
+    assert last == pytest.approx(expected[-1], abs=2e-4)
+    assert [round(l.item(), 4) for l in losses] == pytest.approx([round(v, 4) for v in expected], abs=2e-4)
+
+
+# traced ops of one W2 proxy step (forward, backward, foreach AdamW) and the loss's detach:
+# lazy mode traces every op; compiled mode AccumulateGrad's 53 detaches, backward's ones_like
+# and the detach
+TRACED_PER_STEP = {False: 606, True: 55}

@@ -8,6 +8,7 @@ import os
 import sys
 
 from .plan import SYSTEMS
+from .report import headline_ms
 
 CHART = "bench.png"
 
@@ -23,7 +24,7 @@ def _groups(records):
             continue
         label = r["workload"] + (f"\n{r['variant']}" if r.get("variant") else "")
         mem = r.get("peak_delta_mb") if r["workload"] == "donate" else r.get("peak_rss_mb")
-        step = (r.get("step_ms") or {}).get("median")
+        step = headline_ms(r)
         groups.setdefault(label, {})[r["system"]] = (step, mem)
     return list(groups.items())
 

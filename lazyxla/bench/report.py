@@ -110,10 +110,18 @@ def device_kind(r: dict) -> str | None:
     return _get(r, "versions", "device_kind")
 
 
+def headline_ms(r: dict):
+    """A record's headline step time: the pipelined step of a training cell (steps with no
+    wait between them, as training loops run: torch_loops._pipelined), else (W3, W4) the
+    median step, each of which waits for the device."""
+    pipelined = r.get("pipelined_ms")
+    return pipelined if pipelined is not None else _get(r, "step_ms", "median")
+
+
 def _mfu(r: dict) -> str:
-    """The record's model FLOPs utilisation at its median step, "n/a" where the device's
+    """The record's model FLOPs utilisation at its headline step, "n/a" where the device's
     peak is unknown (CPU)."""
-    value = mfu(r.get("model_flops_per_step"), _get(r, "step_ms", "median"), device_kind(r))
+    value = mfu(r.get("model_flops_per_step"), headline_ms(r), device_kind(r))
     return "n/a" if value is None else f"{value:.1%}"
 
 
@@ -123,28 +131,33 @@ def mfu_note(records) -> str:
     peaks = ", ".join(f"{k}: {PEAK_FLOPS[k] / 1e12:g} TFLOP/s" if k in PEAK_FLOPS else f"{k}: unknown (n/a)"
                       for k in kinds)
     return ("MFU: model FLOPs per step (6 · N · tokens + 12 · layers · d · seq · tokens, lazyxla/bench/flops.py) "
-            "/ median step time / the device's peak bf16 FLOP/s" + (f" ({peaks})" if peaks else "") +
+            "/ the pipelined step time (W1/W2; torch_loops._pipelined) / the device's peak bf16 FLOP/s" + (f" ({peaks})" if peaks else "") +
             "; float32 products count against the bf16 peak (one pass at the platform's default precision, "
             "several at \"highest\"); n/a on CPU.")
 
 
 def training_table(records) -> str:
-    """W1/W2 speed: step time against the JAX limit, MFU, tracing, compiles, graphs."""
+    """W1/W2 speed: the pipelined step (the headline) and its host share, the step that
+    waits every time, both against the JAX limit timed the same way; MFU, tracing,
+    compiles, graphs, and the device waits of a pipelined step."""
     rows = []
     for w, r, jax in _training_cells(records):
         if not r.get("ok"):
-            rows.append([w, r["system"]] + ["—"] * 12 + ["FAILED (see below)"])
+            rows.append([w, r["system"]] + ["—"] * 16 + ["FAILED (see below)"])
             continue
         rows.append([
-            w, r["system"], _f(_get(r, "step_ms", "median")), _f(_get(r, "step_ms", "min")),
-            _ratio(_get(r, "step_ms", "median"), _get(jax, "step_ms", "median")), _mfu(r),
+            w, r["system"], _f(r.get("pipelined_ms")), _f(r.get("pipelined_host_ms")),
+            _ratio(r.get("pipelined_ms"), jax.get("pipelined_ms")), _mfu(r),
+            _f(_get(r, "step_ms", "median")), _f(_get(r, "step_ms", "min")),
+            _ratio(_get(r, "step_ms", "median"), _get(jax, "step_ms", "median")),
             _f(_get(r, "trace_ms", "median")), _f(r.get("first_step_s"), 2), _f(r.get("warmup_compiles")),
             _f(r.get("compiles_per_step"), 2), _f(r.get("graphs_per_step"), 2),
-            _f(r.get("traced_ops_per_step"), 0), _f(r.get("fallbacks_per_step"), 1),
-            _f(len(r.get("losses") or [])), "ok"])
-    header = ["workload", "system", "step ms (median)", "step ms (min)", "× JAX", "MFU", "trace ms", "first step s",
-              "warm-up compiles", "compiles/step", "graphs/step", "traced ops/step", "host fallbacks/step",
-              "steps run", "status"]
+            _f(r.get("traced_ops_per_step"), 0), _f(_get(r, "pipelined_counters", "device_waits"), 2),
+            _f(r.get("fallbacks_per_step"), 1), _f(len(r.get("losses") or [])), "ok"])
+    header = ["workload", "system", "step ms (pipelined)", "host ms/step", "× JAX", "MFU",
+              "step ms, wait each (median)", "(min)", "× JAX (wait each)", "trace ms", "first step s",
+              "warm-up compiles", "compiles/step", "graphs/step", "traced ops/step", "device waits/step (pipelined)",
+              "host fallbacks/step", "steps run", "status"]
     return _table(header, rows)
 
 

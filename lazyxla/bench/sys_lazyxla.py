@@ -61,7 +61,9 @@ class LazyxlaBackend(TorchBackend):
         if alias:
             self.alias_counts += [v for _, v in alias[2]]
         compile_time = m.metric_data("CompileTime")
-        return {"compiles": m.counter_value("UncachedCompile") or 0,
+        reads = m.metric_data("TransferFromDeviceTime")
+        return {"device_waits": m.counter_value("DeviceWait") or 0, "host_reads": reads[0] if reads else 0,
+                "compiles": m.counter_value("UncachedCompile") or 0,
                 "cached_compiles": m.counter_value("CachedCompile") or 0,
                 "graphs": m.counter_value("ExecuteComputation") or 0,
                 "traced_ops": m.counter_value("TracedOps") or 0,

@@ -56,7 +56,7 @@ _counters = metrics._counters
 
 
 def dispatch(func, args, kwargs):
-    info = INFOS.get(func)
+    info = INFOS.get(id(func))
     if info is None:
         info = classify(func)
     _counters["TracedOps"] += 1
@@ -164,7 +164,7 @@ def classify(func) -> OpInfo:
         info.handler = functional if func in LOWERINGS else _fallback_or_decompose(func)
     if _is_like_factory(func):
         info.handler = _honouring_device_kwarg(info.handler)
-    INFOS[func] = info
+    INFOS[id(func)] = info
     return info
 
 

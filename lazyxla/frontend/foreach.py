@@ -6,13 +6,14 @@ the matching single-tensor op (resolved once per foreach overload).
 """
 from __future__ import annotations
 
+from itertools import repeat
+
 import torch
 
 from ..ir.ops import facts, register_fact
-from .primitives import run_op
+from .primitives import op_info, run_op
 
 aten = torch.ops.aten
-_RESOLVED: dict = {}
 _OVERLOAD_CANDIDATES = {
     "List": ("Tensor", "default"),
     "Scalar": ("Scalar", "Tensor", "default"),
@@ -36,56 +37,60 @@ def _find(op_name: str, overload: str):
     return None
 
 
-def _resolve(func) -> tuple:
-    """(single-tensor op, write_back): write_back when an in-place foreach op has only a
-    functional single-tensor twin (e.g. _foreach_maximum_ -> maximum, then copy into self)."""
-    resolved = _RESOLVED.get(func)
-    if resolved is None:
+class _Plan:
+    """How one foreach overload runs, decided once: its single-tensor op and that op's
+    classification (the element handler, called directly), whether the result is copied
+    back into self, and how its arguments split into positional and keyword ones."""
+    __slots__ = ("func", "target", "info", "write_back", "n_pos", "kw_names", "inplace")
+
+    def __init__(self, func) -> None:
+        self.func = func   # held: keeps id(func), its key in _PLANS, from being reused
         base = func._schema.name.split("::")[-1]
         name = base[len("_foreach_"):]
-        if func in _TARGETS:
-            resolved = (_TARGETS[func], False)
-        else:
+        target = _TARGETS.get(func)
+        write_back = False
+        if target is None:
             target = _find(name, func._overloadname)
-            if target is not None:
-                resolved = (target, False)
-            elif name.endswith("_") and _find(name[:-1], func._overloadname) is not None:
-                resolved = (_find(name[:-1], func._overloadname), True)
-            else:
+            if target is None and name.endswith("_"):
+                # an in-place foreach op with only a functional single-tensor twin
+                # (_foreach_maximum_ -> maximum, then copied into self)
+                target, write_back = _find(name[:-1], func._overloadname), True
+            if target is None:
                 raise NotImplementedError(f"lazyxla: no single-tensor op for {func}")
-        _RESOLVED[func] = resolved
-    return resolved
+        args = target._schema.arguments
+        self.target, self.info, self.write_back = target, op_info(target), write_back
+        self.n_pos = sum(1 for a in args if not a.kwarg_only)
+        self.kw_names = tuple(a.name for a in args if a.kwarg_only)
+        self.inplace = base.endswith("_")
 
 
-def _split_positional(target) -> tuple[int, tuple]:
-    """(number of positional args of `target`, names of its keyword-only args)."""
-    args = target._schema.arguments
-    return (sum(1 for a in args if not a.kwarg_only), tuple(a.name for a in args if a.kwarg_only))
+# id(foreach OpOverload) -> its _Plan (by id: OpOverload's __hash__ is a Python call)
+_PLANS: dict = {}
+
+
+def plan_of(func) -> _Plan:
+    plan = _PLANS.get(id(func))
+    if plan is None:
+        plan = _PLANS[id(func)] = _Plan(func)
+    return plan
 
 
 def foreach_handler(func, info, args, kwargs):
-    target, write_back = _resolve(func)
-    n_pos, kw_names = _split_positional(target)
-    if len(args) > n_pos:
+    plan = plan_of(func)
+    target, element, handler = plan.target, plan.info, plan.info.handler
+    if len(args) > plan.n_pos:
         # e.g. _foreach_addcmul_(self, t1, t2, value) -> addcmul_(self, t1, t2, *, value)
-        kwargs = dict(kwargs, **dict(zip(kw_names, args[n_pos:])))
-        args = args[:n_pos]
+        kwargs = dict(kwargs, **dict(zip(plan.kw_names, args[plan.n_pos:])))
+        args = args[:plan.n_pos]
     n = next(len(a) for a in args if isinstance(a, (list, tuple)))   # the scalar may come first
-    inplace = info.name.endswith("_")
-    per_element = []
-    for a in args:
-        if isinstance(a, (list, tuple)) and len(a) == n:
-            per_element.append(a)
-        else:
-            per_element.append(None)
+    # one column per argument: a list of n gives an element each, anything else repeats
+    columns = [a if isinstance(a, (list, tuple)) and len(a) == n else repeat(a, n) for a in args]
+    per_element_kw = [k for k, v in kwargs.items() if isinstance(v, (list, tuple)) and len(v) == n]
     results = []
-    for i in range(n):
-        el_args = tuple(a[i] if pa is not None else a for a, pa in zip(args, per_element))
-        el_kwargs = {k: (v[i] if isinstance(v, (list, tuple)) and len(v) == n else v) for k, v in kwargs.items()}
-        result = run_op(target, el_args, el_kwargs)
-        if write_back:
+    for i, el_args in enumerate(zip(*columns)):
+        el_kwargs = kwargs if not per_element_kw else dict(kwargs, **{k: kwargs[k][i] for k in per_element_kw})
+        result = handler(target, element, el_args, el_kwargs)
+        if plan.write_back:
             run_op(aten.copy_.default, (el_args[0], result), {})
         results.append(result)
-    if inplace:
-        return None
-    return results
+    return None if plan.inplace else results

@@ -34,6 +34,10 @@ def _is_scalar_type(t) -> bool:
 
 
 class OpInfo:
+    """What lazyxla knows of one OpOverload. It also heads the op's shape-inference keys
+    (frontend/tracing.py), which are its nodes' signatures: one OpInfo per OpOverload
+    (dispatch.classify), hashed by identity in C where the OpOverload's `__hash__` is a
+    Python call on every lookup; printed as its op (explanations of cache misses)."""
     __slots__ = ("func", "name", "arg_names", "scalar_slots", "scalar_kw", "kind",
                  "functional", "handler", "offset_free")
 
@@ -56,6 +60,11 @@ class OpInfo:
         self.kind = "functional"
         self.functional: Optional[object] = None
         self.handler = None
+
+    def __str__(self) -> str:
+        return str(self.func)
+
+    __repr__ = __str__
 
 
 def is_inplace(func) -> bool:

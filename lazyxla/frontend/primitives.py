@@ -25,10 +25,13 @@ from .fallback import run_on_host
 from .opinfo import OpInfo
 from .tensor import LazyTensor, copy_bits
 from .torch_compat import decomposition_table, has_composite_implicit_kernel
+from . import tracing
 from .tracing import DeviceMismatchError, convert_call, lookup, trace, wrap_outputs
 
 aten = torch.ops.aten
-# OpInfo of each OpOverload met so far (filled by the router's classify)
+# OpInfo of each OpOverload met so far, by id(OpOverload) (filled by the router's classify).
+# Keyed by id: OpOverload's __hash__ is a Python method, a call per op on the hot path; the
+# id stays valid because the OpInfo holds its OpOverload.
 INFOS: dict = {}
 
 
@@ -53,7 +56,7 @@ def set_router(classify: Callable[..., OpInfo]) -> None:
 
 def op_info(func) -> OpInfo:
     """The op's classification (its handler): cached, else made by the router."""
-    info = INFOS.get(func)
+    info = INFOS.get(id(func))
     return info if info is not None else _ROUTER.classify(func)
 
 
@@ -98,7 +101,8 @@ def inplace(func, info, args, kwargs):
     if self._view is not None and info.functional not in _FILLS:  # eager fills overlapping memory
         check_no_internal_overlap(self)
     nargs, nkw, inputs, key, _ = convert_call(info, args, kwargs)
-    entry = lookup(key, func, args, kwargs)  # meta run of the in-place op: eager's errors
+    # a miss runs the in-place op on meta tensors: eager's errors
+    entry = tracing.META_CACHE.get(key) or lookup(key, func, args, kwargs)
     self.write(traced_node(info.functional, nargs, nkw, inputs, entry))
     return self
 
@@ -143,6 +147,8 @@ def positional(info, args, kwargs) -> tuple:
     """All arguments after self as a positional tuple (schema defaults filled in)."""
     if not kwargs:
         rest = args[1:]
+        if list not in map(type, rest):   # the common case, without a Python frame per argument
+            return rest
     else:
         schema_args = info.func._schema.arguments
         rest = list(args[1:])
@@ -159,8 +165,8 @@ def positional(info, args, kwargs) -> tuple:
 def view(func, info, args, kwargs):
     self = args[0]
     vargs = positional(info, args, kwargs)
-    key = (func, self._mkey) + vargs
-    entry = lookup(key, func, args, kwargs)
+    key = (info, self._mkey) + vargs
+    entry = tracing.META_CACHE.get(key) or lookup(key, func, args, kwargs)
     spec = entry.spec
     step = (func, vargs, spec[0], spec[3], entry)
     parent = self.checked_value()

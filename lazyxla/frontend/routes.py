@@ -135,7 +135,7 @@ def route(op: Any) -> Route:
                      f"(a sync and two transfers per call; counted in lx.metrics '{func._schema.name}')",
                      fallback.run_on_host)
     if handler is foreach.foreach_handler:
-        target, write_back = foreach._resolve(func)
-        how = f"one node of {target} per list element" + (", copied into self" if write_back else "")
-        return Route(func, FOREACH, how, foreach.foreach_handler, route(target))
+        plan = foreach.plan_of(func)
+        how = f"one node of {plan.target} per list element" + (", copied into self" if plan.write_back else "")
+        return Route(func, FOREACH, how, foreach.foreach_handler, route(plan.target))
     return Route(func, SPECIAL, "a handler of its own (more than recording a node)", handler)

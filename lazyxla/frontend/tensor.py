@@ -30,10 +30,16 @@ _DATA = torch.Tensor.data
 class LazyTensor(torch.Tensor):
 
     @staticmethod
-    def wrap(storage: Storage, view, node: Node, spec: tuple) -> "LazyTensor":
+    def wrap(storage: Storage, view, node: Node, spec: tuple, contiguous: bool = False) -> "LazyTensor":
+        """A tensor of `spec` over `storage`. `contiguous`: the caller knows `spec` is
+        contiguous from offset 0, torch's default layout, so strides and offset are not
+        passed (torch parses fewer arguments: about 0.4 us of 2.3 per new tensor)."""
         shape, stride, offset, dtype = spec
-        t = _make_wrapper(LazyTensor, shape, strides=stride, storage_offset=offset,
-                          dtype=dtype, device=DEVICES[storage.device])
+        if contiguous:
+            t = _make_wrapper(LazyTensor, shape, dtype=dtype, device=DEVICES[storage.device])
+        else:
+            t = _make_wrapper(LazyTensor, shape, strides=stride, storage_offset=offset,
+                              dtype=dtype, device=DEVICES[storage.device])
         t._st = storage
         if view is None:
             storage.base_spec = spec
@@ -85,7 +91,7 @@ class LazyTensor(torch.Tensor):
     def checked_value(self) -> Node:
         """`lazy_value()`, raising `DonatedBufferError` if it is a donated buffer and
         `FailedOpError` if it carries a failed graph's error."""
-        node = self.lazy_value()
+        node = self._st.value if self._view is None else self.lazy_value()
         if node.op is DATA and (node.data.donated_in is not None or node.data.failure is not None):
             raise unusable_error(node.data)
         return node

@@ -31,7 +31,9 @@ from .tensor import LazyTensor
 from .storage import Storage
 
 META_CACHE_CAP = 65536
-_META_CACHE = BoundedTable(META_CACHE_CAP)
+# key -> MetaEntry. The handlers' hot paths read it inline, `META_CACHE.get(key) or
+# lookup(...)` (an entry is never falsy), and `lookup` fills it on a miss.
+META_CACHE = BoundedTable(META_CACHE_CAP)
 _SCALAR_TYPES = (float, int, bool, complex)
 # Lifted ints travel as int64; one beyond (a uint64 value from 2**63 on) stays a
 # compile-time constant of its node instead (rare: a recompile per such value).
@@ -69,7 +71,7 @@ def forget_lifted_scalars() -> None:
 
 
 def _tensor_operand(t: LazyTensor, parts: list, inputs: list, devs: list, offset_free: bool) -> Node:
-    node = t.lazy_value()
+    node = t._st.value if t._view is None else t.lazy_value()
     if node.op is DATA and (node.data.donated_in is not None or node.data.failure is not None):
         raise unusable_error(node.data)
     key = t._mkey
@@ -150,13 +152,15 @@ def convert(value, scalar_slot: bool, parts: list, inputs: list, devs: list, off
 
 def convert_call(info, args, kwargs):
     """Convert a whole call. Returns (node_args, node_kwargs, inputs, key, device)."""
-    parts: list = [info.func]
+    parts: list = [info]
     inputs: list = []
     devs: list = []
     slots = info.scalar_slots
     nslots = len(slots)
     free = info.offset_free
-    nargs = tuple([convert(a, i < nslots and slots[i], parts, inputs, devs, free) for i, a in enumerate(args)])
+    # tensors, most arguments, straight to their conversion (a frame fewer each)
+    nargs = tuple([_tensor_operand(a, parts, inputs, devs, free) if type(a) is LazyTensor
+                   else convert(a, i < nslots and slots[i], parts, inputs, devs, free) for i, a in enumerate(args)])
     nkw = None
     if kwargs:
         nkw = {}
@@ -358,8 +362,9 @@ def _gib(nbytes: int) -> str:
 
 class MetaEntry(OpSignature):
     """One shape-inference cache entry: the call's signature (its key interned, the output
-    avals; ir/build.py) and the full output specs (with strides) its tensors wrap."""
-    __slots__ = ("spec", "multi")
+    avals; ir/build.py), the full output specs (with strides) its tensors wrap, and whether
+    each is contiguous from offset 0 (LazyTensor.wrap then passes torch less)."""
+    __slots__ = ("spec", "multi", "contiguous")
 
     def __init__(self, key: tuple, spec, multi: bool) -> None:
         if multi:
@@ -369,33 +374,38 @@ class MetaEntry(OpSignature):
             super().__init__(key, spec[0], spec[3])
         self.spec = spec
         self.multi = multi
+        self.contiguous = tuple(_is_contiguous(s) for s in spec) if multi else _is_contiguous(spec)
+
+
+def _is_contiguous(spec) -> bool:
+    return spec is not None and spec[2] == 0 and spec[1] == contiguous_strides(spec[0])
 
 
 def lookup(key, func, args, kwargs) -> MetaEntry:
     """The cache entry of `key` (one dict hit), inferred on meta tensors the first time."""
-    entry = _META_CACHE.get(key)
+    entry = META_CACHE.get(key)
     if entry is None:
         spec, multi = infer(func, args, kwargs)
-        entry = _META_CACHE.put(key, MetaEntry(key, spec, multi))
+        entry = META_CACHE.put(key, MetaEntry(key, spec, multi))
     return entry
 
 
 def wrap_outputs(node: Node, entry: MetaEntry, device: int):
     """New base tensors (fresh storages) for the outputs of `node`."""
     if not entry.multi:
-        return LazyTensor.wrap(Storage(node, device), None, node, entry.spec)
+        return LazyTensor.wrap(Storage(node, device), None, node, entry.spec, entry.contiguous)
     outs = []
     for i, spec in enumerate(entry.spec):
         if spec is None:
             outs.append(None)
             continue
         item = getitem_node(node, i)
-        outs.append(LazyTensor.wrap(Storage(item, device), None, item, spec))
+        outs.append(LazyTensor.wrap(Storage(item, device), None, item, spec, entry.contiguous[i]))
     return tuple(outs)
 
 
 def trace(func, info, args, kwargs, op=None):
     """Record `func(*args, **kwargs)` as a node computed by `op` (default: func)."""
     nargs, nkw, inputs, key, device = convert_call(info, args, kwargs)
-    entry = lookup(key, func, args, kwargs)
+    entry = META_CACHE.get(key) or lookup(key, func, args, kwargs)
     return traced_node(op if op is not None else func, nargs, nkw, inputs, entry), entry, device

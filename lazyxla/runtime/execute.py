@@ -1,7 +1,7 @@
 """Running a compiled graph.
 
 Execution is asynchronous: JAX returns futures immediately, only host reads
-block. Donated parameters are marked dead with the graph key that consumed them;
+and `wait_all` block (each such wait counts `DeviceWait`, as does transfer.download). Donated parameters are marked dead with the graph key that consumed them;
 the output arrays go back to sync/, which installs them (sync/install.py).
 """
 from __future__ import annotations
@@ -124,6 +124,7 @@ def wait_all() -> None:
         _in_flight.clear()
     live = [a for a in pending if a is not None and not a.is_deleted()]
     if live:
+        metrics.counter_add("DeviceWait")
         with device_waits.waiting_thread():   # the exit handler lets this wait return first
             jax.block_until_ready(live)
 

@@ -119,6 +119,7 @@ def download(array, dtype: torch.dtype) -> torch.Tensor:
     """Blocking copy of a device array to a new CPU tensor of `dtype` (the array may be
     held in a narrower storage dtype: the copy is widened on the host)."""
     check_not_forked()
+    metrics.counter_add("DeviceWait")
     with metrics.timed("TransferFromDeviceTime"):
         if array.is_fully_addressable:
             host = np.asarray(array)
