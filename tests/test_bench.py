@@ -547,7 +547,9 @@ def test_quick_hf_model_phases(tmp_path):
     assert lazy["ok"] and eager["ok"], (lazy.get("error"), eager.get("error"))
     torch.testing.assert_close(torch.tensor(lazy["losses"]), torch.tensor(eager["losses"]), rtol=1e-4, atol=1e-5)
     phases = lazy["phases"]
-    for stage in ("trace", "collect", "plan", "key and cache", "dispatch", "install"):
+    for stage in ("implied step barrier (optimizer.step)", "step barrier", "collect", "plan", "key and cache",
+                  "dispatch", "install"):
         assert phases[stage]["count"] == 1 and phases[stage]["ms"] > 0, stage
+    assert phases["trace"]["count"] == 2   # before each of the two syncs
     assert phases["device"]["count"] == 1 and "compile" not in phases
     assert lazy["first_step_phases"]["compile"]["count"] == 1 and "phases" not in eager
