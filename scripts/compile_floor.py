@@ -19,11 +19,11 @@ import torch
 
 import lazyxla as lx
 from lazyxla import workloads
-from lazyxla.bench.hf_models import CausalLMWorkload
+from lazyxla.bench.hf_models import HFWorkload
 
 
 def run(name: str, mode: str, steps: int) -> tuple[float, float]:
-    wl = CausalLMWorkload(name, "gpt2_small") if name == "gpt2-124m" else workloads.make(name)
+    wl = HFWorkload(name, "gpt2_small", "sdpa") if name == "gpt2-124m" else workloads.make(name)
     on_cpu = mode == "aot_eager"
     dev = torch.device("cpu") if on_cpu else lx.device()
     model = wl.model.to(dev)

@@ -24,10 +24,8 @@ from torch.nn import functional as F
 
 import lazyxla as lx
 from lazyxla import workloads as W
+from lazyxla.bench.plan import GPT_SIZES
 
-SIZES = {"proxy": (dict(d=64, heads=4, layers=4, seq=32), 2),
-         "reference": ({}, 8),
-         "gpt2": (dict(vocab=50304, d=768, heads=12, layers=12, seq=512), 8)}
 _META = torch.device("meta")
 
 
@@ -108,8 +106,8 @@ def _build(plan, args):
 
 
 def _train(device: str, size: str, steps: int, floor: bool = False) -> float:
-    overrides, batch = SIZES[size]
-    cfg = W.GPTConfig(**overrides)
+    overrides, batch = GPT_SIZES[size]
+    cfg = W.GPTConfig(**(overrides or {}))
     torch.manual_seed(0)
     model = W.gpt(cfg)
     tokens = torch.randint(0, cfg.vocab, (batch, cfg.seq + 1), generator=torch.Generator().manual_seed(1))
@@ -163,7 +161,7 @@ def _host_cpu_s() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", choices=sorted(SIZES), default="proxy")
+    parser.add_argument("--size", choices=sorted(GPT_SIZES), default="proxy")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--systems", default="eager,floor,lazyxla",
                         help="comma-separated: eager (CPU), floor (the Floor subclass), lazyxla (lazy mode)")

@@ -22,8 +22,10 @@ import torch.nn.functional as F
 
 import lazyxla as lx
 from lazyxla import workloads
+from lazyxla.bench.plan import GPT_SIZES
 
-B, T, D, H, V = 8, 128, 256, 4, 4096
+_W2 = workloads.GPTConfig()   # W2's reference size (the bench's default --gpt-size)
+B, T, D, H, V = GPT_SIZES["reference"][1], _W2.seq, _W2.d, _W2.heads, _W2.vocab
 
 
 def _linears(dev) -> Callable:

@@ -3,6 +3,7 @@ computes, the report and chart render, and the quick mode runs end to end in
 subprocesses with sane, complete records."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -454,3 +455,101 @@ def test_quick_compiled_training_matches_lazy_mode(tmp_path):
         assert (c["graphs"], c["compiles"], c["device_waits"], c["host_reads"]) == (1, 0, 0, 0)
         assert len(r["pipelined_losses"]) == 3 and r["pipelined_ms"] >= r["pipelined_host_ms"] > 0
     assert lazy["pipelined_counters"]["traced_ops"] == lazy["traced_ops_per_step"]
+
+
+# -- depth, Hugging Face workloads, host phases ----------------------------------------------
+
+def test_cells_layers_run_w2_at_each_depth_and_block_form():
+    cs = plan.cells(("gpt", "mlp"), ("lazyxla", "jax"), layers=(1, 2))
+    assert [c.label for c in cs] == ["mlp/lazyxla", "mlp/jax"] + [
+        f"gpt[{v}]/{s}" for n in (1, 2) for v, s in ((f"layers-{n}", "lazyxla"), (f"layers-{n}", "jax"),
+                                                      (f"layers-{n}-scan", "lazyxla"), (f"layers-{n}-stacked", "lazyxla"))]
+    scan = cs[4]
+    assert scan.depth == (1, "scan") and cs[2].depth == (1, "loop") and cs[0].depth is None
+    config = scan.settings(plan.QUICK).gpt_config
+    assert (config["layers"], config["scan"], config["stacked"], config["d"]) == (1, True, False, 64)
+    assert cs[0].settings(plan.QUICK) is plan.QUICK
+    assert plan.base_variant("layers-2-stacked") == "layers-2" and plan.base_variant("amp-bf16") == ""
+
+
+def test_hf_workloads_run_only_when_named_and_without_a_jax_limit():
+    from lazyxla.bench.__main__ import parse_args
+    assert not set(plan.HF_TINY) & set(parse_args([]).workloads)
+    cs = plan.cells(parse_args(["--workloads", "hf-t5", "--layers", "3"]).workloads, plan.SYSTEMS)
+    assert [c.label for c in cs] == ["hf-t5/lazyxla", "hf-t5/lazyxla_compiled", "hf-t5/eager", "hf-t5/torch_xla"]
+    wl = make_workload(load_workloads(), "hf-vit", plan.QUICK)
+    assert wl.key == "pixel_values" and flops.model_flops_per_step(wl.model, wl.inputs) is None
+    loss = wl.loss(wl.model, wl.inputs, wl.targets)
+    assert loss.ndim == 0 and torch.isfinite(loss)
+
+
+class _Recording:
+    def __init__(self, events):
+        self.events = events
+
+    def summary(self):
+        from lazyxla.runtime import timeline
+        return timeline.summary(self.events)
+
+
+class _TimelineLoop(_Loop):
+    """A backend whose host timeline holds, per step, a trace from the last sync, a sync with
+    a collect stage, and a graph on the device launched in the sync."""
+
+    def __init__(self):
+        super().__init__()
+        self.events, self.t, self.last_sync = [], 0, None
+
+    @contextlib.contextmanager
+    def host_timeline(self):
+        yield _Recording(self.events)
+
+    def mark_step(self):
+        super().mark_step()
+        import time as _time
+        now = _time.perf_counter_ns()
+        if self.last_sync is not None:
+            self.events.append(("trace", "host", self.last_sync, now - 3, {}))
+        self.events += [("step barrier", "host", now - 3, now, {}), ("collect", "host", now - 2, now - 1, {}),
+                        ("graph 1", "device", now - 1, now + 10**9, {})]
+        self.last_sync = now
+
+
+def test_phases_count_each_step_once_and_sum_the_device_graphs():
+    """torch_loops._phases: one step runs before the counted ones, so that every counted
+    step has its trace; the step before's sync stages and graph are not counted."""
+    from lazyxla.bench.torch_loops import _phases
+    loop = _TimelineLoop()
+    phases = _phases(loop, lambda: None, 4)
+    assert loop.calls == ["barrier"] * 5 + ["wait"]
+    assert {k: v["count"] for k, v in phases.items()} == {"trace": 1, "step barrier": 1, "collect": 1, "device": 1}
+    assert phases["device"]["ms"] >= 1000
+
+
+def test_report_depth_and_phases_tables():
+    recs = [_fake("gpt", "lazyxla", 5.0, "layers-2-scan", first_step_counters={"compile_s": 1.5},
+                  phases={"collect": {"count": 1.0, "ms": 0.5}, "trace": {"count": 2.0, "ms": 3.0}},
+                  first_step_phases={"compile": {"count": 1, "ms": 900.0}}),
+            _fake("gpt", "jax", 1.0, "layers-2")]
+    text = report.render(recs, {"mode": "quick"})
+    assert "| 2 | scan | lazyxla | — | 1.50 | 5.0 |" in text and "| 2 | loop | jax |" in text
+    rows = [line for line in text.splitlines() if line.startswith("| gpt[layers-2-scan] | lazyxla | ")]
+    assert [r.split(" | ")[2] for r in rows[-3:]] == ["trace", "collect", "compile"]
+    assert "| gpt[layers-2-scan] | lazyxla | 5.0 |" in text and "| 5.00x |" in text   # the same depth's JAX limit
+
+
+def test_quick_hf_model_phases(tmp_path):
+    """A tiny Hugging Face model trains like eager on lazyxla; --phases records its steady
+    stages per step (one graph, two syncs: optimizer.step's implied barrier and lx.sync)
+    and its first step's compile."""
+    _, recs = _run(tmp_path, "--workloads", "hf-gpt2", "--systems", "lazyxla,eager", "--phases")
+    lazy, eager = recs[("hf-gpt2", "", "lazyxla")], recs[("hf-gpt2", "", "eager")]
+    assert lazy["ok"] and eager["ok"], (lazy.get("error"), eager.get("error"))
+    torch.testing.assert_close(torch.tensor(lazy["losses"]), torch.tensor(eager["losses"]), rtol=1e-4, atol=1e-5)
+    phases = lazy["phases"]
+    for stage in ("implied step barrier (optimizer.step)", "step barrier", "collect", "plan", "key and cache",
+                  "dispatch", "install"):
+        assert phases[stage]["count"] == 1 and phases[stage]["ms"] > 0, stage
+    assert phases["trace"]["count"] == 2   # before each of the two syncs
+    assert phases["device"]["count"] == 1 and "compile" not in phases
+    assert lazy["first_step_phases"]["compile"]["count"] == 1 and "phases" not in eager

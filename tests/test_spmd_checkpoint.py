@@ -26,15 +26,9 @@ def _mlp():
 
 
 def _steps(model, opt, x, y, n: int, sync=lambda: None) -> list:
-    losses = []
-    for _ in range(n):
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        sync()
-        losses.append(loss.item())
-    return losses
+    # lazy: lazyxla is imported when a test runs, as everywhere in this file
+    from lazyxla.examples._local_processes import train
+    return train(opt, lambda: torch.nn.functional.mse_loss(model(x), y), n, sync)
 
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")

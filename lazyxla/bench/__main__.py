@@ -21,6 +21,16 @@ def _csv(value: str, allowed: tuple) -> tuple:
     return items
 
 
+def _depths(value: str) -> tuple:
+    try:
+        layers = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of layer counts: {value!r}") from None
+    if not layers or min(layers) < 1:
+        raise argparse.ArgumentTypeError(f"layer counts must be positive: {value!r}")
+    return layers
+
+
 def _git_commit() -> str:
     try:
         here = os.path.dirname(os.path.abspath(__file__))
@@ -88,6 +98,13 @@ def parse_args(argv=None):
     ap.add_argument("--spmd", action="store_true",
                     help="also train W2 in SPMD mode on 8 forced host devices, data parallel and FSDP, on lazyxla "
                          "and a hand-written JAX jit with the same shardings (variants spmd-dp, spmd-fsdp)")
+    ap.add_argument("--layers", type=_depths, default=(),
+                    help="W2 at each of these depths (comma-separated, e.g. 4,16,32) instead of its own, and on "
+                         "lazyxla also with scan_layers and ScannedLayers (variants layers-N, layers-N-scan, "
+                         "layers-N-stacked); a Depth table")
+    ap.add_argument("--phases", action="store_true",
+                    help="also record lazyxla's first step and a pipelined block on lx.debug.host_timeline: "
+                         "a table of host ms per step by stage (trace, collect, plan, compile, dispatch, ...)")
     ap.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     return ap.parse_args(argv)
 
@@ -99,14 +116,15 @@ def main(argv=None) -> int:
         settings = settings.with_gpt_size(args.gpt_size)
     overrides = {k: v for k, v in (("steps", args.steps), ("warmup", args.warmup), ("hf_steps", args.steps),
                                    ("hf_warmup", args.warmup), ("timeout_s", args.timeout),
-                                   ("matmul_precision", args.matmul_precision)) if v is not None}
+                                   ("matmul_precision", args.matmul_precision), ("phases", args.phases or None))
+                 if v is not None}
     settings = type(settings).from_dict({**settings.to_dict(), **overrides})
     systems = args.systems
     skipped = []
     if "torch_xla" in systems and not args.torch_xla_python:
         systems = tuple(s for s in systems if s != "torch_xla")
         skipped.append("torch_xla (no --torch-xla-python)")
-    todo = cells(args.workloads, systems, amp=args.amp, spmd=args.spmd)
+    todo = cells(args.workloads, systems, amp=args.amp, spmd=args.spmd, layers=args.layers)
     if not todo:
         print("nothing to run", file=sys.stderr)
         return 2
@@ -122,7 +140,7 @@ def main(argv=None) -> int:
             "commit": _git_commit(), "host": platform.node(), "cpus": len(os.sched_getaffinity(0)),
             "python": sys.version.split()[0], "warmup": settings.warmup, "steps": settings.steps,
             "jobs": jobs, "gpt size": settings.gpt_size, "matmul precision": settings.matmul_precision,
-            "amp": args.amp, "spmd": args.spmd, "skipped": ", ".join(skipped), "load before": _load()}
+            "amp": args.amp, "spmd": args.spmd, "layers": ",".join(map(str, args.layers)), "skipped": ", ".join(skipped), "load before": _load()}
     records = run_all(todo, settings, args.out, args.torch_xla_python, jobs=jobs, progress=not args.no_progress)
     meta["load after"] = _load()
     text = render(records, meta)

@@ -9,8 +9,9 @@ import numpy as np
 from .flops import model_flops_per_step
 
 
-def export_workload(name: str, settings, out_dir: str) -> str:
-    """Write `name`'s state_dict, inputs and targets to `out_dir/<name>.npz`; return the path."""
+def export_workload(name: str, settings, out_dir: str, file_name: str = "") -> str:
+    """Write `name`'s state_dict, inputs and targets to `out_dir/<file_name or name>-<mode>.npz`;
+    return the path."""
     # lazy: the JAX child imports this module and has no torch (module docstring)
     from .torch_backend import load_workloads, make_workload
     wl = make_workload(load_workloads(), name, settings)
@@ -23,7 +24,7 @@ def export_workload(name: str, settings, out_dir: str) -> str:
     arrays["__inputs__"] = wl.inputs.numpy()
     arrays["__targets__"] = wl.targets.numpy()
     os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, f"{name}-{settings.mode}.npz")
+    path = os.path.join(out_dir, f"{file_name or name}-{settings.mode}.npz")
     np.savez(path, **arrays)
     return path
 

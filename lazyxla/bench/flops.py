@@ -61,11 +61,14 @@ def _transformer_shape(model) -> tuple[int, int]:
     return int(layers or 0), int(width or 0)
 
 
-def model_flops_per_step(model, inputs) -> float:
+def model_flops_per_step(model, inputs) -> float | None:
     """Training FLOPs of one step of `model` on the batch `inputs`: token ids (batch...,
-    seq) for a transformer, (samples, features) otherwise."""
+    seq) for a transformer, (samples, features) otherwise; None for a transformer fed
+    pixels (a vision transformer's tokens are its patches, which this count does not know)."""
     matmul_params = sum(p.numel() for p in model.parameters()) - sum(t.numel() for t in _lookup_tables(model))
     layers, width = _transformer_shape(model)
+    if layers and inputs.is_floating_point():
+        return None
     if layers:
         return train_flops(matmul_params, inputs.numel(), layers, width, inputs.shape[-1])
     return train_flops(matmul_params, inputs.shape[0])

@@ -1,6 +1,6 @@
 """Tiny random-init Hugging Face models and a fixed batch for each: the outside model
-code that tests/test_real_models*.py train against eager and that
-scripts/compiled_models_bench.py times. Imports only torch and transformers, so a
+code that tests/test_real_models*.py train against eager and that the bench trains as its
+workloads W6 and "hf-<arch>" (`HFWorkload`). Imports only torch and transformers, so a
 PyTorch/XLA interpreter can load it by file path (as lazyxla/bench/child.py does).
 
 Tiny configs: every dimension small enough that a step costs milliseconds and the
@@ -14,6 +14,9 @@ import transformers
 
 VOCAB = 100
 ARCHS = ("gpt2", "llama", "bert", "t5", "resnet", "vit", "gpt2_small")
+# attention implementation the bench trains each model with (default "sdpa"): T5 has no
+# SDPA path, tiny GPT-2 is timed with its eager attention as docs/models.md reports it
+BENCH_ATTN = {"gpt2": "eager", "t5": "eager"}
 
 
 def gpt2(attn):
@@ -102,18 +105,21 @@ def batch(arch, padded=None):
     return {"input_ids": ids, "labels": ids, **masked}  # causal LMs shift the labels themselves
 
 
-class CausalLMWorkload:
-    """Bench W6 (`gpt2-124m`): causal LM `arch` trained on its fixed batch with AdamW,
-    shaped like lazyxla/workloads.py's Workload (model, inputs, targets, loss, optimizer)."""
+class HFWorkload:
+    """Model `arch` trained on its fixed batch with AdamW, shaped like lazyxla/workloads.py's
+    Workload (model, inputs, targets, loss, optimizer): bench W6 (`gpt2-124m`) and the
+    "hf-<arch>" workloads. `inputs` is the batch's input ids (pixels for the vision models),
+    `targets` its labels; other inputs of `batch` (BERT's token types) keep their defaults."""
 
-    def __init__(self, name: str, arch: str) -> None:
+    def __init__(self, name: str, arch: str, attn: str | None = None) -> None:
         self.name = name
-        self.model = build(arch, "sdpa")
-        ids = batch(arch, padded=False)["input_ids"]
-        self.inputs, self.targets = ids, ids   # the model shifts the labels itself
+        self.model = build(arch, attn or BENCH_ATTN.get(arch, "sdpa"))
+        kw = batch(arch, padded=False)
+        self.key = "pixel_values" if "pixel_values" in kw else "input_ids"
+        self.inputs, self.targets = kw[self.key], kw["labels"]   # causal LMs shift the labels themselves
 
     def loss(self, model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return model(input_ids=inputs, labels=targets).loss
+        return model(**{self.key: inputs, "labels": targets}).loss
 
     def optimizer(self, params, foreach: bool | None = None) -> torch.optim.Optimizer:
         return torch.optim.AdamW(params, lr=3e-4, foreach=foreach)

@@ -25,9 +25,10 @@ def prepare(cells: list[Cell], settings: Settings, out_dir: str) -> list[Cell]:
     for c in cells:
         extra = dict(c.extra)
         if c.system == "jax" and c.workload in TRAINING:
-            if c.workload not in exported:
-                exported[c.workload] = export_workload(c.workload, settings, inputs)
-            extra["npz"] = exported[c.workload]
+            name = c.workload + (f"-{c.variant}" if c.depth else "")   # a --layers cell: its own model
+            if name not in exported:
+                exported[name] = export_workload(c.workload, c.settings(settings), inputs, name)
+            extra["npz"] = exported[name]
         if c.system == "jax" and c.workload == "trace":
             extra["trace_input"] = export_trace_input(settings.trace_shape, inputs)
         out.append(Cell(c.workload, c.system, c.variant, extra))

@@ -3,17 +3,27 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-WORKLOADS = ("mlp", "gpt", "accum", "donate", "trace", "gpt2-124m")
+# Hugging Face models of hf_models.py (random init, tiny) trained as workloads "hf-<arch>":
+# outside model code, eager against lazy and compiled mode (docs/models.md)
+HF_TINY = ("hf-gpt2", "hf-llama", "hf-t5", "hf-bert", "hf-vit")
+WORKLOADS = ("mlp", "gpt", "accum", "donate", "trace", "gpt2-124m") + HF_TINY
 # W6, Hugging Face GPT-2 small at its real size: a step takes seconds and compiled mode's
-# first step tens of seconds, so it runs only when --workloads names it. It has no
-# hand-written JAX version (no JAX limit).
-LONG_WORKLOADS = ("gpt2-124m",)
+# first step tens of seconds, so it runs only when --workloads names it; so do the tiny
+# Hugging Face models (a row each per system, asked for when models are the question).
+# None has a hand-written JAX version (no JAX limit).
+LONG_WORKLOADS = ("gpt2-124m",) + HF_TINY
 DEFAULT_WORKLOADS = tuple(w for w in WORKLOADS if w not in LONG_WORKLOADS)
-HF_WORKLOADS = ("gpt2-124m",)
-TRAINING = ("mlp", "gpt", "accum", "gpt2-124m")
+HF_WORKLOADS = ("gpt2-124m",) + HF_TINY
+TRAINING = ("mlp", "gpt", "accum", "gpt2-124m") + HF_TINY
 SYSTEMS = ("lazyxla", "lazyxla_compiled", "eager", "jax", "torch_xla")
 COMPILED = ("lazyxla_compiled",)   # torch.compile'd model, loss and optimizer step: W1/W2/W6
-COMPILED_WORKLOADS = ("mlp", "gpt", "gpt2-124m")
+COMPILED_WORKLOADS = ("mlp", "gpt", "gpt2-124m") + HF_TINY
+# --layers: W2 at each depth (variant "layers-N"), and on lazyxla also with its blocks run by
+# lx.experimental.scan_layers ("layers-N-scan") or held as lx.experimental.ScannedLayers
+# ("layers-N-stacked"): compile time and tracing against depth (docs/benchmarks.md, "Depth")
+LAYERS_PREFIX = "layers-"
+BLOCK_FORMS = ("scan", "stacked")
+DEPTH_WORKLOADS = ("gpt",)
 # W5 accum (W2 over micro-batches) on lazyxla: the gradient_accumulation API and the plain
 # Python loop of backward() calls it replaces; every other system runs its own best form
 # (eager and PyTorch/XLA the loop, the JAX limit lax.scan).
@@ -38,8 +48,7 @@ SPMD_DEVICES = 8
 # seq 128) and its batch of 8. "proxy" is the CPU proxy of a TPU step (issue 44): so little
 # device work that the host's share of a step shows as it does on a TPU. "gpt2" is GPT-2
 # small's shape; its vocabulary 50257 padded to 50304 (a multiple of 128, as nanoGPT does)
-# so the embedding and head matrices tile the TPU's 128-wide matrix unit evenly, and as
-# scripts/step_phases.py measures it. "quick" is --quick's 1-layer GPT (compile time in CI).
+# so the embedding and head matrices tile the TPU's 128-wide matrix unit evenly. "quick" is --quick's 1-layer GPT (compile time in CI).
 GPT_SIZES = {
     "quick": ({"vocab": 512, "d": 64, "heads": 4, "layers": 1, "seq": 32}, 8),
     "proxy": ({"vocab": 4096, "d": 64, "heads": 4, "layers": 4, "seq": 32}, 2),
@@ -75,6 +84,9 @@ class Settings:
     hf_arch: str = "gpt2_small"
     hf_warmup: int = 2
     hf_steps: int = 5
+    # --phases: lazyxla's first step and a pipelined block after the measured ones recorded on
+    # lx.debug.host_timeline (per-stage host ms per step); off, nothing is recorded
+    phases: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -84,7 +96,6 @@ class Settings:
         d = dict(d)
         d["trace_shape"] = tuple(d.get("trace_shape", (64, 64)))
         return cls(**d)
-
 
     def with_gpt_size(self, name: str) -> "Settings":
         """These settings with W2's model and batch of GPT_SIZES[name]."""
@@ -126,22 +137,61 @@ class Cell:
         """The autocast dtype of an --amp cell ("bf16"), else None."""
         return self.variant[len(AMP_PREFIX):] if self.variant.startswith(AMP_PREFIX) else None
 
+    @property
+    def depth(self) -> tuple[int, str] | None:
+        """(layers, block form: "loop", "scan" or "stacked") of a --layers cell, else None."""
+        if not self.variant.startswith(LAYERS_PREFIX):
+            return None
+        layers, _, form = self.variant[len(LAYERS_PREFIX):].partition("-")
+        return int(layers), form or "loop"
+
+    def settings(self, settings: Settings) -> Settings:
+        """`settings` as this cell runs them: a --layers cell's W2 at its depth and block form."""
+        if self.depth is None:
+            return settings
+        layers, form = self.depth
+        config = {**(settings.gpt_config or {}), "layers": layers, "scan": form == "scan",
+                  "stacked": form == "stacked"}
+        return replace(settings, gpt_config=config)
+
     def to_dict(self) -> dict:
         return {"workload": self.workload, "system": self.system, "variant": self.variant, **self.extra}
 
 
-def cells(workloads=WORKLOADS, systems=SYSTEMS, amp: str | None = None, spmd: bool = False) -> list[Cell]:
+def base_variant(variant: str) -> str:
+    """The variant whose JAX limit and losses a row compares with: a --layers cell's plain
+    depth ("layers-16" for "layers-16-scan"), else the plain workload's ("")."""
+    if variant.startswith(LAYERS_PREFIX):
+        return LAYERS_PREFIX + variant[len(LAYERS_PREFIX):].split("-")[0]
+    return ""
+
+
+def _depth_cells(w: str, systems, layers) -> list[Cell]:
+    out = []
+    for n in layers:
+        out += [Cell(w, s, f"{LAYERS_PREFIX}{n}") for s in SYSTEMS if s in systems]
+        if "lazyxla" in systems:
+            out += [Cell(w, "lazyxla", f"{LAYERS_PREFIX}{n}-{form}") for form in BLOCK_FORMS]
+    return out
+
+
+def cells(workloads=WORKLOADS, systems=SYSTEMS, amp: str | None = None, spmd: bool = False,
+          layers: tuple = ()) -> list[Cell]:
     """Every cell of the selected workloads and systems, grouped by workload.
 
     Eager PyTorch updates in place and has no notion of donation, so it runs
     W3 only once ("alias-on": plain in-place ops). With `amp` ("bf16"), each
     training workload also runs on lazyxla and eager under autocast, after its
-    float32 cells; with `spmd`, W2 also runs in SPMD mode on lazyxla and the JAX limit."""
+    float32 cells; with `spmd`, W2 also runs in SPMD mode on lazyxla and the JAX limit;
+    with `layers`, W2 runs at each of those depths instead of its own (`_depth_cells`)."""
     if amp is not None and amp not in AMP_DTYPES:
         raise ValueError(f"unknown amp dtype {amp!r}; choose from {', '.join(AMP_DTYPES)}")
     out = []
     for w in WORKLOADS:
         if w not in workloads:
+            continue
+        if layers and w in DEPTH_WORKLOADS:
+            out += _depth_cells(w, systems, layers)
             continue
         for s in SYSTEMS:
             if s not in systems or (s in COMPILED and w not in COMPILED_WORKLOADS) or \

@@ -3,7 +3,7 @@ the JAX limit, the losses side by side, and the failures."""
 from __future__ import annotations
 
 from .flops import PEAK_FLOPS, mfu
-from .plan import AMP_PREFIX, SYSTEMS, TRAINING
+from .plan import AMP_PREFIX, LAYERS_PREFIX, SYSTEMS, TRAINING, base_variant
 
 LOSS_RTOL = 1e-3
 # --amp rows compare with the bf16 JAX limit (else eager under autocast): one bf16
@@ -77,22 +77,24 @@ def loss0_rel_diff(r: dict, ref: dict | None):
 
 
 def _training_groups(records):
-    """(workload, row label, cells of one training variant by system, loss tolerance) in
-    table order: the float32 cells of a workload, then its variants ("mlp[amp-bf16]",
-    "accum[api]")."""
+    """(row label, cells of one training variant by system, cells of its base variant
+    (plan.base_variant), loss tolerance) in table order: the float32 cells of a workload,
+    then its variants ("mlp[amp-bf16]", "accum[api]", "gpt[layers-16-scan]")."""
     for w in TRAINING:
         variants = sorted({r.get("variant", "") for r in records if r["workload"] == w})
         for v in variants:
             label = w + (f"[{v}]" if v else "")
-            yield w, label, _by(records, w, v), LOSS_RTOL_AMP if v.startswith(AMP_PREFIX) else LOSS_RTOL
+            yield (label, _by(records, w, v), _by(records, w, base_variant(v)),
+                   LOSS_RTOL_AMP if v.startswith(AMP_PREFIX) else LOSS_RTOL)
 
 
-def _loss_reference(records, workload: str, cells: dict) -> tuple:
+def _loss_reference(cells: dict, base: dict) -> tuple:
     """(system name, cells) whose losses a variant's are checked against: its own group's
-    eager/JAX cell, else the workload's plain one (accum[api] has only lazyxla)."""
+    eager/JAX cell, else its base variant's (accum[api] and the scanned depths have only
+    lazyxla)."""
     name = reference_loss_system(cells)
     if name is None:
-        cells = _by(records, workload)
+        cells = base
         name = reference_loss_system(cells)
     return name, cells
 
@@ -100,8 +102,8 @@ def _loss_reference(records, workload: str, cells: dict) -> tuple:
 def _training_cells(records):
     """(row label, record, the JAX limit's record of that workload) for W1/W2, in table
     order; a variant without a JAX limit of its own (W5's) is timed against the plain one."""
-    for w, label, cells, _ in _training_groups(records):
-        jax = cells.get("jax") or _by(records, w).get("jax", {})   # --spmd rows: the same mesh's
+    for label, cells, base, _ in _training_groups(records):
+        jax = cells.get("jax") or base.get("jax", {})   # --spmd rows: the same mesh's
         for r in _ordered(cells):
             yield label, r, jax
 
@@ -222,6 +224,42 @@ def trace_table(records) -> str:
     return _table(header, rows)
 
 
+def depth_table(records) -> str:
+    """--layers: W2's first step (trace, compile, run) and steady step against depth, per
+    system and block form (loop, scan_layers, ScannedLayers)."""
+    rows = []
+    for r in records:
+        variant = r.get("variant", "")
+        if not variant.startswith(LAYERS_PREFIX):
+            continue
+        layers, _, form = variant[len(LAYERS_PREFIX):].partition("-")
+        if not r.get("ok"):
+            rows.append([layers, form or "loop", r["system"]] + ["—"] * 6 + ["FAILED"])
+            continue
+        rows.append([layers, form or "loop", r["system"], _f(r.get("first_step_s"), 2),
+                     _f(_get(r, "first_step_counters", "compile_s"), 2), _f(r.get("pipelined_ms")),
+                     _f(_get(r, "trace_ms", "median")), _f(r.get("peak_rss_mb"), 0), _f(_get(r, "losses", -1), 4),
+                     "ok"])
+    header = ["layers", "blocks", "system", "first step s", "its compile s", "step ms (pipelined)", "trace ms",
+              "peak RSS MB", "last loss", "status"]
+    return _table(header, sorted(rows, key=lambda row: int(row[0])))
+
+
+def phases_table(records) -> str:
+    """--phases: host ms per step by stage of lx.debug.host_timeline (torch_loops._phases),
+    steady (a pipelined block) and in the first step, the steady step's largest first."""
+    rows = []
+    for r in records:
+        steady, first = r.get("phases") or {}, r.get("first_step_phases") or {}
+        label = r["workload"] + (f"[{r['variant']}]" if r.get("variant") else "")
+        for phase in sorted(set(steady) | set(first), key=lambda p: -_get(steady, p, "ms") if p in steady else 0):
+            rows.append([label, r["system"], phase, _f(_get(steady, phase, "count"), 2),
+                         _f(_get(steady, phase, "ms"), 3), _f(_get(first, phase, "count"), 0),
+                         _f(_get(first, phase, "ms"), 1)])
+    header = ["workload", "system", "phase", "count/step", "ms/step", "first step: count", "first step: ms"]
+    return _table(header, rows)
+
+
 def memory_table(records) -> str:
     rows = []
     for r in records:
@@ -238,8 +276,8 @@ def memory_table(records) -> str:
 
 def loss_table(records) -> str:
     rows = []
-    for workload, w, cells, rtol in _training_groups(records):
-        ref_name, ref_cells = _loss_reference(records, workload, cells)
+    for w, cells, base, rtol in _training_groups(records):
+        ref_name, ref_cells = _loss_reference(cells, base)
         ref = ref_cells.get(ref_name or "", {}).get("losses") or []
         for r in _ordered(cells):
             losses = r.get("losses") or []
@@ -277,8 +315,8 @@ def fallback_notes(records) -> str:
 def checks(records) -> list[str]:
     """Problems a reader must not miss: failed cells and step-0 loss mismatches."""
     out = []
-    for workload, w, cells, rtol in _training_groups(records):
-        ref_name, ref_cells = _loss_reference(records, workload, cells)
+    for w, cells, base, rtol in _training_groups(records):
+        ref_name, ref_cells = _loss_reference(cells, base)
         for r in _ordered(cells):
             diff = loss0_rel_diff(r, ref_cells.get(ref_name or ""))
             if diff is not None and diff > rtol:
@@ -296,6 +334,15 @@ def render(records, meta: dict) -> str:
                   mfu_note(records), "",
                   "### Memory", "", training_memory_table(records), "",
                   "### Losses (all systems train the same)", "", loss_table(records), ""]
+    if any(r.get("variant", "").startswith(LAYERS_PREFIX) for r in records):
+        parts += ["## Depth: W2's first step and step against layers", "", depth_table(records), ""]
+    if any(r.get("phases") for r in records):
+        parts += ["## Host phases per step (lx.debug.host_timeline)", "",
+                  "`trace` is the program's Python and lazyxla's tracing between syncs, the sync kinds "
+                  "(step barrier, implied step barrier) enclose their stages (collect, plan, key and cache, "
+                  "compile, dispatch, install), `device` is the graphs from launch to ready, "
+                  "`collector:...` Python's garbage collections; the first step's tracing before its first "
+                  "sync is its `trace ms` above.", "", phases_table(records), ""]
     if any(r["workload"] == "donate" for r in records):
         parts += ["## W3 donate: in-place update of one big tensor", "", donate_table(records), ""]
     if any(r["workload"] == "trace" for r in records):

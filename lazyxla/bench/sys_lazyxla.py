@@ -23,6 +23,7 @@ class LazyxlaBackend(TorchBackend):
         lx.set_aliasing(cell.aliasing)   # explicit: ignores a LAZYXLA_ALIASING=0 in the environment
         self.alias_counts: list[float] = []   # InputOutputAliasCount samples, whole run
         self.gradient_accumulation = lx.experimental.gradient_accumulation
+        self.host_timeline = lx.debug.host_timeline
 
     def workloads(self):
         # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure

@@ -56,6 +56,7 @@ class TorchBackend:
         return {}
 
     gradient_accumulation = None   # the system's one-loop API (W5), where it has one
+    host_timeline = None   # lx.debug.host_timeline where the system records one (--phases)
 
     def place_model(self, model):
         """The model on the device as the cell runs it (--spmd: its parameters sharded)."""
@@ -71,14 +72,15 @@ class TorchBackend:
 
 def make_workload(wmod, name: str, settings):
     """`wmod.make(name)`, except for W2 at another size than the reference
-    (plan.GPT_SIZES) and for W5 (W2's model on all micro-batches of a step at once):
-    then `wmod.make`'s GPT recipe (seeds, batch layout) with that config and batch."""
+    (plan.GPT_SIZES) or depth (--layers), for W5 (W2's model on all micro-batches of a step
+    at once), W6 and the Hugging Face models ("hf-<arch>", hf_models.py): then `wmod.make`'s
+    GPT recipe (seeds, batch layout) with that config and batch, or the model of hf_models.py."""
     if name == "accum":
         return _gpt(wmod, settings.gpt_config, settings.accum_micro * settings.accum_batch)
-    if name == "gpt2-124m":
+    if name == "gpt2-124m" or name.startswith("hf-"):
         # deferred: Hugging Face's transformers loads in a second or more
-        from .hf_models import CausalLMWorkload
-        return CausalLMWorkload(name, settings.hf_arch)
+        from .hf_models import HFWorkload
+        return HFWorkload(name, settings.hf_arch, "sdpa") if name == "gpt2-124m" else HFWorkload(name, name[3:])
     if name != "gpt" or not settings.gpt_config:
         return wmod.make(name)
     return _gpt(wmod, settings.gpt_config, settings.gpt_batch)

@@ -3,10 +3,11 @@ system (lazyxla, eager, PyTorch/XLA); the system comes in as a `TorchBackend`.""
 from __future__ import annotations
 
 import contextlib
+import time
 
 from . import measure as M
 from .flops import model_flops_per_step
-from .plan import AMP_DTYPES, HF_WORKLOADS
+from .plan import AMP_DTYPES, HF_WORKLOADS, TRAINING
 from .torch_backend import make_workload
 
 STEADY_KEYS = ("compiles", "cached_compiles", "graphs", "traced_ops", "fallbacks")
@@ -85,12 +86,13 @@ def train(backend, cell, settings) -> dict:
             M.reset_peak()
         backend.begin_step()
         faults_before = M.minor_faults()
-        t0 = M.now()
-        loss = _one_step(opt, forward_backward, step_fn, x, y)
-        backend.mark_step()
-        t1 = M.now()
-        backend.wait()
-        t2 = M.now()
+        with _timeline(backend, settings.phases and i == 0) as first_timeline:
+            t0 = M.now()
+            loss = _one_step(opt, forward_backward, step_fn, x, y)
+            backend.mark_step()
+            t1 = M.now()
+            backend.wait()
+            t2 = M.now()
         step_faults = M.minor_faults() - faults_before
         counters = backend.step_counters()
         losses.append(float(loss.item()))   # host read, outside the timing
@@ -98,6 +100,8 @@ def train(backend, cell, settings) -> dict:
             first = {"first_step_s": round(t2 - t0, 4),
                      "first_trace_s": round(t1 - t0, 4) if backend.lazy else None,
                      "first_step_counters": counters}
+            if first_timeline is not None:
+                first["first_step_phases"] = per_step_phases(first_timeline.summary(), 1)
         if i < warmup:
             warmup_s.append(t2 - t0)
             warmup_compiles.append(counters.get("compiles"))
@@ -115,9 +119,51 @@ def train(backend, cell, settings) -> dict:
                 "peak_rss_mb": round(max(warmup_peak, M.peak_rss_mb()), 1),
                 "minor_faults_per_step": M.counts(faults),   # host-dependent: a figure, never a test
                 "losses": losses, **_steady(per_step)})
-    rec.update(_pipelined(backend, lambda: _one_step(opt, forward_backward, step_fn, x, y), steps))
+    one_step = lambda: _one_step(opt, forward_backward, step_fn, x, y)   # noqa: E731
+    rec.update(_pipelined(backend, one_step, steps))
+    if settings.phases and backend.host_timeline is not None:
+        rec["phases"] = _phases(backend, one_step, steps)
     rec.update(backend.final_info())
     return rec
+
+
+@contextlib.contextmanager
+def _timeline(backend, on: bool):
+    """The system's host timeline recording around the block when `on` and it has one, else None."""
+    if not on or backend.host_timeline is None:
+        yield None
+        return
+    with backend.host_timeline() as recording:
+        yield recording
+
+
+def per_step_phases(summary: dict, steps: int) -> dict:
+    """lx.debug.host_timeline's summary as {phase: {"count", "ms"}} per step, the device's
+    graphs ("device:graph <key>") added up as one phase "device"."""
+    out: dict = {}
+    for name, v in summary.items():
+        entry = out.setdefault("device" if name.startswith("device:") else name, {"count": 0, "ms": 0.0})
+        entry["count"] += v["count"]
+        entry["ms"] += v["total_ms"]
+    return {k: {"count": round(v["count"] / steps, 3), "ms": round(v["ms"] / steps, 4)} for k, v in out.items()}
+
+
+def _phases(backend, step, steps: int) -> dict:
+    """--phases: `steps` more pipelined steps (as `_pipelined` runs them) recorded on the host
+    timeline, and their phases per step; apart from the timed blocks, which it would slow.
+    The timeline's `trace` starts at a sync's end, so one step more runs first, and an event
+    counts if it ends after that step (the next step's trace does), a graph on the device if
+    it was launched after it."""
+    with backend.host_timeline() as recording:
+        step()
+        backend.mark_step()
+        since = time.perf_counter_ns()
+        for _ in range(steps):
+            step()
+            backend.mark_step()
+        backend.wait()
+    recording.events = [e for e in recording.events if (e[2] if e[1] == "device" else e[3]) > since]
+    return per_step_phases(recording.summary(), steps)
 
 
 def _one_step(opt, forward_backward, step_fn, x, y):
@@ -229,4 +275,4 @@ def trace(backend, cell, settings) -> dict:
     return rec
 
 
-RUNNERS = {"mlp": train, "gpt": train, "accum": train, "donate": donate, "trace": trace, "gpt2-124m": train}
+RUNNERS = {**dict.fromkeys(TRAINING, train), "donate": donate, "trace": trace}

@@ -34,6 +34,7 @@ def _torch_backend(system: str):
 
 def run_cell(cell: Cell, settings: Settings) -> dict:
     """The measurements of one cell; raises what the system raises."""
+    settings = cell.settings(settings)
     if cell.system == "jax":
         # lazy: bench children load this folder as lazyxla_bench (child.py) and import only the system they measure
         from . import jax_limit

@@ -1,4 +1,5 @@
-"""Start a multi-process example's workers on localhost and collect what each reports.
+"""Start a multi-process example's workers on localhost and collect what each reports, and
+the training loop the examples' workers and their eager references run.
 
 Each worker is `python -m <module> <args> --process-id i` with its own count of forced
 host devices, and prints one line `<tag><json>`; every wait is bounded by `timeout`.
@@ -11,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+from typing import Callable
 
 
 def main(ap: argparse.ArgumentParser, argv, worker, launch) -> int:
@@ -28,6 +30,20 @@ def main(ap: argparse.ArgumentParser, argv, worker, launch) -> int:
         worker(args)
         return 0
     return launch(args)
+
+
+def train(opt, loss_of: Callable, steps: int, barrier: Callable = lambda: None) -> list:
+    """`steps` training steps of `loss_of()` (forward, backward, `opt.step`, zero_grad, then
+    `barrier`, lx.sync on a lazyxla device); the losses as Python floats."""
+    losses = []
+    for _ in range(steps):
+        loss = loss_of()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        barrier()
+        losses.append(loss.item())
+    return losses
 
 
 def free_port() -> int:

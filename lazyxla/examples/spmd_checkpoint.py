@@ -28,7 +28,7 @@ from torch.distributed.checkpoint.metadata import MetadataIndex
 
 import lazyxla as lx
 
-from ._local_processes import free_port, main as run_main, run_workers
+from ._local_processes import free_port, main as run_main, run_workers, train
 
 _TAG = "RESULT "
 
@@ -45,15 +45,7 @@ def _optimizer(model):
 
 
 def _train(model, opt, x, y, steps: int, barrier=lambda: None) -> list:
-    losses = []
-    for _ in range(steps):
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        barrier()
-        losses.append(loss.item())
-    return losses
+    return train(opt, lambda: torch.nn.functional.mse_loss(model(x), y), steps, barrier)
 
 
 def worker(args) -> None:

@@ -24,22 +24,14 @@ import torch
 import lazyxla as lx
 from lazyxla.workloads import make
 
-from ._local_processes import free_port, main as run_main, run_workers
+from ._local_processes import free_port, main as run_main, run_workers, train
 
 _TAG = "LOSSES "
 
 
 def _train(w, model, steps: int, place=lambda t: t, barrier=lambda: None) -> list:
-    opt = w.optimizer(model.parameters())
-    losses = []
-    for _ in range(steps):
-        loss = w.loss(model, place(w.inputs), place(w.targets))
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        barrier()
-        losses.append(loss.item())
-    return losses
+    return train(w.optimizer(model.parameters()), lambda: w.loss(model, place(w.inputs), place(w.targets)), steps,
+                 barrier)
 
 
 def _workload(batch: int):

@@ -155,6 +155,11 @@ def common_dtype(*xs):
     return dt
 
 
+def nan_mask(v):
+    """Where `v` is NaN: all False for an integer or bool array, which cannot hold one."""
+    return jnp.isnan(v) if jnp.issubdtype(v.dtype, jnp.inexact) else jnp.zeros(v.shape, bool)
+
+
 def norm_dims(dims, ndim: int):
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         return tuple(range(ndim))

@@ -102,34 +102,17 @@ for _op, _fn in _UNARY.items():
     register(_op)(_unary(_fn))
 
 
-@register(aten.abs.default)
-def _abs(ctx, x):
-    return jnp.abs(x)
-
-
-@register(aten.logical_not.default)
-def _logical_not(ctx, x):
-    return jnp.logical_not(x)
+# unary ops applied to the input as it comes, not cast to the output's compute dtype first:
+# abs of a complex number and the predicates (bool results) must see the input's own values
+_AS_IS = {aten.abs.default: jnp.abs, aten.logical_not.default: jnp.logical_not, aten.isnan.default: jnp.isnan,
+          aten.isinf.default: jnp.isinf, aten.isfinite.default: jnp.isfinite}
+for _op, _fn in _AS_IS.items():
+    register(_op)(lambda ctx, x, _fn=_fn: _fn(x))
 
 
 @register(aten.bitwise_not.default)
 def _bitwise_not(ctx, x):
     return jnp.logical_not(x) if x.dtype == jnp.bool_ else jnp.bitwise_not(x)
-
-
-@register(aten.isnan.default)
-def _isnan(ctx, x):
-    return jnp.isnan(x)
-
-
-@register(aten.isinf.default)
-def _isinf(ctx, x):
-    return jnp.isinf(x)
-
-
-@register(aten.isfinite.default)
-def _isfinite(ctx, x):
-    return jnp.isfinite(x)
 
 
 def _binary(fn):
@@ -153,22 +136,17 @@ def _add_scaled(ctx, prim, x, y, alpha):
     return binary(prim, x, y)
 
 
-@register(aten.add.Tensor, aten.add.Scalar)
-@casts_to_compute
-def _add(ctx, x, y, alpha=1):
-    return _add_scaled(ctx, lax.add, x, y, alpha)
+def _scaled_rule(prim, reversed_operands: bool):
+    """add / sub (x prim y * alpha), or rsub (y - x * alpha) with `reversed_operands`."""
+    @casts_to_compute
+    def rule(ctx, x, y, alpha=1):
+        return _add_scaled(ctx, prim, *((y, x) if reversed_operands else (x, y)), alpha)
+    return rule
 
 
-@register(aten.sub.Tensor, aten.sub.Scalar)
-@casts_to_compute
-def _sub(ctx, x, y, alpha=1):
-    return _add_scaled(ctx, lax.sub, x, y, alpha)
-
-
-@register(aten.rsub.Tensor, aten.rsub.Scalar)
-@casts_to_compute
-def _rsub(ctx, x, y, alpha=1):
-    return _add_scaled(ctx, lax.sub, y, x, alpha)
+register(aten.add.Tensor, aten.add.Scalar)(_scaled_rule(lax.add, False))
+register(aten.sub.Tensor, aten.sub.Scalar)(_scaled_rule(lax.sub, False))
+register(aten.rsub.Tensor, aten.rsub.Scalar)(_scaled_rule(lax.sub, True))
 
 
 @register(aten.mul.Tensor, aten.mul.Scalar)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ._util import opmath
+from ._util import nan_mask, opmath
 from .registry import register
 
 aten = torch.ops.aten
@@ -38,18 +38,14 @@ def _cum_extreme(x, dim: int, later_wins):
     return lax.associative_scan(combine, (x, idx), axis=axis)
 
 
-def _isnan(v):
-    return jnp.isnan(v) if jnp.issubdtype(v.dtype, jnp.inexact) else jnp.zeros(v.shape, bool)
-
-
 @register(aten.cummax.default)
 def _cummax(ctx, x, dim):
-    return _cum_extreme(x, dim, lambda a, b: _isnan(b) | (~_isnan(a) & (b >= a)))
+    return _cum_extreme(x, dim, lambda a, b: nan_mask(b) | (~nan_mask(a) & (b >= a)))
 
 
 @register(aten.cummin.default)
 def _cummin(ctx, x, dim):
-    return _cum_extreme(x, dim, lambda a, b: _isnan(b) | (~_isnan(a) & (b <= a)))
+    return _cum_extreme(x, dim, lambda a, b: nan_mask(b) | (~nan_mask(a) & (b <= a)))
 
 
 @register(aten.logcumsumexp.default, aten._logcumsumexp.default)

@@ -13,13 +13,10 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from ._util import nan_mask
 from .registry import register
 
 aten = torch.ops.aten
-
-
-def _isnan(v):
-    return jnp.isnan(v) if jnp.issubdtype(v.dtype, jnp.inexact) else jnp.zeros(v.shape, bool)
 
 
 def _sorted(x, axis: int):
@@ -41,7 +38,7 @@ def _median_dim(x, dim, keepdim: bool, ignore_nan: bool):
     axis = dim % x.ndim
     values, order = _sorted(x, axis)
     n = x.shape[axis]
-    nans = jnp.sum(_isnan(x), axis=axis)
+    nans = jnp.sum(nan_mask(x), axis=axis)
     if ignore_nan:  # the lower median of the non-NaN values; all NaN: the first NaN
         pos = jnp.maximum(n - nans - 1, 0) // 2
         pos = jnp.where(nans == n, 0, pos)

@@ -2,9 +2,9 @@
 # Writes the host timelines (Chrome/Perfetto traces) of 10 steps to $OUT when set.
 set -u
 out=${OUT:-/tmp}
-python3 scripts/step_phases.py --size proxy --steps 20
-python3 scripts/step_phases.py --size reference --steps 20
-python3 scripts/step_phases.py --size reference --steps 20 --mode compiled 2>&1 | grep -v "Profiler function"
+B="python3 -m lazyxla.bench --no-progress --phases --workloads gpt --steps 20 --out $out/phases"
+$B-proxy --gpt-size proxy --systems lazyxla
+$B-reference --systems lazyxla,lazyxla_compiled
 python3 scripts/step_floor.py --size reference --steps 20
 python3 - "$out" <<'PY'
 import sys, torch, lazyxla as lx
