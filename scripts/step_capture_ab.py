@@ -20,10 +20,9 @@ import time
 import torch
 
 import lazyxla as lx
-from lazyxla import config
+from lazyxla import config, workloads
 from lazyxla.sync import api, step_capture
 
-sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lazyxla", "bench"))
 
 
@@ -32,9 +31,30 @@ def _summary(values: list) -> str:
     return f"{statistics.median(values) * 1e3:.3f} ms [p10 {q[0] * 1e3:.3f}, p90 {q[-1] * 1e3:.3f}]"
 
 
+def make_step(name: str):
+    """The reference workload compiled on the device: one training step up to (not
+    including) `lx.sync()`, returning its loss."""
+    wl = workloads.make(name)
+    dev = lx.device()
+    model = wl.model.to(dev)
+    x, y = wl.inputs.to(dev), wl.targets.to(dev)
+    opt = wl.optimizer(model.parameters(), foreach=True)
+    compiled = [torch.compile(f, backend="lazyxla") for f in (model, wl.loss, opt.step)]
+
+    def step():
+        opt.zero_grad()
+        loss = compiled[1](compiled[0], x, y)
+        loss.backward()
+        compiled[2]()
+        return loss
+
+    lx.sync()
+    lx.wait_device_ops()
+    return step
+
+
 def train(name: str, steps: int = 120) -> None:
-    from compiled_step_profile import make_step
-    step = make_step(name, True)
+    step = make_step(name)
     spent = [0.0]
     barrier = api._barrier
 
