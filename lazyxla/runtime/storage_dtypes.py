@@ -155,8 +155,11 @@ def set_storage_dtypes(rule: Optional[Union[Rule, StoragePolicy]]) -> Optional[S
     """`lx.set_storage_dtypes`: make `rule` (a mapping such as {torch.float32: torch.bfloat16},
     a function of the logical dtype, or a StoragePolicy) the policy for later transfers
     and syncs; None or {} for no narrowing. Returns the previous policy (or None). Buffers
-    keep the storage they were made with; a graph computes in the policy current at its sync."""
-    previous = current()
+    keep the storage they were made with; a graph computes in the policy current at its sync.
+    Before the first device use the backend's default is not known yet (asking would start
+    JAX's backend, which must wait for settings such as the host device count): the
+    previous policy is then the user's choice, None where there was none."""
+    previous = current() if backend.started() else chosen_by_user()
     if rule is not None and not isinstance(rule, StoragePolicy):
         rule = StoragePolicy(rule)
         if rule._rule is None and not rule._answers:

@@ -36,6 +36,11 @@ def current() -> Backend:
     return backend if backend is not None else select(running_platform())
 
 
+def started() -> bool:
+    """Whether the running platform's backend has been chosen (JAX's backend has started)."""
+    return _CURRENT.backend is not None
+
+
 def select(platform: str) -> Backend:
     """Make `platform`'s backend the current one and start it (tests run every backend's
     policy code on CPU this way)."""
@@ -58,4 +63,4 @@ def platform() -> str:
 
 
 __all__ = ["Backend", "CpuBackend", "GpuBackend", "TpuBackend", "current", "expected_platform",
-           "platform", "prepare_at_import", "select", "setting"]
+           "platform", "prepare_at_import", "select", "setting", "started"]
