@@ -136,17 +136,19 @@ def _add_scaled(ctx, prim, x, y, alpha):
     return binary(prim, x, y)
 
 
-def _scaled_rule(prim, reversed_operands: bool):
-    """add / sub (x prim y * alpha), or rsub (y - x * alpha) with `reversed_operands`."""
+def _scaled_rule(name: str, prim, reversed_operands: bool):
+    """add / sub (x prim y * alpha), or rsub (y - x * alpha) with `reversed_operands`; named
+    `name` in this module, as lx.debug.explain_op shows it."""
     @casts_to_compute
     def rule(ctx, x, y, alpha=1):
         return _add_scaled(ctx, prim, *((y, x) if reversed_operands else (x, y)), alpha)
+    rule.__name__ = rule.__qualname__ = name
     return rule
 
 
-register(aten.add.Tensor, aten.add.Scalar)(_scaled_rule(lax.add, False))
-register(aten.sub.Tensor, aten.sub.Scalar)(_scaled_rule(lax.sub, False))
-register(aten.rsub.Tensor, aten.rsub.Scalar)(_scaled_rule(lax.sub, True))
+_add = register(aten.add.Tensor, aten.add.Scalar)(_scaled_rule("_add", lax.add, False))
+_sub = register(aten.sub.Tensor, aten.sub.Scalar)(_scaled_rule("_sub", lax.sub, False))
+_rsub = register(aten.rsub.Tensor, aten.rsub.Scalar)(_scaled_rule("_rsub", lax.sub, True))
 
 
 @register(aten.mul.Tensor, aten.mul.Scalar)
