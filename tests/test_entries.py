@@ -136,19 +136,25 @@ def test_a_fill_starts_the_state_afresh(dev, host_replay):
     assert compiles == [1, 0, 0, 0]
 
 
-def test_host_computation_off_leaves_the_state_in_the_graph(dev):
-    # LAZYXLA_HOST_READ_MAX_ELEMENTS=0 (the suite's default, see conftest.py) turns host
-    # computation of small values off: fused AdamW's fresh step count folds into step 1.
+def _fused_adamw_steps(dev, steps: int = 3) -> tuple:
+    """Compiles per step of a fused AdamW loop on the device, the model and the optimizer."""
     model = _model().to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
     x, y = torch.randn(8, 6).to(dev), torch.randn(8, 3).to(dev)
     compiles = []
-    for _ in range(3):
+    for _ in range(steps):
         before = _compiles()
         opt.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()
         compiles.append(_compiles() - before)
+    return compiles, model, opt
+
+
+def test_host_computation_off_leaves_the_state_in_the_graph(dev):
+    # LAZYXLA_HOST_READ_MAX_ELEMENTS=0 (the suite's default, see conftest.py) turns host
+    # computation of small values off: fused AdamW's fresh step count folds into step 1.
+    compiles, _, _ = _fused_adamw_steps(dev)
     assert compiles == [1, 1, 0]
 
 
@@ -159,16 +165,7 @@ def test_under_a_storage_dtype_policy_state_is_staged_as_stored(rule, dev, host_
     # of the later steps are.
     previous = lx.set_storage_dtypes(rule)
     try:
-        model = _model().to(dev)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
-        x, y = torch.randn(8, 6).to(dev), torch.randn(8, 3).to(dev)
-        compiles = []
-        for _ in range(3):
-            before = _compiles()
-            opt.zero_grad()
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            opt.step()
-            compiles.append(_compiles() - before)
+        compiles, model, opt = _fused_adamw_steps(dev)
         assert compiles == [1, 0, 0]
         assert all(float(opt.state[p]["step"].cpu()) == 3.0 for p in model.parameters())
     finally:
