@@ -1,9 +1,9 @@
 """An ordinary Hugging Face Trainer script (it never names lazyxla or torch_xla).
 
-    python trainer_bert.py STEPS [--cpu]
+    python trainer_bert.py STEPS [--cpu] [--base]
 
-Fine-tunes a tiny random-init BERT sequence classifier on synthetic tokens, logging every
-5 steps, and prints the logged losses as `LOSSES [...]` and the model's device as `DEVICE ...`.
+Fine-tunes a tiny random-init BERT sequence classifier (BERT-base's shape with `--base`,
+sequences of 128 tokens) on synthetic tokens, logging every 5 steps, and prints the logged losses as `LOSSES [...]` and the model's device as `DEVICE ...`.
 """
 import json
 import sys
@@ -15,9 +15,12 @@ steps = int(sys.argv[1])
 flags = sys.argv[2:]
 torch.manual_seed(0)
 # No dropout: the lazy device draws its own random streams, so runs with dropout differ.
-config = BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                    intermediate_size=256, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                    num_labels=2)
+if "--base" in flags:   # BertConfig's defaults are BERT-base's
+    config, seq = BertConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=2), 128
+else:
+    config, seq = BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                             intermediate_size=256, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                             num_labels=2), 64
 model = BertForSequenceClassification(config)
 
 
@@ -26,8 +29,8 @@ class Sentences(torch.utils.data.Dataset):
         return 4096
 
     def __getitem__(self, i):
-        ids = torch.randint(0, config.vocab_size, (64,), generator=torch.Generator().manual_seed(i))
-        return {"input_ids": ids, "attention_mask": torch.ones(64, dtype=torch.long), "labels": torch.tensor(i % 2)}
+        ids = torch.randint(0, config.vocab_size, (seq,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "attention_mask": torch.ones(seq, dtype=torch.long), "labels": torch.tensor(i % 2)}
 
 
 losses = []
