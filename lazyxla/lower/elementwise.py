@@ -3,6 +3,8 @@ backward formulas. Arithmetic computes in the node's dtype (float32 for
 float16/bfloat16, like eager CPU); comparisons in the operands' common dtype."""
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import torch
@@ -326,13 +328,13 @@ def _gelu(ctx, x, approximate="none"):
 def _gelu_backward(ctx, grad, x, approximate="none"):
     grad, x = as_compute(ctx, grad, x)
     if approximate == "tanh":
-        k = jnp.sqrt(2.0 / jnp.pi).astype(x.dtype)
+        k = math.sqrt(2.0 / math.pi)   # Python floats: no float64 ops in the graph (the TPU has none)
         inner = k * (x + 0.044715 * x ** 3)
         t = jnp.tanh(inner)
         d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x)
         return grad * d
-    cdf = 0.5 * (1 + lax.erf(x / jnp.sqrt(2.0).astype(x.dtype)))
-    pdf = jnp.exp(-0.5 * x * x) / jnp.sqrt(2 * jnp.pi).astype(x.dtype)
+    cdf = 0.5 * (1 + lax.erf(x / math.sqrt(2.0)))
+    pdf = jnp.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
     return grad * (cdf + x * pdf)
 
 

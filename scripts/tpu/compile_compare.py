@@ -3,10 +3,13 @@ lazyxla's own step graphs (StableHLO dumped with JAX_DUMP_IR_TO), with 64-bit ty
 or not, each compile timed in its own process (a slow one is cut by the caller's timeout).
 
     python scripts/tpu/compile_compare.py jax bert|gpt2
+    python scripts/tpu/compile_compare.py jax-opt bert|gpt2
     python scripts/tpu/compile_compare.py mlir FILE asis|f64|i64|f64i64
 
 `bert` is BERT-base for sequence classification (batch 8, seq 128); `gpt2` GPT-2 small as an
 LM (batch 8, seq 128); both random-init, AdamW, float32, the shapes the Trainer runs.
+`jax-opt` compiles the Trainer's optimizer graph's work alone: the gradients clipped to
+global norm 1 (the Trainer's `max_grad_norm`), then AdamW, parameters and state donated.
 """
 from __future__ import annotations
 
@@ -101,6 +104,20 @@ def jax_compile(model: str) -> float:
     return time.perf_counter() - started
 
 
+def jax_opt_compile(model: str) -> float:
+    p = params(model, 30522 if model == "bert" else 50257)
+
+    def step(p, state, grads):
+        norm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree.leaves(grads)))
+        scale = jnp.minimum(1.0, 1.0 / (norm + 1e-6))
+        return adamw_update(p, jax.tree.map(lambda g: g * scale, grads), state, lr=1e-4)
+
+    lowered = jax.jit(step, donate_argnums=(0, 1)).lower(p, adamw_init(p), p)
+    started = time.perf_counter()
+    lowered.compile()
+    return time.perf_counter() - started
+
+
 def narrow(text: str, mode: str) -> str:
     """StableHLO text with 64-bit tensor types made 32-bit (`f64`, `i64` or both in `mode`)."""
     if "f64" in mode:
@@ -123,5 +140,6 @@ def mlir_compile(path: str, mode: str) -> float:
 
 if __name__ == "__main__":
     kind = sys.argv[1]
-    seconds = jax_compile(sys.argv[2]) if kind == "jax" else mlir_compile(sys.argv[2], sys.argv[3])
+    seconds = {"jax": jax_compile, "jax-opt": jax_opt_compile}[kind](sys.argv[2]) if kind != "mlir" \
+        else mlir_compile(sys.argv[2], sys.argv[3])
     print(f"COMPILE {kind} {' '.join(sys.argv[2:])} {seconds:.1f} s on {jax.devices()[0].device_kind}", flush=True)
