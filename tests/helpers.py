@@ -178,6 +178,15 @@ def reduced_matmul_precision(level: str | None = None) -> bool:
     return level.lower() not in ("highest", "float32")
 
 
+def inexact_division() -> str | None:
+    """Why float32 division, square root and remainder here may be an ulp off the correctly
+    rounded result eager computes, or None where they are not (CPU)."""
+    if lx.platform() != "tpu":
+        return None
+    return ("the TPU computes float32 division, sqrt and remainder from reciprocal "
+            "approximations, an ulp off the correctly rounded value at times (JAX's own ops too)")
+
+
 def matmul_tolerance(expected: torch.Tensor, rtol: float, atol: float, level: str | None = None) -> dict:
     """rtol/atol for comparing a float32 result of matrix products at `level` (see
     `reduced_matmul_precision`) with eager CPU: as given where the platform computes them

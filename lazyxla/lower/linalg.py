@@ -28,7 +28,8 @@ def _addmm(ctx, bias, a, b, *, beta=1, alpha=1):
 
 @register(aten.addbmm.default)
 def _addbmm(ctx, bias, a, b, *, beta=1, alpha=1):
-    return _scaled_add(ctx, bias, jnp.sum(_mm(ctx, a, b), axis=0), beta, alpha)
+    prod = _mm(ctx, a, b)   # summed in its own dtype: jnp.sum widens int32 to int64 under x64
+    return _scaled_add(ctx, bias, jnp.sum(prod, axis=0, dtype=prod.dtype), beta, alpha)
 
 
 def _scaled_add(ctx, bias, prod, beta, alpha):
