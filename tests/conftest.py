@@ -29,6 +29,22 @@ def pytest_report_header(config) -> str:
     return f"lazyxla platform: {lx.platform()} ({jax.devices()[0].device_kind})"
 
 
+_WORKERS_OPINFO: dict = {}   # the xdist controller's: what the workers ran of tests/ops/test_opinfo.py
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    _WORKERS_OPINFO.update(getattr(node, "workeroutput", {}).get("opinfo_results", {}))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _WORKERS_OPINFO:   # tests/ops/conftest.py prints it where one process ran the tests
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "ops"))
+        from opinfo_harness import summarize
+        terminalreporter.section("OpInfo database on lazyxla (tests/ops/test_opinfo.py)")
+        terminalreporter.write_line(summarize(_WORKERS_OPINFO))
+
+
 def pytest_addoption(parser):
     parser.addoption("--check-ir", action="store_true",
                      help="check every graph a sync collects against the IR's rules (LAZYXLA_CHECK_IR)")
