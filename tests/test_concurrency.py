@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import threading
 
+import pytest
 import torch
 
 import lazyxla as lx
@@ -69,6 +70,7 @@ def _assert_same_run(a, b):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_two_threads_train_separate_models_like_sequential(dev):
     problems = [_problem(1), _problem(2)]
     sequential = [_train(p, dev) for p in problems]

@@ -53,6 +53,7 @@ def _check_flat(steps: list, graphs: int) -> None:
     assert len({s["TracedOps"] for s in steady}) == 1, steps   # nothing grows with the step
 
 
+@pytest.mark.slow   # the default suite's Trainer run is test_trainer_compiles_each_kind_of_step_once
 def test_trainer_runs_natively_with_the_cpu_losses(tmp_path):
     # Per step: the forward and backward (computed once, when Trainer's nan/inf filter
     # reads the loss: the gradients come with it) and the optimizer step's graph; the

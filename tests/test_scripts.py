@@ -32,6 +32,7 @@ def test_floor_script_prints_its_rows(name, args, rows):
         assert re.search(re.escape(row) + r"\s*:?\s+[0-9.]+ us", out), (row, out)
 
 
+@pytest.mark.slow
 def test_tpu_lowering_check_passes_on_cpu():
     """scripts/tpu/lowering_check.py, which the TPU runs: its barrier and complex checks
     pass here too (the W2 timing sections are the TPU's)."""

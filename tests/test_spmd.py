@@ -36,7 +36,7 @@ def test_spmd_device_loader_places_batches_by_spec():
     _run_group("loader")
 
 
-@pytest.mark.parametrize("workload", ["mlp", "gpt"])
+@pytest.mark.parametrize("workload", ["mlp", pytest.param("gpt", marks=pytest.mark.slow)])
 def test_spmd_training(workload):
     """W1 / W2 (small) data parallel, FSDP on a 1-D and on a 2-D mesh: eager losses, no
     steady-state compiles, every parameter donated every step, shards of 1/k."""
