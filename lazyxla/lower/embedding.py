@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from ._util import opmath, stepwise_rounding
+from ._util import opmath, position_dtype, stepwise_rounding
 from .registry import register
 
 aten = torch.ops.aten
@@ -44,7 +44,7 @@ def _embedding_bag_forward_only(ctx, weight, indices, offsets, scale_grad_by_fre
     acc = opmath(weight.dtype)
     num_bags = ctx.shape[0][0]
     n = indices.shape[0]
-    bag = jnp.cumsum(jnp.zeros(n + 1, jnp.int64).at[offsets[:num_bags]].add(1))[:n] - 1
+    bag = jnp.cumsum(jnp.zeros(n + 1, position_dtype(n + 1)).at[offsets[:num_bags]].add(1))[:n] - 1
     kept = indices != padding_idx if padding_idx >= 0 else jnp.ones(n, bool)
     seg = jnp.where(kept, bag, num_bags)  # dropped indices go to an extra segment, cut off
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ._util import opmath
+from ._util import opmath, position_dtype
 from .registry import register
 
 aten = torch.ops.aten
@@ -226,7 +226,7 @@ def _mask_put(x, indices, values, accumulate):
     v = v.reshape((1,) * (rank - v.ndim) + v.shape)
     k = v.shape[p]
     v = jnp.broadcast_to(v, lead + (k,) + rest)
-    pos = jnp.clip(jnp.cumsum(mask.reshape(-1).astype(jnp.int64)) - 1, 0, max(k - 1, 0))
+    pos = jnp.clip(jnp.cumsum(mask.reshape(-1).astype(position_dtype(mask.size))) - 1, 0, max(k - 1, 0))
     picked = jnp.take(v, pos, axis=p).reshape(lead + mask.shape + rest)
     m = mask.reshape((1,) * p + mask.shape + (1,) * len(rest))
     if accumulate:
@@ -240,7 +240,7 @@ def _masked_scatter(ctx, x, mask, source):
     x = jnp.broadcast_to(x, ctx.shape)
     m = jnp.broadcast_to(mask, ctx.shape).reshape(-1)
     src = source.reshape(-1).astype(x.dtype)
-    pos = jnp.clip(jnp.cumsum(m.astype(jnp.int64)) - 1, 0, max(src.shape[0] - 1, 0))
+    pos = jnp.clip(jnp.cumsum(m.astype(position_dtype(m.size))) - 1, 0, max(src.shape[0] - 1, 0))
     picked = src[pos] if src.shape[0] else jnp.zeros(m.shape, x.dtype)
     return jnp.where(m, picked, x.reshape(-1)).reshape(ctx.shape)
 
@@ -251,7 +251,7 @@ def _masked_scatter_backward(ctx, grad, mask, sizes):
     for s in ctx.shape:
         n *= s
     m = jnp.broadcast_to(mask, grad.shape).reshape(-1)
-    pos = jnp.cumsum(m.astype(jnp.int64)) - 1
+    pos = jnp.cumsum(m.astype(position_dtype(n))) - 1
     target = jnp.where(m, pos, n)  # unselected positions drop out of range
     acc = opmath(grad.dtype)
     out = jnp.zeros((n,), acc).at[target].add(grad.reshape(-1).astype(acc), mode="drop")
