@@ -148,19 +148,37 @@ def begin(device: int, live: list, items: list, entry_leaves: Optional[dict], ki
     reason = _refusal(log, kind)
     if reason:
         return _refused(device, items, reason)
+    leaf_code = leaf_coder(live, items, frozenset())
+    leaves: list = []
+    scalars: list = []
+    parts = header(device)
+    fingerprint = walk(parts, log.calls, log.outputs, [node for node, _ in items], entry_leaves or {}, leaf_code,
+                       _MAX_TRACED, leaves, scalars)
+    if isinstance(fingerprint, str):
+        return _refused(device, items, fingerprint)
+    return Attempt(device, items, leaves, scalars, fingerprint)
+
+
+def header(device: int) -> list:
+    """What else makes another program than the graph's structure: aliasing, the matmul
+    precision, the storage dtype policy's token."""
+    policy = storage_dtypes.current()
+    return [device, switches.aliasing_enabled(device), precision.matmul_precision(),
+            None if policy is None else policy.token]
+
+
+def leaf_coder(live: list, items: list, needed: frozenset):
+    """A buffer's code for the fingerprint (`_leaf_code`), given the device's live storages,
+    the pending items the graph computes and `needed`: ids of buffers that pending work
+    outside the graph reads (a host read's; a barrier's graph holds all pending work)."""
     held: dict = {}
     for st in live:
         value = st.value
         if value.op is DATA:
             key = id(value.data)
             held[key] = held.get(key, 0) + 1
-    position = {id(st): i for i, (_, st) in enumerate(items)}
-    leaves: list = []
-    scalars: list = []
-    fingerprint = _fingerprint(device, log, items, entry_leaves or {}, held, position, leaves, scalars)
-    if isinstance(fingerprint, str):
-        return _refused(device, items, fingerprint)
-    return Attempt(device, items, leaves, scalars, fingerprint)
+    position = {id(st): i for i, (_, st) in enumerate(items) if st is not None}
+    return lambda node, data, sig: _leaf_code(sig, data, held, position, id(data) in needed)
 
 
 def _refusal(log: Optional[_Log], kind: str) -> str:
@@ -183,21 +201,25 @@ def _refused(device: int, items: list, reason: str) -> Attempt:
     return Attempt(device, items, [], [], None)
 
 
-def _fingerprint(device: int, log: _Log, items: list, entry_leaves: dict, held: dict, position: dict,
-                 leaves: list, scalars: list):
-    """The step's fingerprint (module docstring), filling `leaves` and `scalars`; a string
-    saying why where the step cannot be captured."""
-    calls, outputs = log.calls, log.outputs
+def walk(parts: list, calls: list, outputs: list, roots: list, entry_leaves: dict, leaf_code, limit: int,
+         leaves: list, scalars: list, nodes: Optional[list] = None, key=None):
+    """The fingerprint (module docstring) of `roots` after `parts`, filling `leaves` and
+    `scalars` (and `nodes`, when given: every node met, in a fixed order, so that a graph of
+    the same fingerprint has its nodes at the same positions); a string saying why where
+    the graph cannot be captured. `calls`, `outputs`: the logged calls and their GETITEMs
+    (met as `(call, index)`); `limit`: the most traced nodes; `key`: a node's signature in
+    the fingerprint (default its `sig`)."""
     call_index = {id(c): k for k, c in enumerate(calls)}
     leaf_index: dict = {}
-    seen: dict = {}      # id(node) -> its reference, for traced nodes and scalars met before
-    policy = storage_dtypes.current()
-    parts: list = [device, switches.aliasing_enabled(device), precision.matmul_precision(),
-                   None if policy is None else policy.token]
+    seen: dict = {}      # id(node) -> its reference, for every node met but a logged call's output
+    sig_of = key or (lambda node: node.sig)
 
     def source(node: Node):
         """Where `node` comes from; None: the step cannot be captured (`failed` says why)."""
         node = entry_leaves.get(id(node), node)   # an entry value: its staged buffer, as collect() reads it
+        ref = seen.get(id(node))
+        if ref is not None:
+            return ref
         op = node.op
         if op is GETITEM:
             k = call_index.get(id(node.args[0]))
@@ -205,35 +227,36 @@ def _fingerprint(device: int, log: _Log, items: list, entry_leaves: dict, held: 
             # in the collected graph, so it is traced work here
             if k is not None and outputs[k][node.args[1]] is node:
                 return (k, node.args[1])
-        elif op is DATA:
+        if op is DATA:
             data = node.data
             p = leaf_index.get(id(data))
-            if p is not None:
-                return -1 - p
-            if data.donated_in is not None or data.failure is not None or data.sharding is not None:
-                failed[0] = "the step reads a donated, failed or sharded buffer"
-                return None
-            p = leaf_index[id(data)] = len(leaves)
-            leaves.append(data)
-            parts.append(_leaf_code(node, data, held, position))
-            return -1 - p
-        ref = seen.get(id(node))
-        if ref is not None:
-            return ref
-        if op is SCALAR:   # a lifted scalar: an operand whose value is this step's
-            ref = seen[id(node)] = ("scalar", len(scalars))
+            if p is None:
+                if data.donated_in is not None or data.failure is not None or data.sharding is not None:
+                    failed[0] = "the step reads a donated, failed or sharded buffer"
+                    return None
+                p = leaf_index[id(data)] = len(leaves)
+                leaves.append(data)
+                parts.append(leaf_code(node, data, sig_of(node)))
+            else:   # another node of a buffer met before
+                parts.append(("again", p))
+            ref = -1 - p
+        elif op is SCALAR:   # a lifted scalar: an operand whose value is this step's
+            ref = ("scalar", len(scalars))
             scalars.append(node)
-            parts.append(node.sig)
-            return ref
-        traced[0] += 1   # counted on the way down: a chain stops at the bound, not at its end
-        if traced[0] > _MAX_TRACED:
-            failed[0] = f"more than {_MAX_TRACED} nodes of lazily traced work in the step"
-            return None
-        inputs = tuple(source(i) for i in node.inputs)   # recursion bounded by _MAX_TRACED
-        if None in inputs:
-            return None
-        ref = seen[id(node)] = ("traced", len(seen))
-        parts.append((node.sig, inputs))
+            parts.append(sig_of(node))
+        else:
+            traced[0] += 1   # counted on the way down: a chain stops at the bound, not at its end
+            if traced[0] > limit:
+                failed[0] = f"more than {limit} nodes of lazily traced work in the step"
+                return None
+            inputs = tuple(source(i) for i in node.inputs)   # recursion bounded by `limit`
+            if None in inputs:
+                return None
+            ref = ("traced", len(seen))
+            parts.append((sig_of(node), inputs))
+        seen[id(node)] = ref
+        if nodes is not None:
+            nodes.append(node)
         return ref
 
     failed = [""]
@@ -245,7 +268,7 @@ def _fingerprint(device: int, log: _Log, items: list, entry_leaves: dict, held: 
             if ref is None:
                 return failed[0]
             parts.append(ref)
-    for node, _ in items:
+    for node in roots:
         ref = source(node)
         if ref is None:
             return failed[0]
@@ -253,10 +276,11 @@ def _fingerprint(device: int, log: _Log, items: list, entry_leaves: dict, held: 
     return tuple(parts)
 
 
-def _leaf_code(node: Node, data, held: dict, position: dict) -> tuple:
+def _leaf_code(sig, data, held: dict, position: dict, needed: bool) -> tuple:
     """What the donor plan decides a buffer by (alias/planner.py), besides the structure:
     its owner (a pending storage's position; -1 none; -2 it still holds the buffer; -3 moved
-    on), whether other tensors hold it, its flags."""
+    on), whether other tensors hold it, whether pending work outside the graph reads it,
+    its flags."""
     owner = data.owner_storage()
     holders = held.get(id(data), 0)
     if owner is None:
@@ -268,7 +292,7 @@ def _leaf_code(node: Node, data, held: dict, position: dict) -> tuple:
             keeps = value.op is DATA and value.data is data
             where = -2 if keeps else -3
             holders -= keeps
-    return (node.sig, where, holders > 0, data.donate, data.read_only, data.external is None)
+    return (sig, where, holders > 0, needed, data.donate, data.read_only, data.external is None)
 
 
 def replay(attempt: Attempt, kind: str) -> Optional[tuple[Captured, tuple]]:
