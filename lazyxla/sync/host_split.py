@@ -23,7 +23,7 @@ import torch
 from .. import metrics
 from ..ir.bounded import BoundedTable
 from ..ir.build import data_node
-from ..ir.node import DATA, GETITEM, SCALAR, SIG_TABLE_CAP, Node
+from ..ir.node import DATA, GETITEM, SCALAR, SIG_TABLE_CAP, VIEW_SCATTER, Node
 from ..ir.walk import post_order
 from ..runtime import backend, placement
 from ..runtime.transfer import download, staged
@@ -32,7 +32,8 @@ from . import host_eval
 _INTEGRAL = frozenset((torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64))
 # Run the device graph of some (root, storage) items, given the ids of the storages the
 # host writes in the same read and, optionally, nodes to read as given device data
-# ({id(node): DATA node}); one output per distinct root, in the order they first appear
+# ({id(node): DATA node}) and what to call with the graph it ran (sync/pipeline.py
+# `Request.record`); one output per distinct root, in the order they first appear
 # (sync/pipeline.py `run_graph`).
 RunDevice = Callable[..., tuple]
 # A constant (made from scalars alone) larger than this stays on the device: there it fuses
@@ -72,6 +73,30 @@ def _sig_class(node: Node) -> tuple:
         known = _SIG_CLASS.put(node.sig, (_integral(node), host_eval.numel(node),
                                           node.op is GETITEM or host_eval.replayable_op(node)))
     return known
+
+
+# signature id -> (limit, `split_key`): a decode loop's tokens meet the same signatures
+_SPLIT_KEYS = BoundedTable(SIG_TABLE_CAP // 4)
+
+
+def split_key(node: Node, limit: int):
+    """What `split_read` decides `node` by, for a host read's capture (sync/read_capture.py):
+    a node that may be bookkeeping (integral, at most `limit` elements, not a scalar) by its
+    op, its dtypes and its class, not its shape or static arguments, which change every
+    token for generate()'s growing ids and stay on the host; any other node by its `sig`."""
+    sig = node.sig
+    known = _SPLIT_KEYS.get(sig)
+    if known is not None and known[0] == limit:
+        return known[1]
+    integral, elements, replayable = _sig_class(node)
+    op = node.op
+    if op is SCALAR or not integral or elements > limit:
+        key = sig
+    else:
+        key = (op if op is not VIEW_SCATTER else node.args[2], op is VIEW_SCATTER, node.nout, node.dtype,
+               elements > _DEVICE_CONSTANT_ELEMENTS, replayable)
+    _SPLIT_KEYS.put(sig, (limit, key))
+    return key
 
 
 def _bookkeeping(node: Node, limit: int) -> bool:
@@ -153,12 +178,12 @@ def _distinct(items: list) -> dict:
     return slots
 
 
-def run(device: int, items: list, run_device: RunDevice) -> tuple:
-    """Compute `items` (`(root, storage or None)`): the bookkeeping on the host, the rest
-    with `run_device`; one result per distinct root, in the order they first appear, a
-    device array or (computed on the host) a CPU tensor. Storages of host-computed roots
-    receive staged device data holding the value."""
-    split = split_read([node for node, _ in items])
+def run(device: int, items: list, run_device: RunDevice, split: Optional[Split]) -> tuple:
+    """Compute `items` (`(root, storage or None)`) as `split` (`split_read` of their roots;
+    a host read's capture maps a recorded one onto this read's nodes, sync/read_capture.py):
+    the bookkeeping on the host, the rest with `run_device`; one result per distinct root,
+    in the order they first appear, a device array or (computed on the host) a CPU tensor.
+    Storages of host-computed roots receive staged device data holding the value."""
     if split is None:
         return run_device(items, frozenset())
     values: dict = {}

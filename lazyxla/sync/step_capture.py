@@ -304,23 +304,11 @@ def replay(attempt: Attempt, kind: str) -> Optional[tuple[Captured, tuple]]:
     captured = _CAPTURES.get(attempt.fingerprint)
     if captured is None:
         return None
-    leaves = attempt.leaves
-    scalars = attempt.scalars
     try:
-        if scalars:   # this step's values, sent with this run as the ordinary barrier sends them
-            metrics.counter_add("UploadedScalars", len(captured.scalar_gather))
-        args = scalar_values([scalars[p] for p in captured.scalar_gather], captured.packed,
-                             captured.travel) if scalars else []
-        outs = execute_params(captured.exe, [leaves[p] for p in captured.gather], args, attempt.device,
-                              (attempt.device,))
+        outs = call(captured, [attempt.leaves[p] for p in captured.gather], attempt.scalars, attempt.device)
     except Exception as e:
-        # Nothing was installed. Unless the backend consumed donated buffers before failing
-        # (then their tensors raise DonatedBufferError, as after the ordinary barrier's
-        # failure), the ordinary barrier runs the step again and reports the failure its way.
         _CAPTURES.pop(attempt.fingerprint, None)
-        if isinstance(e, ExecutionFailure) and e.lost_buffers:
-            raise failures.not_applied(kind, attempt.device, e)   # as the stages raise it
-        LAST[0] = Outcome("not captured", f"the captured call failed ({type(e).__name__}); ran the ordinary barrier")
+        call_failed(e, kind, attempt.device)
         return None
     slots = captured.slots
     install_outputs(captured.avals, attempt.device, [(st, slots[i]) for i, (_, st) in enumerate(attempt.items)],
@@ -329,6 +317,40 @@ def replay(attempt: Attempt, kind: str) -> Optional[tuple[Captured, tuple]]:
     metrics.counter_add("StepCaptureReplay")
     LAST[0] = Outcome("replayed", "")
     return captured, outs
+
+
+def call(captured: Captured, params: list, scalars: list, device: int) -> tuple:
+    """Run `captured`'s executable on `params` (its parameters, gathered) and this run's
+    values of the scalars the pass met (`scalars`, in first-seen order)."""
+    gathered = [scalars[p] for p in captured.scalar_gather]
+    if gathered:   # this run's values, sent with it as the ordinary stages send them
+        metrics.counter_add("UploadedScalars", len(gathered))
+    args = scalar_values(gathered, captured.packed, captured.travel) if gathered else []
+    return execute_params(captured.exe, params, args, device, (device,))
+
+
+def call_failed(error: Exception, kind: str, device: int) -> None:
+    """`call` raised and nothing was installed (the caller forgets the capture). Unless the
+    backend consumed donated buffers before failing (then their tensors raise
+    DonatedBufferError, as after the ordinary stages' failure, and this raises), the
+    ordinary stages run the graph again and report the failure their way."""
+    if isinstance(error, ExecutionFailure) and error.lost_buffers:
+        raise failures.not_applied(kind, device, error)   # as the stages raise it
+    LAST[0] = Outcome("not captured", f"the captured call failed ({type(error).__name__}); ran the ordinary stages")
+
+
+def gather_orders(graph: Graph, leaves: list, scalars: list, uploads: list = ()) -> Optional[tuple]:
+    """(per parameter of `graph`, its buffer's position in `leaves`, or -1 - k for the
+    k-th of `uploads`; per scalar operand, its node's position in `scalars`); None where
+    the graph reads a value met in none of them."""
+    position = {id(d): i for i, d in enumerate(leaves)}
+    position.update((id(d), -1 - k) for k, d in enumerate(uploads))
+    gather = tuple(position.get(id(d)) for d in graph.params)
+    scalar_position = {id(n): i for i, n in enumerate(scalars)}
+    scalar_gather = tuple(scalar_position.get(id(n)) for n in graph.scalars)
+    if None in gather or None in scalar_gather:
+        return None
+    return gather, scalar_gather
 
 
 def record(attempt: Attempt, graph: Graph, targets: list, exe: Executable, decisions: list) -> None:
@@ -341,15 +363,11 @@ def record(attempt: Attempt, graph: Graph, targets: list, exe: Executable, decis
         LAST[0] = Outcome("not captured", "the step graph merges equal scalars (a long chain), or has "
                                           "tensors it could not compute")
         return
-    position = {id(d): i for i, d in enumerate(attempt.leaves)}
-    gather = tuple(position.get(id(d), -1) for d in graph.params)
-    scalar_position = {id(n): i for i, n in enumerate(attempt.scalars)}
-    scalar_gather = tuple(scalar_position.get(id(n), -1) for n in graph.scalars)
-    if -1 in gather or -1 in scalar_gather:
+    orders = gather_orders(graph, attempt.leaves, attempt.scalars)
+    if orders is None:
         LAST[0] = Outcome("not captured", "the step graph reads a value the pass did not meet")
         return
-    _CAPTURES[attempt.fingerprint] = Captured(exe, decisions, gather, scalar_gather, graph,
-                                              tuple(slot for _, slot in targets))
+    _CAPTURES[attempt.fingerprint] = Captured(exe, decisions, *orders, graph, tuple(slot for _, slot in targets))
     while len(_CAPTURES) > _MAX_CAPTURES:
         _CAPTURES.popitem(last=False)
     metrics.counter_add("StepCaptureRecord")
