@@ -213,51 +213,73 @@ def walk(parts: list, calls: list, outputs: list, roots: list, entry_leaves: dic
     leaf_index: dict = {}
     seen: dict = {}      # id(node) -> its reference, for every node met but a logged call's output
     sig_of = key or (lambda node: node.sig)
+    expanded: set = set()   # ids of traced nodes whose operands are on the stack
 
-    def source(node: Node):
-        """Where `node` comes from; None: the step cannot be captured (`failed` says why)."""
-        node = entry_leaves.get(id(node), node)   # an entry value: its staged buffer, as collect() reads it
+    def known(node: Node):
+        """`node`'s reference if it has one already (a logged call's own GETITEM always has)."""
         ref = seen.get(id(node))
-        if ref is not None:
-            return ref
-        op = node.op
-        if op is GETITEM:
+        if ref is None and node.op is GETITEM:
             k = call_index.get(id(node.args[0]))
             # the call's own GETITEM: another node reading the same output is a node of its own
             # in the collected graph, so it is traced work here
             if k is not None and outputs[k][node.args[1]] is node:
                 return (k, node.args[1])
-        if op is DATA:
-            data = node.data
-            p = leaf_index.get(id(data))
-            if p is None:
-                if data.donated_in is not None or data.failure is not None or data.sharding is not None:
-                    failed[0] = "the step reads a donated, failed or sharded buffer"
-                    return None
-                p = leaf_index[id(data)] = len(leaves)
-                leaves.append(data)
-                parts.append(leaf_code(node, data, sig_of(node)))
-            else:   # another node of a buffer met before
-                parts.append(("again", p))
-            ref = -1 - p
-        elif op is SCALAR:   # a lifted scalar: an operand whose value is this step's
-            ref = ("scalar", len(scalars))
-            scalars.append(node)
-            parts.append(sig_of(node))
-        else:
-            traced[0] += 1   # counted on the way down: a chain stops at the bound, not at its end
-            if traced[0] > limit:
-                failed[0] = f"more than {limit} nodes of lazily traced work in the step"
-                return None
-            inputs = tuple(source(i) for i in node.inputs)   # recursion bounded by `limit`
-            if None in inputs:
-                return None
-            ref = ("traced", len(seen))
-            parts.append((sig_of(node), inputs))
+        return ref
+
+    def met(node: Node, ref) -> None:
         seen[id(node)] = ref
         if nodes is not None:
             nodes.append(node)
-        return ref
+
+    def leaf(node: Node) -> bool:
+        """Meet DATA or SCALAR `node`; False: the step cannot be captured (`failed` says why)."""
+        if node.op is SCALAR:   # a lifted scalar: an operand whose value is this step's
+            met(node, ("scalar", len(scalars)))
+            scalars.append(node)
+            parts.append(sig_of(node))
+            return True
+        data = node.data
+        p = leaf_index.get(id(data))
+        if p is None:
+            if data.donated_in is not None or data.failure is not None or data.sharding is not None:
+                failed[0] = "the step reads a donated, failed or sharded buffer"
+                return False
+            p = leaf_index[id(data)] = len(leaves)
+            leaves.append(data)
+            parts.append(leaf_code(node, data, sig_of(node)))
+        else:   # another node of a buffer met before
+            parts.append(("again", p))
+        met(node, -1 - p)
+        return True
+
+    def source(top: Node):
+        """Where `top` comes from, its operands met first (an explicit stack: a chain of
+        `limit` nodes needs no deeper recursion); None: the step cannot be captured."""
+        stack = [top]
+        while stack:
+            node = entry_leaves.get(id(stack[-1]), stack[-1])   # an entry value: its staged buffer
+            if known(node) is not None:
+                stack.pop()
+                continue
+            if node.op is DATA or node.op is SCALAR:
+                if not leaf(node):
+                    return None
+                stack.pop()
+                continue
+            if id(node) not in expanded:
+                expanded.add(id(node))
+                traced[0] += 1   # counted on the way down: a chain stops at the bound, not at its end
+                if traced[0] > limit:
+                    failed[0] = f"more than {limit} nodes of lazily traced work in the step"
+                    return None
+                todo = [i for i in reversed(node.inputs) if known(entry_leaves.get(id(i), i)) is None]
+                if todo:
+                    stack.extend(todo)
+                    continue
+            met(node, ("traced", len(seen)))
+            parts.append((sig_of(node), tuple(known(entry_leaves.get(id(i), i)) for i in node.inputs)))
+            stack.pop()
+        return known(entry_leaves.get(id(top), top))
 
     failed = [""]
     traced = [0]
