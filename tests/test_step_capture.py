@@ -312,13 +312,22 @@ def test_read_ending_a_token_replays_and_a_donated_buffer_still_raises(host_repl
 
 
 def test_read_capture_falls_back_and_says_why(host_replay):
-    """A read with no bookkeeping split (bookkeeping off), or more nodes than the read's pass
-    takes: the ordinary read runs every token, and lx.debug.step_capture() says why."""
+    """A read with no bookkeeping split (bookkeeping off, or a float read such as a loss), or
+    more nodes than the read's pass takes: the ordinary read runs every token, and
+    lx.debug.step_capture() says why."""
     with config.override(host_bookkeeping_max_elements=0):
         ids, counts, outcomes, _, _ = _read_ended_tokens(capture=True, tokens=3)
     assert all(c["StepCaptureReplay"] == 0 for c in counts)
     assert "no bookkeeping split" in outcomes[-1].reason
     dev = lx.device()
+    loss = torch.compile(lambda a: (a * 2).sum(), backend="lazyxla")
+    a = torch.randn(4).to(dev)
+    try:
+        for _ in range(2):   # the second read's fingerprint is known to have nothing to split
+            assert loss(a).item() == pytest.approx((a.cpu() * 2).sum().item())
+            assert lx.debug.step_capture() == ("not captured", "host read: no bookkeeping to split")
+    finally:
+        torch._dynamo.reset()
     t = torch.randn(4).to(dev)
     for _ in range(read_capture._MAX_NODES + 1):
         t = t + 1

@@ -13,8 +13,10 @@ order, with two differences. A node that may be bookkeeping (integral, at most
 `host_bookkeeping_max_elements` elements) enters by what the split decides it by, not its
 shape (host_split.py `split_key`): generate()'s `input_ids` grow every token, on the host.
 Whether a node of the device graph keeps its signature is checked at each replay (`checks`),
-so a device graph of another shape is never replayed. And each buffer's code says whether
-pending work outside the read reads it (the donor plan keeps those).
+so a device graph of another shape is never replayed. And the fingerprint says, per buffer,
+whether pending work outside the read reads it (the donor plan keeps those), found after the
+pass and only for a read that may be captured: a fingerprint known to have nothing to split
+(a loss read) stops there.
 
 Not captured (`lx.debug.step_capture()` says why, `StepCaptureFallback` counts): a read with no
 bookkeeping to split, more than `_MAX_NODES` nodes, a read of a donated, failed or sharded
@@ -42,7 +44,7 @@ from .step_capture import LAST, Outcome
 
 KIND = "host read"
 _MAX_NODES = 512     # nodes a read's pass meets before it gives up (a token of a small model: ~120)
-_MAX_CAPTURES = 8    # fingerprints kept (generate()'s tokens alternate between two)
+_MAX_CAPTURES = 16   # fingerprints kept (generate()'s tokens alternate between two; reads with no split)
 
 
 class Captured(step_capture.Captured):
@@ -60,7 +62,7 @@ class Captured(step_capture.Captured):
 class Attempt:
     """One read's pass: its items, the nodes, buffers and scalars met, the fingerprint (None:
     not captured) and the capture it names (None: the ordinary read runs and records)."""
-    __slots__ = ("device", "items", "nodes", "leaves", "scalars", "fingerprint", "captured")
+    __slots__ = ("device", "items", "nodes", "leaves", "scalars", "shape", "fingerprint", "captured")
 
     def __init__(self, device: int, items: list) -> None:
         self.device = device
@@ -68,11 +70,13 @@ class Attempt:
         self.nodes: list = []
         self.leaves: list = []
         self.scalars: list = []
+        self.shape: Optional[tuple] = None         # the fingerprint without what outside work reads
         self.fingerprint: Optional[tuple] = None
         self.captured: Optional[Captured] = None
 
 
-_CAPTURES: OrderedDict = OrderedDict()
+_CAPTURES: OrderedDict = OrderedDict()   # fingerprint -> Captured, or _NO_SPLIT
+_NO_SPLIT = "host read: no bookkeeping to split"
 
 
 def begin(device: int, items: list, n_own: int, explicit: bool) -> Attempt:
@@ -84,17 +88,22 @@ def begin(device: int, items: list, n_own: int, explicit: bool) -> Attempt:
     if reason:
         return _refused(attempt, reason)
     live = live_storages(device)
-    inside = {id(st) for _, st in items if st is not None}
-    outside = [st.value for st in live if st.value.op is not DATA and id(st) not in inside]
-    needed = frozenset(data_reachable(outside)) if outside else frozenset()
     parts = step_capture.header(device) + [KIND, n_own, explicit, limit]
     fingerprint = step_capture.walk(parts, [], [], [node for node, _ in items], {},
-                                    step_capture.leaf_coder(live, items, needed), _MAX_NODES, attempt.leaves,
+                                    step_capture.leaf_coder(live, items), _MAX_NODES, attempt.leaves,
                                     attempt.scalars, attempt.nodes, key=lambda node: host_split.split_key(node, limit))
     if isinstance(fingerprint, str):
         return _refused(attempt, fingerprint.replace("step", "read"))
-    attempt.fingerprint = fingerprint
-    captured = _CAPTURES.get(fingerprint)
+    if _CAPTURES.get(fingerprint) is _NO_SPLIT:   # seen before: nothing to capture (a loss read)
+        return _refused(attempt, _NO_SPLIT)
+    # which buffers pending work outside the read reads (the donor plan keeps them): a read's
+    # graph is not all pending work (generate()'s `input_ids` cat stays pending every other token)
+    inside = {id(st) for _, st in items if st is not None}
+    outside = [st.value for st in live if st.value.op is not DATA and id(st) not in inside]
+    needed = data_reachable(outside) if outside else ()
+    attempt.shape = fingerprint
+    attempt.fingerprint = fingerprint + (tuple(id(d) in needed for d in attempt.leaves),)
+    captured = _CAPTURES.get(attempt.fingerprint)
     if captured is not None:
         nodes = attempt.nodes
         if all(nodes[p].sig == sig for p, sig in captured.checks):
@@ -134,12 +143,19 @@ def run(attempt: Attempt, run_device: host_split.RunDevice) -> tuple:
     split = host_split.split_read([node for node, _ in items])
     if attempt.fingerprint is None or split is None:
         if attempt.fingerprint is not None:
-            _refused(attempt, "host read: no bookkeeping to split")
+            _keep(attempt.shape, _NO_SPLIT)
+            _refused(attempt, _NO_SPLIT)
         return host_split.run(device, items, run_device, split)
     recorder = _Record(attempt, split, run_device)
     outs = host_split.run(device, items, recorder.run, split)
     recorder.keep()
     return outs
+
+
+def _keep(fingerprint: tuple, value) -> None:
+    _CAPTURES[fingerprint] = value
+    while len(_CAPTURES) > _MAX_CAPTURES:
+        _CAPTURES.popitem(last=False)
 
 
 class _Record:
@@ -187,9 +203,7 @@ class _Record:
         limit = backend.setting("host_bookkeeping_max_elements")
         checks = tuple((p, n.sig) for p, n in enumerate(attempt.nodes)
                        if id(n) in on_device and host_split.split_key(n, limit) != n.sig)
-        _CAPTURES[attempt.fingerprint] = Captured(exe, decisions, orders, graph, slots, positions, checks)
-        while len(_CAPTURES) > _MAX_CAPTURES:
-            _CAPTURES.popitem(last=False)
+        _keep(attempt.fingerprint, Captured(exe, decisions, orders, graph, slots, positions, checks))
         metrics.counter_add("StepCaptureRecord")
         LAST[0] = Outcome("recorded", KIND)
 

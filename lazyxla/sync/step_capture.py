@@ -148,7 +148,7 @@ def begin(device: int, live: list, items: list, entry_leaves: Optional[dict], ki
     reason = _refusal(log, kind)
     if reason:
         return _refused(device, items, reason)
-    leaf_code = leaf_coder(live, items, frozenset())
+    leaf_code = leaf_coder(live, items)
     leaves: list = []
     scalars: list = []
     parts = header(device)
@@ -167,10 +167,9 @@ def header(device: int) -> list:
             None if policy is None else policy.token]
 
 
-def leaf_coder(live: list, items: list, needed: frozenset):
-    """A buffer's code for the fingerprint (`_leaf_code`), given the device's live storages,
-    the pending items the graph computes and `needed`: ids of buffers that pending work
-    outside the graph reads (a host read's; a barrier's graph holds all pending work)."""
+def leaf_coder(live: list, items: list):
+    """A buffer's code for the fingerprint (`_leaf_code`), given the device's live storages
+    and the pending items the graph computes."""
     held: dict = {}
     for st in live:
         value = st.value
@@ -178,7 +177,7 @@ def leaf_coder(live: list, items: list, needed: frozenset):
             key = id(value.data)
             held[key] = held.get(key, 0) + 1
     position = {id(st): i for i, (_, st) in enumerate(items) if st is not None}
-    return lambda node, data, sig: _leaf_code(sig, data, held, position, id(data) in needed)
+    return lambda node, data, sig: _leaf_code(sig, data, held, position)
 
 
 def _refusal(log: Optional[_Log], kind: str) -> str:
@@ -298,11 +297,10 @@ def walk(parts: list, calls: list, outputs: list, roots: list, entry_leaves: dic
     return tuple(parts)
 
 
-def _leaf_code(sig, data, held: dict, position: dict, needed: bool) -> tuple:
+def _leaf_code(sig, data, held: dict, position: dict) -> tuple:
     """What the donor plan decides a buffer by (alias/planner.py), besides the structure:
     its owner (a pending storage's position; -1 none; -2 it still holds the buffer; -3 moved
-    on), whether other tensors hold it, whether pending work outside the graph reads it,
-    its flags."""
+    on), whether other tensors hold it, its flags."""
     owner = data.owner_storage()
     holders = held.get(id(data), 0)
     if owner is None:
@@ -314,7 +312,7 @@ def _leaf_code(sig, data, held: dict, position: dict, needed: bool) -> tuple:
             keeps = value.op is DATA and value.data is data
             where = -2 if keeps else -3
             holders -= keeps
-    return (sig, where, holders > 0, needed, data.donate, data.read_only, data.external is None)
+    return (sig, where, holders > 0, data.donate, data.read_only, data.external is None)
 
 
 def replay(attempt: Attempt, kind: str) -> Optional[tuple[Captured, tuple]]:
