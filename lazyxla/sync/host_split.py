@@ -75,28 +75,40 @@ def _sig_class(node: Node) -> tuple:
     return known
 
 
-# signature id -> (limit, `split_key`): a decode loop's tokens meet the same signatures
-_SPLIT_KEYS = BoundedTable(SIG_TABLE_CAP // 4)
+class SplitKeys(dict):
+    """Signature id -> what `split_read` decides a node of that signature by, under one
+    bookkeeping limit, for a host read's capture (sync/read_capture.py): a node that may be
+    bookkeeping (integral, at most `limit` elements, not a scalar) by its op, its dtypes and
+    its class, not its shape or static arguments, which change every token for generate()'s
+    growing ids and stay on the host; any other node by its signature."""
+    __slots__ = ("limit",)
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def fill(self, node: Node):
+        integral, elements, replayable = _sig_class(node)
+        op = node.op
+        if op is SCALAR or not integral or elements > self.limit:
+            key = node.sig
+        else:
+            key = (op if op is not VIEW_SCATTER else node.args[2], op is VIEW_SCATTER, node.nout, node.dtype,
+                   elements > _DEVICE_CONSTANT_ELEMENTS, replayable)
+        if len(self) >= SIG_TABLE_CAP // 4:   # bounded as the signature tables (ir/bounded.py)
+            self.clear()
+        self[node.sig] = key
+        return key
 
 
-def split_key(node: Node, limit: int):
-    """What `split_read` decides `node` by, for a host read's capture (sync/read_capture.py):
-    a node that may be bookkeeping (integral, at most `limit` elements, not a scalar) by its
-    op, its dtypes and its class, not its shape or static arguments, which change every
-    token for generate()'s growing ids and stay on the host; any other node by its `sig`."""
-    sig = node.sig
-    known = _SPLIT_KEYS.get(sig)
-    if known is not None and known[0] == limit:
-        return known[1]
-    integral, elements, replayable = _sig_class(node)
-    op = node.op
-    if op is SCALAR or not integral or elements > limit:
-        key = sig
-    else:
-        key = (op if op is not VIEW_SCATTER else node.args[2], op is VIEW_SCATTER, node.nout, node.dtype,
-               elements > _DEVICE_CONSTANT_ELEMENTS, replayable)
-    _SPLIT_KEYS.put(sig, (limit, key))
-    return key
+_SPLIT_KEYS: dict = {}   # limit -> its SplitKeys (one limit in a process, as a rule)
+
+
+def split_keys(limit: int) -> SplitKeys:
+    keys = _SPLIT_KEYS.get(limit)
+    if keys is None:
+        keys = _SPLIT_KEYS[limit] = SplitKeys(limit)
+    return keys
 
 
 def _bookkeeping(node: Node, limit: int) -> bool:

@@ -11,7 +11,7 @@ The fingerprint is sync/step_capture.py's pass (`walk`) over the read's roots (a
 tensors it materializes alongside, sync/host_read.py), keeping every node met in a fixed
 order, with two differences. A node that may be bookkeeping (integral, at most
 `host_bookkeeping_max_elements` elements) enters by what the split decides it by, not its
-shape (host_split.py `split_key`): generate()'s `input_ids` grow every token, on the host.
+shape (host_split.py `SplitKeys`): generate()'s `input_ids` grow every token, on the host.
 Whether a node of the device graph keeps its signature is checked at each replay (`checks`),
 so a device graph of another shape is never replayed. And the fingerprint says, per buffer,
 whether pending work outside the read reads it (the donor plan keeps those), found after the
@@ -91,7 +91,7 @@ def begin(device: int, items: list, n_own: int, explicit: bool) -> Attempt:
     parts = step_capture.header(device) + [KIND, n_own, explicit, limit]
     fingerprint = step_capture.walk(parts, [], [], [node for node, _ in items], {},
                                     step_capture.leaf_coder(live, items), _MAX_NODES, attempt.leaves,
-                                    attempt.scalars, attempt.nodes, key=lambda node: host_split.split_key(node, limit))
+                                    attempt.scalars, attempt.nodes, host_split.split_keys(limit))
     if isinstance(fingerprint, str):
         return _refused(attempt, fingerprint.replace("step", "read"))
     if _CAPTURES.get(fingerprint) is _NO_SPLIT:   # seen before: nothing to capture (a loss read)
@@ -200,9 +200,9 @@ class _Record:
         positions = (tuple(index[id(n)] for n in split.before), tuple(index[id(n)] for n in split.after),
                      tuple(index[id(n)] for n in split.uploads), tuple(index[id(n)] for n in split.for_host),
                      tuple(i for i, (node, _) in enumerate(attempt.items) if id(node) in on_device))
-        limit = backend.setting("host_bookkeeping_max_elements")
+        keys = host_split.split_keys(backend.setting("host_bookkeeping_max_elements"))
         checks = tuple((p, n.sig) for p, n in enumerate(attempt.nodes)
-                       if id(n) in on_device and host_split.split_key(n, limit) != n.sig)
+                       if id(n) in on_device and keys.get(n.sig, n.sig) != n.sig)
         _keep(attempt.fingerprint, Captured(exe, decisions, orders, graph, slots, positions, checks))
         metrics.counter_add("StepCaptureRecord")
         LAST[0] = Outcome("recorded", KIND)

@@ -152,8 +152,11 @@ def begin(device: int, live: list, items: list, entry_leaves: Optional[dict], ki
     leaves: list = []
     scalars: list = []
     parts = header(device)
-    fingerprint = walk(parts, log.calls, log.outputs, [node for node, _ in items], entry_leaves or {}, leaf_code,
-                       _MAX_TRACED, leaves, scalars)
+    for call in log.calls:
+        parts.append(call.sig)
+    operands = [operand for call in log.calls for operand in call.inputs]
+    fingerprint = walk(parts, log.calls, log.outputs, operands + [node for node, _ in items], entry_leaves or {},
+                       leaf_code, _MAX_TRACED, leaves, scalars)
     if isinstance(fingerprint, str):
         return _refused(device, items, fingerprint)
     return Attempt(device, items, leaves, scalars, fingerprint)
@@ -177,7 +180,7 @@ def leaf_coder(live: list, items: list):
             key = id(value.data)
             held[key] = held.get(key, 0) + 1
     position = {id(st): i for i, (_, st) in enumerate(items) if st is not None}
-    return lambda node, data, sig: _leaf_code(sig, data, held, position)
+    return lambda data, sig: _leaf_code(sig, data, held, position)
 
 
 def _refusal(log: Optional[_Log], kind: str) -> str:
@@ -201,99 +204,79 @@ def _refused(device: int, items: list, reason: str) -> Attempt:
 
 
 def walk(parts: list, calls: list, outputs: list, roots: list, entry_leaves: dict, leaf_code, limit: int,
-         leaves: list, scalars: list, nodes: Optional[list] = None, key=None):
+         leaves: list, scalars: list, nodes: Optional[list] = None, keys=None):
     """The fingerprint (module docstring) of `roots` after `parts`, filling `leaves` and
-    `scalars` (and `nodes`, when given: every node met, in a fixed order, so that a graph of
-    the same fingerprint has its nodes at the same positions); a string saying why where
-    the graph cannot be captured. `calls`, `outputs`: the logged calls and their GETITEMs
-    (met as `(call, index)`); `limit`: the most traced nodes; `key`: a node's signature in
-    the fingerprint (default its `sig`)."""
+    `scalars` (and `nodes`, when given: every node met but a logged call's output, in a fixed
+    order, so that a graph of the same fingerprint has its nodes at the same positions); a
+    string saying why where the graph cannot be captured. `calls`, `outputs`: the logged
+    calls and their GETITEMs (met as `(call, index)`); `limit`: the most traced nodes;
+    `keys`: a node's part of the fingerprint by its signature, `keys.get(sig)` or, the first
+    time, `keys.fill(node)` (default: the signature itself). One explicit stack, no
+    recursion: a chain of `limit` nodes is as cheap as a wide graph."""
     call_index = {id(c): k for k, c in enumerate(calls)}
     leaf_index: dict = {}
-    seen: dict = {}      # id(node) -> its reference, for every node met but a logged call's output
-    sig_of = key or (lambda node: node.sig)
+    seen: dict = {}         # id(node) -> its reference
     expanded: set = set()   # ids of traced nodes whose operands are on the stack
-
-    def known(node: Node):
-        """`node`'s reference if it has one already (a logged call's own GETITEM always has)."""
-        ref = seen.get(id(node))
-        if ref is None and node.op is GETITEM:
-            k = call_index.get(id(node.args[0]))
-            # the call's own GETITEM: another node reading the same output is a node of its own
-            # in the collected graph, so it is traced work here
-            if k is not None and outputs[k][node.args[1]] is node:
-                return (k, node.args[1])
-        return ref
-
-    def met(node: Node, ref) -> None:
-        seen[id(node)] = ref
-        if nodes is not None:
-            nodes.append(node)
-
-    def leaf(node: Node) -> bool:
-        """Meet DATA or SCALAR `node`; False: the step cannot be captured (`failed` says why)."""
-        if node.op is SCALAR:   # a lifted scalar: an operand whose value is this step's
-            met(node, ("scalar", len(scalars)))
-            scalars.append(node)
-            parts.append(sig_of(node))
-            return True
-        data = node.data
-        p = leaf_index.get(id(data))
-        if p is None:
-            if data.donated_in is not None or data.failure is not None or data.sharding is not None:
-                failed[0] = "the step reads a donated, failed or sharded buffer"
-                return False
-            p = leaf_index[id(data)] = len(leaves)
-            leaves.append(data)
-            parts.append(leaf_code(node, data, sig_of(node)))
-        else:   # another node of a buffer met before
-            parts.append(("again", p))
-        met(node, -1 - p)
-        return True
-
-    def source(top: Node):
-        """Where `top` comes from, its operands met first (an explicit stack: a chain of
-        `limit` nodes needs no deeper recursion); None: the step cannot be captured."""
+    traced = 0
+    for top in roots:
         stack = [top]
         while stack:
-            node = entry_leaves.get(id(stack[-1]), stack[-1])   # an entry value: its staged buffer
-            if known(node) is not None:
+            node = stack[-1]
+            if entry_leaves:   # an entry value: its staged buffer, as collect() reads it
+                node = entry_leaves.get(id(node), node)
+            nid = id(node)
+            if nid in seen:
                 stack.pop()
                 continue
-            if node.op is DATA or node.op is SCALAR:
-                if not leaf(node):
-                    return None
-                stack.pop()
-                continue
-            if id(node) not in expanded:
-                expanded.add(id(node))
-                traced[0] += 1   # counted on the way down: a chain stops at the bound, not at its end
-                if traced[0] > limit:
-                    failed[0] = f"more than {limit} nodes of lazily traced work in the step"
-                    return None
-                todo = [i for i in reversed(node.inputs) if known(entry_leaves.get(id(i), i)) is None]
-                if todo:
-                    stack.extend(todo)
+            op = node.op
+            if op is GETITEM and call_index:
+                k = call_index.get(id(node.args[0]))
+                # the call's own GETITEM: another node reading the same output is a node of its
+                # own in the collected graph, so it is traced work here
+                if k is not None and outputs[k][node.args[1]] is node:
+                    seen[nid] = (k, node.args[1])
+                    stack.pop()
                     continue
-            met(node, ("traced", len(seen)))
-            parts.append((sig_of(node), tuple(known(entry_leaves.get(id(i), i)) for i in node.inputs)))
+            sig = node.sig
+            if keys is not None:
+                known = keys.get(sig)
+                sig = keys.fill(node) if known is None else known
+            if op is DATA:
+                data = node.data
+                p = leaf_index.get(id(data))
+                if p is None:
+                    if data.donated_in is not None or data.failure is not None or data.sharding is not None:
+                        return "the step reads a donated, failed or sharded buffer"
+                    p = leaf_index[id(data)] = len(leaves)
+                    leaves.append(data)
+                    parts.append(leaf_code(data, sig))
+                else:   # another node of a buffer met before
+                    parts.append(("again", p))
+                seen[nid] = -1 - p
+            elif op is SCALAR:   # a lifted scalar: an operand whose value is this step's
+                seen[nid] = ("scalar", len(scalars))
+                scalars.append(node)
+                parts.append(sig)
+            else:
+                inputs = node.inputs
+                if entry_leaves:
+                    inputs = tuple(entry_leaves.get(id(i), i) for i in inputs)
+                if nid not in expanded:
+                    expanded.add(nid)
+                    traced += 1   # counted on the way down: a chain stops at the bound, not at its end
+                    if traced > limit:
+                        return f"more than {limit} nodes of lazily traced work in the step"
+                    todo = [i for i in inputs if id(i) not in seen]
+                    if todo:
+                        todo.reverse()
+                        stack.extend(todo)
+                        continue
+                seen[nid] = len(seen)   # a traced node: a plain int (a buffer's is negative)
+                parts.append((sig, tuple([seen[id(i)] for i in inputs])))
+            if nodes is not None:
+                nodes.append(node)
             stack.pop()
-        return known(entry_leaves.get(id(top), top))
-
-    failed = [""]
-    traced = [0]
-    for call in calls:
-        parts.append(call.sig)
-        for operand in call.inputs:
-            ref = source(operand)
-            if ref is None:
-                return failed[0]
-            parts.append(ref)
-    for node in roots:
-        ref = source(node)
-        if ref is None:
-            return failed[0]
-        parts.append(ref)
+        parts.append(seen[id(entry_leaves.get(id(top), top) if entry_leaves else top)])
     return tuple(parts)
 
 
