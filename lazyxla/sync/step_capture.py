@@ -19,6 +19,9 @@ else makes another program: the storage dtype policy's token (the TPU's default 
 precision, whether aliasing is on. Entry values (sync/entries.py) the barrier reads as staged
 device data count as the buffers they are, in place of the IR they stand for.
 
+A host read that ends a decode token (`generate()`'s stopping check) is captured with the same
+pass (`walk`) and its host bookkeeping split: sync/read_capture.py.
+
 Not captured (the ordinary barrier runs, `lx.debug.step_capture()` says why): more than
 `_MAX_TRACED` lazily traced nodes, a host read or partial sync since the last barrier, merged
 scalars of a long chain, SPMD, a graph size cut, `LAZYXLA_STEP_CAPTURE=0`.
