@@ -44,7 +44,7 @@ from .step_capture import LAST, Outcome
 
 KIND = "host read"
 _MAX_NODES = 512     # nodes a read's pass meets before it gives up (a token of a small model: ~120)
-_MAX_CAPTURES = 16   # fingerprints kept (generate()'s tokens alternate between two; reads with no split)
+_MAX_CAPTURES = 8    # fingerprints kept, and as many with nothing to split (generate()'s tokens alternate between two)
 
 
 class Captured(step_capture.Captured):
@@ -75,7 +75,8 @@ class Attempt:
         self.captured: Optional[Captured] = None
 
 
-_CAPTURES: OrderedDict = OrderedDict()   # fingerprint -> Captured, or _NO_SPLIT
+_CAPTURES: OrderedDict = OrderedDict()   # fingerprint -> Captured
+_NO_SPLITS: OrderedDict = OrderedDict()  # fingerprints (less what outside work reads) with nothing to split
 _NO_SPLIT = "host read: no bookkeeping to split"
 
 
@@ -94,7 +95,7 @@ def begin(device: int, items: list, n_own: int, explicit: bool) -> Attempt:
                                     attempt.scalars, attempt.nodes, host_split.split_keys(limit))
     if isinstance(fingerprint, str):
         return _refused(attempt, fingerprint.replace("step", "read"))
-    if _CAPTURES.get(fingerprint) is _NO_SPLIT:   # seen before: nothing to capture (a loss read)
+    if fingerprint in _NO_SPLITS:   # seen before: nothing to capture (a loss read)
         return _refused(attempt, _NO_SPLIT)
     # which buffers pending work outside the read reads (the donor plan keeps them): a read's
     # graph is not all pending work (generate()'s `input_ids` cat stays pending every other token)
@@ -143,7 +144,7 @@ def run(attempt: Attempt, run_device: host_split.RunDevice) -> tuple:
     split = host_split.split_read([node for node, _ in items])
     if attempt.fingerprint is None or split is None:
         if attempt.fingerprint is not None:
-            _keep(attempt.shape, _NO_SPLIT)
+            _keep(_NO_SPLITS, attempt.shape, True)
             _refused(attempt, _NO_SPLIT)
         return host_split.run(device, items, run_device, split)
     recorder = _Record(attempt, split, run_device)
@@ -152,10 +153,10 @@ def run(attempt: Attempt, run_device: host_split.RunDevice) -> tuple:
     return outs
 
 
-def _keep(fingerprint: tuple, value) -> None:
-    _CAPTURES[fingerprint] = value
-    while len(_CAPTURES) > _MAX_CAPTURES:
-        _CAPTURES.popitem(last=False)
+def _keep(table: OrderedDict, fingerprint: tuple, value) -> None:
+    table[fingerprint] = value
+    while len(table) > _MAX_CAPTURES:
+        table.popitem(last=False)
 
 
 class _Record:
@@ -203,7 +204,7 @@ class _Record:
         keys = host_split.split_keys(backend.setting("host_bookkeeping_max_elements"))
         checks = tuple((p, n.sig) for p, n in enumerate(attempt.nodes)
                        if id(n) in on_device and keys.get(n.sig, n.sig) != n.sig)
-        _keep(attempt.fingerprint, Captured(exe, decisions, orders, graph, slots, positions, checks))
+        _keep(_CAPTURES, attempt.fingerprint, Captured(exe, decisions, orders, graph, slots, positions, checks))
         metrics.counter_add("StepCaptureRecord")
         LAST[0] = Outcome("recorded", KIND)
 
