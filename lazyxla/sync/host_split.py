@@ -10,7 +10,8 @@ data). Bookkeeping is a node with integer or boolean outputs of at most
 `host_bookkeeping_max_elements` elements (the backend's, or
 LAZYXLA_HOST_BOOKKEEPING_MAX_ELEMENTS), computed by a deterministic ATen op
 (sync/host_eval.py `replayable_op`) from integer or boolean operands and scalars;
-floating-point values always stay on the device.
+floating-point values always stay on the device. A read that ends a decode token records its
+split and replays it onto the next token's nodes (sync/read_capture.py, keyed by `SplitKeys`).
 
 Design: docs/design.md, "Bookkeeping on the host (generate())".
 """
