@@ -312,9 +312,9 @@ def test_read_ending_a_token_replays_and_a_donated_buffer_still_raises(host_repl
 
 
 def test_read_capture_falls_back_and_says_why(host_replay):
-    """A read with no bookkeeping split (bookkeeping off, or a float read such as a loss), or
-    more nodes than the read's pass takes: the ordinary read runs every token, and
-    lx.debug.step_capture() says why."""
+    """A read with no bookkeeping split (bookkeeping off, or a float read such as a loss), no
+    compiled call since the last read (lazy mode), or more nodes than the read's pass takes: the
+    ordinary read runs, and lx.debug.step_capture() says why."""
     with config.override(host_bookkeeping_max_elements=0):
         ids, counts, outcomes, _, _ = _read_ended_tokens(capture=True, tokens=3)
     assert all(c["StepCaptureReplay"] == 0 for c in counts)
@@ -331,6 +331,14 @@ def test_read_capture_falls_back_and_says_why(host_replay):
     t = torch.randn(4).to(dev)
     for _ in range(read_capture._MAX_NODES + 1):
         t = t + 1
-    bool((t.argmax() == 0).any())
-    assert lx.debug.step_capture().outcome == "not captured"
-    assert "more than" in lx.debug.step_capture().reason
+    bool((t.argmax() == 0).any())   # traced lazily: nothing compiled to capture
+    assert lx.debug.step_capture() == ("not captured", "host read: no compiled call since the last read (lazy mode)")
+    double = torch.compile(lambda a: a * 2, backend="lazyxla")
+    try:
+        t = double(torch.randn(4).to(dev))
+        for _ in range(read_capture._MAX_NODES + 1):
+            t = t + 1
+        bool((t.argmax() == 0).any())
+    finally:
+        torch._dynamo.reset()
+    assert lx.debug.step_capture() == ("not captured", "more than 512 nodes of lazily traced work in the read")

@@ -19,7 +19,7 @@ pass and only for a read that may be captured: a fingerprint known to have nothi
 (a loss read) stops there.
 
 Not captured (`lx.debug.step_capture()` says why, `StepCaptureFallback` counts): a read with no
-bookkeeping to split, more than `_MAX_NODES` nodes, a read of a donated, failed or sharded
+compiled call logged since the last read or barrier (lazy mode), no bookkeeping to split, more than `_MAX_NODES` nodes, a read of a donated, failed or sharded
 buffer, SPMD, bookkeeping off (`LAZYXLA_HOST_BOOKKEEPING_MAX_ELEMENTS=0`), a host replay that
 fails, a graph merging equal scalars, `LAZYXLA_STEP_CAPTURE=0`.
 
@@ -85,7 +85,7 @@ def begin(device: int, items: list, n_own: int, explicit: bool) -> Attempt:
     materializes alongside); `explicit`: explicit donors allowed."""
     attempt = Attempt(device, items)
     limit = backend.setting("host_bookkeeping_max_elements")
-    reason = _refusal(limit)
+    reason = _refusal(device, limit)
     if reason:
         return _refused(attempt, reason)
     live = live_storages(device)
@@ -114,9 +114,13 @@ def begin(device: int, items: list, n_own: int, explicit: bool) -> Attempt:
     return attempt
 
 
-def _refusal(limit: int) -> str:
+def _refusal(device: int, limit: int) -> str:
     if not step_capture.enabled():
         return "off (LAZYXLA_STEP_CAPTURE=0)"
+    # a lazily traced model's read would walk the model (up to _MAX_NODES nodes) on every read
+    # of a large graph only to refuse it; a compiled forward's token is a CALL and a few ops
+    if not step_capture.has_calls(device):
+        return "host read: no compiled call since the last read (lazy mode)"
     if limit <= 0:
         return "host read: no bookkeeping split (LAZYXLA_HOST_BOOKKEEPING_MAX_ELEMENTS=0)"
     if placement.spmd_enabled():

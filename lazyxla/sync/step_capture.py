@@ -131,6 +131,12 @@ def note_call(device: int, outputs: list) -> None:
     log.outputs.append(outputs)
 
 
+def has_calls(device: int) -> bool:
+    """Whether a compiled call was logged on `device` since the last barrier or device read."""
+    log = _LOGS.get(device)
+    return log is not None and bool(log.calls)
+
+
 def note_read(device: int) -> None:
     """A host read or partial sync ran on `device` between barriers: the step that follows
     is not the captured one (it falls back, and `lx.debug.step_capture()` says so)."""
