@@ -83,9 +83,6 @@ def _check_steady_tokens(model, ref: torch.Tensor, heads: int, compiled: bool) -
         assert metrics.counter_value("StepCaptureReplay") == TOKENS
         assert metrics.counter_value("GraphCollect") is None
         assert metrics.counter_value("DonorPlan") is None
-    else:          # lazy mode: no compiled call, so the read is not captured
-        assert metrics.counter_value("StepCaptureReplay") is None
-        assert lx.debug.step_capture().reason == "host read: no compiled call since the last read (lazy mode)"
     assert metrics.counter_value("UncachedCompile") is None
     assert metrics.counter_value("DynamoCompile") is None
     assert cache.cache_size() == executables

@@ -341,4 +341,5 @@ def test_read_capture_falls_back_and_says_why(host_replay):
         bool((t.argmax() == 0).any())
     finally:
         torch._dynamo.reset()
-    assert lx.debug.step_capture() == ("not captured", "more than 512 nodes of lazily traced work in the read")
+    assert lx.debug.step_capture() == \
+        ("not captured", f"more than {read_capture._MAX_NODES} nodes of lazily traced work in the read")

@@ -19,9 +19,10 @@ pass and only for a read that may be captured: a fingerprint known to have nothi
 (a loss read) stops there.
 
 Not captured (`lx.debug.step_capture()` says why, `StepCaptureFallback` counts): a read with no
-compiled call logged since the last read or barrier (lazy mode), no bookkeeping to split, more than `_MAX_NODES` nodes, a read of a donated, failed or sharded
-buffer, SPMD, bookkeeping off (`LAZYXLA_HOST_BOOKKEEPING_MAX_ELEMENTS=0`), a host replay that
-fails, a graph merging equal scalars, `LAZYXLA_STEP_CAPTURE=0`.
+call logged since the last read or barrier (lazy mode), no bookkeeping to split, more than
+`_MAX_NODES` nodes, a read of a donated, failed or sharded buffer, SPMD, bookkeeping off
+(`LAZYXLA_HOST_BOOKKEEPING_MAX_ELEMENTS=0`), a host replay that fails, a graph merging equal
+scalars, `LAZYXLA_STEP_CAPTURE=0`.
 
 Design: docs/design.md, "A captured step (issue 51)".
 """
@@ -43,7 +44,7 @@ from .pipeline import note_ran
 from .step_capture import LAST, Outcome
 
 KIND = "host read"
-_MAX_NODES = 512     # nodes a read's pass meets before it gives up (a token of a small model: ~120)
+_MAX_NODES = 256     # nodes a read's pass meets before it gives up (a compiled forward's token: ~120)
 _MAX_CAPTURES = 8    # fingerprints kept, and as many with nothing to split (generate()'s tokens alternate between two)
 
 
@@ -118,7 +119,8 @@ def _refusal(device: int, limit: int) -> str:
     if not step_capture.enabled():
         return "off (LAZYXLA_STEP_CAPTURE=0)"
     # a lazily traced model's read would walk the model (up to _MAX_NODES nodes) on every read
-    # of a large graph only to refuse it; a compiled forward's token is a CALL and a few ops
+    # of a large graph only to refuse it; a compiled forward's token is a CALL and a few ops (a
+    # lazily traced model calling a JAX kernel, attention, has calls too: the bound refuses it)
     if not step_capture.has_calls(device):
         return "host read: no compiled call since the last read (lazy mode)"
     if limit <= 0:
