@@ -2,12 +2,16 @@
 
     python scripts/step_capture_ab.py train [gpt|mlp]   # W2 proxy / W1, compiled loss + AdamW step
     python scripts/step_capture_ab.py decode            # tiny Llama, the bench's decode loop form
+    python scripts/step_capture_ab.py generate [llama|gpt2] [batch]   # generate(), compiled forward
 
 Alternates `LAZYXLA_STEP_CAPTURE` (through `config.override`) step by step (train) or call
 by call (decode). train: main-thread CPU time of the step barrier (`sync.api._barrier`) and of
 the step until `lx.sync()` returns, medians, the device waited for before each step; the
 captured step's argument and output counts. decode: decode tokens/s of the loop form with the
 forward compiled and with the whole step compiled, and whether both modes give the same tokens.
+generate: Hugging Face generate() with `torch.compile(model.forward)` and a static cache (its
+tokens end in a host read, sync/read_capture.py): decode tokens/s (a call less a one-token
+call's time) and main-thread CPU ms per decode token, medians, and whether the tokens agree.
 Results: docs/benchmarks.md, "A captured step (issue 51)".
 """
 from __future__ import annotations
@@ -110,8 +114,39 @@ def decode(tokens: int = 32, calls: int = 12) -> None:
         torch._dynamo.reset()
 
 
+def generate(name: str = "llama", batch: int = 2, tokens: int = 32, calls: int = 10) -> None:
+    from lazyxla.bench.gen_models import build_model, prompt, timed_generate
+    model = build_model(name, torch.float32)
+    ids = prompt(model, batch, 8)
+    ref, _ = timed_generate(model, ids, tokens, "static")
+    model.to(lx.device())
+    model.forward = torch.compile(model.forward, backend="lazyxla")
+    ids = ids.to(lx.device())
+    rates: dict = {True: [], False: []}
+    host: dict = {True: [], False: []}
+    equal = True
+    for i in range(calls + 2):
+        on = i % 2 == 0
+        with config.override(step_capture=on):
+            _, prefill = timed_generate(model, ids, 1, "static")
+            start = time.thread_time()
+            out, seconds = timed_generate(model, ids, tokens, "static")
+            cpu = time.thread_time() - start
+        equal = equal and torch.equal(out, ref)
+        if i >= 2:   # the first call of each mode compiles or records
+            rates[on].append(batch * (tokens - 1) / max(seconds - prefill, 1e-9))
+            host[on].append(cpu / tokens)
+    for on in (False, True):
+        print(f"generate() {name} batch {batch}, capture {'on ' if on else 'off'}: decode tokens/s "
+              f"{statistics.median(rates[on]):.1f}, main-thread CPU {statistics.median(host[on]) * 1e3:.2f} ms "
+              f"a token")
+    print(f"tokens equal eager's in every call: {equal}")
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["decode"]:
         decode()
+    elif sys.argv[1:2] == ["generate"]:
+        generate(*(sys.argv[2:3] or ["llama"]), *[int(a) for a in sys.argv[3:4]])
     else:
         train(sys.argv[2] if len(sys.argv) > 2 else "gpt")

@@ -1,9 +1,10 @@
 """Hugging Face generate() with a static cache, counted per token (issue 46): after warm-up a
 token is one call of one cached executable, compiled mode (`torch.compile(model.forward)`)
-and lazy mode alike; every layer's K and V are donated by every graph that runs the model
-step, by default and with host replays off, and under the TPU backend's policies; the
-tokens equal eager PyTorch's. Counters and values only (docs/design.md "A decode token
-is one executable call")."""
+and lazy mode alike, and (issue 51) with a compiled forward the read ending it is a captured
+replay, with no graph walk and no donor plan; every layer's K and V are donated by every graph that runs the model
+step, by default and with host replays off, and under the TPU backend's policies, captured or
+not; the tokens equal eager PyTorch's. Counters and values only (docs/design.md "A decode
+token is one executable call", "A captured step")."""
 import contextlib
 from typing import Iterator
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 import lazyxla as lx
-from lazyxla import metrics
+from lazyxla import config, metrics
 from lazyxla.compile import cache
 
 from helpers import backend_as
@@ -68,14 +69,20 @@ def _alias_counts() -> list:
     return [] if data is None else [int(value) for _, value in data[2]]
 
 
-def _check_steady_tokens(model, ref: torch.Tensor, heads: int) -> None:
+def _check_steady_tokens(model, ref: torch.Tensor, heads: int, compiled: bool) -> None:
     """A second generate() of the warmed-up model: tokens as eager, one executable call a
-    token (prefill included), no compile, no new executable, K and V donated each token."""
+    token (prefill included), no compile, no new executable, K and V donated each token;
+    with a compiled forward, each token's read replayed as captured."""
     executables = cache.cache_size()
     metrics.clear_all()
     assert torch.equal(_generate(model, _prompt()), ref)
     assert metrics.counter_value("ExecuteComputation") == TOKENS
     assert metrics.counter_value("CachedCompile") == TOKENS
+    if compiled:   # the read ending each token replays the split and executable recorded for
+        # it (sync/read_capture.py): no graph walk, no donor plan, no key
+        assert metrics.counter_value("StepCaptureReplay") == TOKENS
+        assert metrics.counter_value("GraphCollect") is None
+        assert metrics.counter_value("DonorPlan") is None
     assert metrics.counter_value("UncachedCompile") is None
     assert metrics.counter_value("DynamoCompile") is None
     assert cache.cache_size() == executables
@@ -119,9 +126,32 @@ def _on_device(kind: str, compiled: bool) -> Iterator[tuple]:
 def test_static_cache_token_is_one_executable_call(kind, compiled):
     with _on_device(kind, compiled) as (model, ref, heads):
         _warm_up(model, ref, heads)
-        _check_steady_tokens(model, ref, heads)
+        _check_steady_tokens(model, ref, heads, compiled)
         if compiled:   # the forward is replayed, not traced: what is traced is generate()'s own
             assert metrics.counter_value("CompiledGraphCaptures") is None
+
+
+@pytest.mark.usefixtures("host_replay")
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_captured_tokens_donate_as_the_uncaptured_path(kind):
+    """generate() with a compiled forward, the read capture on and off: the same tokens
+    (eager's), the same executable calls and the same donated bytes per graph; only the
+    capture's walks and plans differ (none on a replayed token, one a token without)."""
+    runs = {}
+    with _on_device(kind, compiled=True) as (model, ref, heads):
+        # the first call of each compiles or records; the second is counted
+        for capture in (False, False, True, True):
+            with config.override(step_capture=capture):
+                metrics.clear_all()
+                assert torch.equal(_generate(model, _prompt()), ref)
+                runs[capture] = {name: metrics.counter_value(name) or 0 for name in
+                                 ("ExecuteComputation", "GraphCollect", "DonorPlan", "StepCaptureReplay")}
+                runs[capture]["donated"] = [int(v) for _, v in metrics.metric_data("DonatedBytes")[2]]
+    off, on = runs[False], runs[True]
+    assert on["donated"] == off["donated"] and on["ExecuteComputation"] == off["ExecuteComputation"] == TOKENS
+    assert off["GraphCollect"] == off["DonorPlan"] == TOKENS and off["StepCaptureReplay"] == 0
+    assert on["GraphCollect"] == on["DonorPlan"] == 0 and on["StepCaptureReplay"] == TOKENS
+    assert lx.debug.step_capture() == ("replayed", "host read")
 
 
 @pytest.mark.usefixtures("host_replay")
@@ -130,7 +160,7 @@ def test_tpu_policies_keep_the_token_one_donating_call():
     decode step stays on the device, one call a token, K and V donated."""
     with backend_as("tpu"), _on_device("llama", compiled=True) as (model, ref, heads):
         _warm_up(model, ref, heads)
-        _check_steady_tokens(model, ref, heads)
+        _check_steady_tokens(model, ref, heads, compiled=True)
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])

@@ -10,7 +10,7 @@ import torch
 
 import lazyxla as lx
 from lazyxla import config, metrics
-from lazyxla.sync import step_capture
+from lazyxla.sync import read_capture, step_capture
 
 from helpers import backend_as
 
@@ -253,3 +253,93 @@ def test_entry_values_compose_with_the_captured_step(host_replay):
     assert entry_values >= 1   # the last step's, counted since its metrics.clear_all()
     assert [o.outcome for o in outcomes[1:]] == ["recorded"] + ["replayed"] * (STEPS - 2)
     assert [c["StepCaptureReplay"] for c in counts[2:]] == [1] * (STEPS - 2)
+
+
+def _read_ended_tokens(capture: bool, tokens: int = 5) -> tuple:
+    """A decode-like loop whose tokens end in a host read, as generate()'s stopping check: a
+    compiled call, the argmax on the device, the ids growing on the host, `(ids == 7).any()`
+    read; each token's input explicitly donated. (ids, per-token counters, outcomes, donated
+    bytes, whether reading each donated input raised)."""
+    dev = lx.device()
+    torch.manual_seed(0)
+    w = torch.randn(8, 8).to(dev)
+    f = torch.compile(lambda w, x: torch.tanh(x @ w), backend="lazyxla")
+    gen = torch.Generator().manual_seed(2)
+    ids = torch.zeros(2, 1, dtype=torch.long).to(dev)
+    counts, outcomes, donated, raised = [], [], [], []
+    lx.set_explicit_donation(True)
+    try:
+        with config.override(step_capture=capture):
+            for _ in range(tokens):
+                x = torch.randn(2, 8, generator=gen).to(dev)
+                lx.set_buffer_donation(x, True)
+                metrics.clear_all()
+                h = f(w, x)
+                ids = torch.cat([ids, h.argmax(-1, keepdim=True)], dim=1)
+                bool((ids == 7).any())
+                counts.append(_counts())
+                outcomes.append(lx.debug.step_capture())
+                donated.append(_donated())
+                with pytest.raises(lx.DonatedBufferError, match="donated"):
+                    x.cpu()
+                raised.append(True)
+            return ids.cpu(), counts, outcomes, donated, raised
+    finally:
+        torch._dynamo.reset()
+
+
+def test_read_ending_a_token_replays_and_a_donated_buffer_still_raises(host_replay):
+    """sync/read_capture.py: from the third token, the read that ends it is one call of the
+    executable recorded for it (its bookkeeping replayed on the host), with no graph walk and
+    no donor plan; ids equal the uncaptured loop's and eager's, donated bytes are unchanged, a
+    donated input still raises DonatedBufferError. With the capture off, no replay."""
+    ids, counts, outcomes, donated, raised = _read_ended_tokens(capture=True)
+    ref_ids, ref_counts, ref_outcomes, ref_donated, _ = _read_ended_tokens(capture=False)
+    torch.manual_seed(0)
+    w = torch.randn(8, 8)
+    gen = torch.Generator().manual_seed(2)
+    eager = torch.cat([torch.zeros(2, 1, dtype=torch.long)] +
+                      [torch.tanh(torch.randn(2, 8, generator=gen) @ w).argmax(-1, keepdim=True) for _ in range(5)], 1)
+    assert torch.equal(ids, ref_ids) and torch.equal(ids, eager)
+    assert [o.outcome for o in outcomes[2:]] == ["replayed"] * 3, outcomes
+    for c in counts[2:]:
+        assert c == {"ExecuteComputation": 1, "GraphCollect": 0, "DonorPlan": 0, "StepCaptureReplay": 1,
+                     "UncachedCompile": 0}, c
+    assert donated == ref_donated and all(d and d[-1] > 0 for d in donated)
+    assert len(raised) == 5
+    assert all(c["StepCaptureReplay"] == 0 and c["DonorPlan"] == 1 for c in ref_counts)
+    assert ref_outcomes[-1] == ("not captured", "off (LAZYXLA_STEP_CAPTURE=0)")
+
+
+def test_read_capture_falls_back_and_says_why(host_replay):
+    """A read with no bookkeeping split (bookkeeping off, or a float read such as a loss), no
+    compiled call since the last read (lazy mode), or more nodes than the read's pass takes: the
+    ordinary read runs, and lx.debug.step_capture() says why."""
+    with config.override(host_bookkeeping_max_elements=0):
+        ids, counts, outcomes, _, _ = _read_ended_tokens(capture=True, tokens=3)
+    assert all(c["StepCaptureReplay"] == 0 for c in counts)
+    assert "no bookkeeping split" in outcomes[-1].reason
+    dev = lx.device()
+    loss = torch.compile(lambda a: (a * 2).sum(), backend="lazyxla")
+    a = torch.randn(4).to(dev)
+    try:
+        for _ in range(2):   # the second read's fingerprint is known to have nothing to split
+            assert loss(a).item() == pytest.approx((a.cpu() * 2).sum().item())
+            assert lx.debug.step_capture() == ("not captured", "host read: no bookkeeping to split")
+    finally:
+        torch._dynamo.reset()
+    t = torch.randn(4).to(dev)
+    for _ in range(read_capture._MAX_NODES + 1):
+        t = t + 1
+    bool((t.argmax() == 0).any())   # traced lazily: nothing compiled to capture
+    assert lx.debug.step_capture() == ("not captured", "host read: no compiled call since the last read (lazy mode)")
+    double = torch.compile(lambda a: a * 2, backend="lazyxla")
+    try:
+        t = double(torch.randn(4).to(dev))
+        for _ in range(read_capture._MAX_NODES + 1):
+            t = t + 1
+        bool((t.argmax() == 0).any())
+    finally:
+        torch._dynamo.reset()
+    assert lx.debug.step_capture() == \
+        ("not captured", f"more than {read_capture._MAX_NODES} nodes of lazily traced work in the read")

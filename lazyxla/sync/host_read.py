@@ -24,7 +24,7 @@ from ..frontend.storage import is_wide_read, live_devices, live_storages
 from ..ir.node import DATA
 from ..runtime.transfer import download
 from ..state import STATE
-from . import barriers, host_eval, host_split
+from . import barriers, host_eval, host_split, read_capture
 from .entry import by_device, check_lazy, pending_items, runtime_lock, sync_begins, sync_ends
 from .pipeline import Request, run_graph
 from .view_read import read_view
@@ -137,20 +137,22 @@ def _compute_read(device: int, storages: list, items: list, allow_explicit: bool
 
 
 def _run_read(device: int, items: list, extra: list, explicit: bool) -> tuple:
-    """Run a host read's graph, its integer bookkeeping on the host (sync/host_split.py);
-    `extra` roots come after `items`, so slots stay put. The extra storages are synced as
-    a partial sync would: their in-place updated buffers are donated when nothing else
-    needs them; what the read reads never is. If some extra root needs a donated buffer,
-    the read falls back to its own roots."""
+    """Run a host read's graph, its integer bookkeeping on the host (sync/host_split.py),
+    as the executable recorded for an earlier read of the same fingerprint where there is
+    one (sync/read_capture.py); `extra` roots come after `items`, so slots stay put. The
+    extra storages are synced as a partial sync would: their in-place updated buffers are
+    donated when nothing else needs them; what the read reads never is. If some extra root
+    needs a donated buffer, the read falls back to its own roots."""
     def on_device(owners: set):
-        def run(device_items: list, written: frozenset = frozenset(), leaves=None) -> tuple:
+        def run(device_items: list, written: frozenset = frozenset(), leaves=None, record=None) -> tuple:
             result = run_graph(Request(device, device_items, KIND, automatic=bool(owners), explicit=explicit,
-                                       auto_owners=owners, written=written, leaves=leaves))
+                                       auto_owners=owners, written=written, leaves=leaves, record=record))
             return () if result is None else result.outputs
         return run
     try:
-        return host_split.run(device, items + extra, on_device({id(st) for _, st in extra}))
+        attempt = read_capture.begin(device, items + extra, len(items), explicit)
+        return read_capture.run(attempt, on_device({id(st) for _, st in extra}))
     except DonatedBufferError:
         if not extra:
             raise
-        return host_split.run(device, items, on_device(set()))
+        return host_split.run(device, items, on_device(set()), host_split.split_read([node for node, _ in items]))

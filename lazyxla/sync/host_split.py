@@ -10,7 +10,8 @@ data). Bookkeeping is a node with integer or boolean outputs of at most
 `host_bookkeeping_max_elements` elements (the backend's, or
 LAZYXLA_HOST_BOOKKEEPING_MAX_ELEMENTS), computed by a deterministic ATen op
 (sync/host_eval.py `replayable_op`) from integer or boolean operands and scalars;
-floating-point values always stay on the device.
+floating-point values always stay on the device. A read that ends a decode token records its
+split and replays it onto the next token's nodes (sync/read_capture.py, keyed by `SplitKeys`).
 
 Design: docs/design.md, "Bookkeeping on the host (generate())".
 """
@@ -23,7 +24,7 @@ import torch
 from .. import metrics
 from ..ir.bounded import BoundedTable
 from ..ir.build import data_node
-from ..ir.node import DATA, GETITEM, SCALAR, SIG_TABLE_CAP, Node
+from ..ir.node import DATA, GETITEM, SCALAR, SIG_TABLE_CAP, VIEW_SCATTER, Node
 from ..ir.walk import post_order
 from ..runtime import backend, placement
 from ..runtime.transfer import download, staged
@@ -32,7 +33,8 @@ from . import host_eval
 _INTEGRAL = frozenset((torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64))
 # Run the device graph of some (root, storage) items, given the ids of the storages the
 # host writes in the same read and, optionally, nodes to read as given device data
-# ({id(node): DATA node}); one output per distinct root, in the order they first appear
+# ({id(node): DATA node}) and what to call with the graph it ran (sync/pipeline.py
+# `Request.record`); one output per distinct root, in the order they first appear
 # (sync/pipeline.py `run_graph`).
 RunDevice = Callable[..., tuple]
 # A constant (made from scalars alone) larger than this stays on the device: there it fuses
@@ -72,6 +74,42 @@ def _sig_class(node: Node) -> tuple:
         known = _SIG_CLASS.put(node.sig, (_integral(node), host_eval.numel(node),
                                           node.op is GETITEM or host_eval.replayable_op(node)))
     return known
+
+
+class SplitKeys(dict):
+    """Signature id -> what `split_read` decides a node of that signature by, under one
+    bookkeeping limit, for a host read's capture (sync/read_capture.py): a node that may be
+    bookkeeping (integral, at most `limit` elements, not a scalar) by its op, its dtypes and
+    its class, not its shape or static arguments, which change every token for generate()'s
+    growing ids and stay on the host; any other node by its signature."""
+    __slots__ = ("limit",)
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def fill(self, node: Node):
+        integral, elements, replayable = _sig_class(node)
+        op = node.op
+        if op is SCALAR or not integral or elements > self.limit:
+            key = node.sig
+        else:
+            key = (op if op is not VIEW_SCATTER else node.args[2], op is VIEW_SCATTER, node.nout, node.dtype,
+                   elements > _DEVICE_CONSTANT_ELEMENTS, replayable)
+        if len(self) >= SIG_TABLE_CAP // 4:   # bounded as the signature tables (ir/bounded.py)
+            self.clear()
+        self[node.sig] = key
+        return key
+
+
+_SPLIT_KEYS: dict = {}   # limit -> its SplitKeys (one limit in a process, as a rule)
+
+
+def split_keys(limit: int) -> SplitKeys:
+    keys = _SPLIT_KEYS.get(limit)
+    if keys is None:
+        keys = _SPLIT_KEYS[limit] = SplitKeys(limit)
+    return keys
 
 
 def _bookkeeping(node: Node, limit: int) -> bool:
@@ -153,12 +191,12 @@ def _distinct(items: list) -> dict:
     return slots
 
 
-def run(device: int, items: list, run_device: RunDevice) -> tuple:
-    """Compute `items` (`(root, storage or None)`): the bookkeeping on the host, the rest
-    with `run_device`; one result per distinct root, in the order they first appear, a
-    device array or (computed on the host) a CPU tensor. Storages of host-computed roots
-    receive staged device data holding the value."""
-    split = split_read([node for node, _ in items])
+def run(device: int, items: list, run_device: RunDevice, split: Optional[Split]) -> tuple:
+    """Compute `items` (`(root, storage or None)`) as `split` (`split_read` of their roots;
+    a host read's capture maps a recorded one onto this read's nodes, sync/read_capture.py):
+    the bookkeeping on the host, the rest with `run_device`; one result per distinct root,
+    in the order they first appear, a device array or (computed on the host) a CPU tensor.
+    Storages of host-computed roots receive staged device data holding the value."""
     if split is None:
         return run_device(items, frozenset())
     values: dict = {}

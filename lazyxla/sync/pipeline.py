@@ -13,7 +13,7 @@ Design: docs/design.md, "sync/pipeline.py, sync/api.py, sync/host_read.py".
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 from .. import metrics
 from ..alias import switches
@@ -45,6 +45,9 @@ class Request(NamedTuple):
     written: frozenset = frozenset()    # ids of storages the same sync writes from the host
     leaves: Optional[dict] = None       # id(node) -> DATA node read in its place (collect())
     step: Optional[step_capture.Attempt] = None   # a step barrier's capture attempt; None breaks a step's capture
+    # called with (graph, targets, executable, decisions) once the outputs are installed: a
+    # host read's capture records its device graph (sync/read_capture.py)
+    record: Optional[Callable] = None
 
 
 class Collected(NamedTuple):
@@ -113,7 +116,7 @@ def run_graph(request: Request) -> Optional[Result]:
                 first = contained
             else:
                 failures.note_later(first, request.kind, contained.error)
-            request = request._replace(items=contained.rest, step=None)   # another graph: not the step's
+            request = request._replace(items=contained.rest, step=None, record=None)   # another graph: not the step's
             continue
         if first is None:
             return result
@@ -203,7 +206,9 @@ def install_stage(request: Request, ran: Ran) -> Result:
     if request.step is not None:   # its next identical step replays (sync/step_capture.py)
         step_capture.record(request.step, graph, ran.planned.collected.targets, ran.executable,
                             ran.planned.decisions)
-    _ran(request, ran.executable, ran.planned.decisions, len(graph.order))
+    if request.record is not None:
+        request.record(graph, ran.planned.collected.targets, ran.executable, ran.planned.decisions)
+    note_ran(request.kind, ran.executable, ran.planned.decisions, len(graph.order))
     return Result(tuple(ran.outs[slot] for slot in graph.root_slots), len(graph.order))
 
 
@@ -214,10 +219,11 @@ def replay_stage(request: Request) -> Optional[Result]:
     if replayed is None:
         return None
     captured, outs = replayed
-    _ran(request, captured.exe, captured.decisions, captured.n_nodes)
+    note_ran(request.kind, captured.exe, captured.decisions, captured.n_nodes)
     return Result(tuple(outs[slot] for slot in captured.root_slots), captured.n_nodes)
 
 
-def _ran(request: Request, exe: Executable, decisions: list, nodes: int) -> None:
-    LastGraph.executable, LastGraph.decisions, LastGraph.kind = exe, decisions, request.kind
+def note_ran(kind: str, exe: Executable, decisions: list, nodes: int) -> None:
+    """The graph of a sync of `kind` ran `exe` (what lx.debug.donation_report() shows)."""
+    LastGraph.executable, LastGraph.decisions, LastGraph.kind = exe, decisions, kind
     LastGraph.n_nodes = nodes

@@ -19,6 +19,9 @@ else makes another program: the storage dtype policy's token (the TPU's default 
 precision, whether aliasing is on. Entry values (sync/entries.py) the barrier reads as staged
 device data count as the buffers they are, in place of the IR they stand for.
 
+A host read that ends a decode token (`generate()`'s stopping check) is captured with the same
+pass (`walk`) and its host bookkeeping split: sync/read_capture.py.
+
 Not captured (the ordinary barrier runs, `lx.debug.step_capture()` says why): more than
 `_MAX_TRACED` lazily traced nodes, a host read or partial sync since the last barrier, merged
 scalars of a long chain, SPMD, a graph size cut, `LAZYXLA_STEP_CAPTURE=0`.
@@ -128,6 +131,12 @@ def note_call(device: int, outputs: list) -> None:
     log.outputs.append(outputs)
 
 
+def has_calls(device: int) -> bool:
+    """Whether a compiled call was logged on `device` since the last barrier or device read."""
+    log = _LOGS.get(device)
+    return log is not None and bool(log.calls)
+
+
 def note_read(device: int) -> None:
     """A host read or partial sync ran on `device` between barriers: the step that follows
     is not the captured one (it falls back, and `lx.debug.step_capture()` says so)."""
@@ -148,19 +157,39 @@ def begin(device: int, live: list, items: list, entry_leaves: Optional[dict], ki
     reason = _refusal(log, kind)
     if reason:
         return _refused(device, items, reason)
+    leaf_code = leaf_coder(live, items)
+    leaves: list = []
+    scalars: list = []
+    parts = header(device)
+    for call in log.calls:
+        parts.append(call.sig)
+    operands = [operand for call in log.calls for operand in call.inputs]
+    fingerprint = walk(parts, log.calls, log.outputs, operands + [node for node, _ in items], entry_leaves or {},
+                       leaf_code, _MAX_TRACED, leaves, scalars)
+    if isinstance(fingerprint, str):
+        return _refused(device, items, fingerprint)
+    return Attempt(device, items, leaves, scalars, fingerprint)
+
+
+def header(device: int) -> list:
+    """What else makes another program than the graph's structure: aliasing, the matmul
+    precision, the storage dtype policy's token."""
+    policy = storage_dtypes.current()
+    return [device, switches.aliasing_enabled(device), precision.matmul_precision(),
+            None if policy is None else policy.token]
+
+
+def leaf_coder(live: list, items: list):
+    """A buffer's code for the fingerprint (`_leaf_code`), given the device's live storages
+    and the pending items the graph computes."""
     held: dict = {}
     for st in live:
         value = st.value
         if value.op is DATA:
             key = id(value.data)
             held[key] = held.get(key, 0) + 1
-    position = {id(st): i for i, (_, st) in enumerate(items)}
-    leaves: list = []
-    scalars: list = []
-    fingerprint = _fingerprint(device, log, items, entry_leaves or {}, held, position, leaves, scalars)
-    if isinstance(fingerprint, str):
-        return _refused(device, items, fingerprint)
-    return Attempt(device, items, leaves, scalars, fingerprint)
+    position = {id(st): i for i, (_, st) in enumerate(items) if st is not None}
+    return lambda data, sig: _leaf_code(sig, data, held, position)
 
 
 def _refusal(log: Optional[_Log], kind: str) -> str:
@@ -183,77 +212,84 @@ def _refused(device: int, items: list, reason: str) -> Attempt:
     return Attempt(device, items, [], [], None)
 
 
-def _fingerprint(device: int, log: _Log, items: list, entry_leaves: dict, held: dict, position: dict,
-                 leaves: list, scalars: list):
-    """The step's fingerprint (module docstring), filling `leaves` and `scalars`; a string
-    saying why where the step cannot be captured."""
-    calls, outputs = log.calls, log.outputs
+def walk(parts: list, calls: list, outputs: list, roots: list, entry_leaves: dict, leaf_code, limit: int,
+         leaves: list, scalars: list, nodes: Optional[list] = None, keys=None):
+    """The fingerprint (module docstring) of `roots` after `parts`, filling `leaves` and
+    `scalars` (and `nodes`, when given: every node met but a logged call's output, in a fixed
+    order, so that a graph of the same fingerprint has its nodes at the same positions); a
+    string saying why where the graph cannot be captured. `calls`, `outputs`: the logged
+    calls and their GETITEMs (met as `(call, index)`); `limit`: the most traced nodes;
+    `keys`: a node's part of the fingerprint by its signature, `keys.get(sig)` or, the first
+    time, `keys.fill(node)` (default: the signature itself). One explicit stack, no
+    recursion: a chain of `limit` nodes is as cheap as a wide graph."""
     call_index = {id(c): k for k, c in enumerate(calls)}
     leaf_index: dict = {}
-    seen: dict = {}      # id(node) -> its reference, for traced nodes and scalars met before
-    policy = storage_dtypes.current()
-    parts: list = [device, switches.aliasing_enabled(device), precision.matmul_precision(),
-                   None if policy is None else policy.token]
-
-    def source(node: Node):
-        """Where `node` comes from; None: the step cannot be captured (`failed` says why)."""
-        node = entry_leaves.get(id(node), node)   # an entry value: its staged buffer, as collect() reads it
-        op = node.op
-        if op is GETITEM:
-            k = call_index.get(id(node.args[0]))
-            # the call's own GETITEM: another node reading the same output is a node of its own
-            # in the collected graph, so it is traced work here
-            if k is not None and outputs[k][node.args[1]] is node:
-                return (k, node.args[1])
-        elif op is DATA:
-            data = node.data
-            p = leaf_index.get(id(data))
-            if p is not None:
-                return -1 - p
-            if data.donated_in is not None or data.failure is not None or data.sharding is not None:
-                failed[0] = "the step reads a donated, failed or sharded buffer"
-                return None
-            p = leaf_index[id(data)] = len(leaves)
-            leaves.append(data)
-            parts.append(_leaf_code(node, data, held, position))
-            return -1 - p
-        ref = seen.get(id(node))
-        if ref is not None:
-            return ref
-        if op is SCALAR:   # a lifted scalar: an operand whose value is this step's
-            ref = seen[id(node)] = ("scalar", len(scalars))
-            scalars.append(node)
-            parts.append(node.sig)
-            return ref
-        traced[0] += 1   # counted on the way down: a chain stops at the bound, not at its end
-        if traced[0] > _MAX_TRACED:
-            failed[0] = f"more than {_MAX_TRACED} nodes of lazily traced work in the step"
-            return None
-        inputs = tuple(source(i) for i in node.inputs)   # recursion bounded by _MAX_TRACED
-        if None in inputs:
-            return None
-        ref = seen[id(node)] = ("traced", len(seen))
-        parts.append((node.sig, inputs))
-        return ref
-
-    failed = [""]
-    traced = [0]
-    for call in calls:
-        parts.append(call.sig)
-        for operand in call.inputs:
-            ref = source(operand)
-            if ref is None:
-                return failed[0]
-            parts.append(ref)
-    for node, _ in items:
-        ref = source(node)
-        if ref is None:
-            return failed[0]
-        parts.append(ref)
+    seen: dict = {}         # id(node) -> its reference
+    expanded: set = set()   # ids of traced nodes whose operands are on the stack
+    traced = 0
+    for top in roots:
+        stack = [top]
+        while stack:
+            node = stack[-1]
+            if entry_leaves:   # an entry value: its staged buffer, as collect() reads it
+                node = entry_leaves.get(id(node), node)
+            nid = id(node)
+            if nid in seen:
+                stack.pop()
+                continue
+            op = node.op
+            if op is GETITEM and call_index:
+                k = call_index.get(id(node.args[0]))
+                # the call's own GETITEM: another node reading the same output is a node of its
+                # own in the collected graph, so it is traced work here
+                if k is not None and outputs[k][node.args[1]] is node:
+                    seen[nid] = (k, node.args[1])
+                    stack.pop()
+                    continue
+            sig = node.sig
+            if keys is not None:
+                known = keys.get(sig)
+                sig = keys.fill(node) if known is None else known
+            if op is DATA:
+                data = node.data
+                p = leaf_index.get(id(data))
+                if p is None:
+                    if data.donated_in is not None or data.failure is not None or data.sharding is not None:
+                        return "the step reads a donated, failed or sharded buffer"
+                    p = leaf_index[id(data)] = len(leaves)
+                    leaves.append(data)
+                    parts.append(leaf_code(data, sig))
+                else:   # another node of a buffer met before
+                    parts.append(("again", p))
+                seen[nid] = -1 - p
+            elif op is SCALAR:   # a lifted scalar: an operand whose value is this step's
+                seen[nid] = ("scalar", len(scalars))
+                scalars.append(node)
+                parts.append(sig)
+            else:
+                inputs = node.inputs
+                if entry_leaves:
+                    inputs = tuple(entry_leaves.get(id(i), i) for i in inputs)
+                if nid not in expanded:
+                    expanded.add(nid)
+                    traced += 1   # counted on the way down: a chain stops at the bound, not at its end
+                    if traced > limit:
+                        return f"more than {limit} nodes of lazily traced work in the step"
+                    todo = [i for i in inputs if id(i) not in seen]
+                    if todo:
+                        todo.reverse()
+                        stack.extend(todo)
+                        continue
+                seen[nid] = len(seen)   # a traced node: a plain int (a buffer's is negative)
+                parts.append((sig, tuple([seen[id(i)] for i in inputs])))
+            if nodes is not None:
+                nodes.append(node)
+            stack.pop()
+        parts.append(seen[id(entry_leaves.get(id(top), top) if entry_leaves else top)])
     return tuple(parts)
 
 
-def _leaf_code(node: Node, data, held: dict, position: dict) -> tuple:
+def _leaf_code(sig, data, held: dict, position: dict) -> tuple:
     """What the donor plan decides a buffer by (alias/planner.py), besides the structure:
     its owner (a pending storage's position; -1 none; -2 it still holds the buffer; -3 moved
     on), whether other tensors hold it, its flags."""
@@ -268,7 +304,7 @@ def _leaf_code(node: Node, data, held: dict, position: dict) -> tuple:
             keeps = value.op is DATA and value.data is data
             where = -2 if keeps else -3
             holders -= keeps
-    return (node.sig, where, holders > 0, data.donate, data.read_only, data.external is None)
+    return (sig, where, holders > 0, data.donate, data.read_only, data.external is None)
 
 
 def replay(attempt: Attempt, kind: str) -> Optional[tuple[Captured, tuple]]:
@@ -280,23 +316,11 @@ def replay(attempt: Attempt, kind: str) -> Optional[tuple[Captured, tuple]]:
     captured = _CAPTURES.get(attempt.fingerprint)
     if captured is None:
         return None
-    leaves = attempt.leaves
-    scalars = attempt.scalars
     try:
-        if scalars:   # this step's values, sent with this run as the ordinary barrier sends them
-            metrics.counter_add("UploadedScalars", len(captured.scalar_gather))
-        args = scalar_values([scalars[p] for p in captured.scalar_gather], captured.packed,
-                             captured.travel) if scalars else []
-        outs = execute_params(captured.exe, [leaves[p] for p in captured.gather], args, attempt.device,
-                              (attempt.device,))
+        outs = call(captured, [attempt.leaves[p] for p in captured.gather], attempt.scalars, attempt.device)
     except Exception as e:
-        # Nothing was installed. Unless the backend consumed donated buffers before failing
-        # (then their tensors raise DonatedBufferError, as after the ordinary barrier's
-        # failure), the ordinary barrier runs the step again and reports the failure its way.
         _CAPTURES.pop(attempt.fingerprint, None)
-        if isinstance(e, ExecutionFailure) and e.lost_buffers:
-            raise failures.not_applied(kind, attempt.device, e)   # as the stages raise it
-        LAST[0] = Outcome("not captured", f"the captured call failed ({type(e).__name__}); ran the ordinary barrier")
+        call_failed(e, kind, attempt.device)
         return None
     slots = captured.slots
     install_outputs(captured.avals, attempt.device, [(st, slots[i]) for i, (_, st) in enumerate(attempt.items)],
@@ -305,6 +329,40 @@ def replay(attempt: Attempt, kind: str) -> Optional[tuple[Captured, tuple]]:
     metrics.counter_add("StepCaptureReplay")
     LAST[0] = Outcome("replayed", "")
     return captured, outs
+
+
+def call(captured: Captured, params: list, scalars: list, device: int) -> tuple:
+    """Run `captured`'s executable on `params` (its parameters, gathered) and this run's
+    values of the scalars the pass met (`scalars`, in first-seen order)."""
+    gathered = [scalars[p] for p in captured.scalar_gather]
+    if gathered:   # this run's values, sent with it as the ordinary stages send them
+        metrics.counter_add("UploadedScalars", len(gathered))
+    args = scalar_values(gathered, captured.packed, captured.travel) if gathered else []
+    return execute_params(captured.exe, params, args, device, (device,))
+
+
+def call_failed(error: Exception, kind: str, device: int) -> None:
+    """`call` raised and nothing was installed (the caller forgets the capture). Unless the
+    backend consumed donated buffers before failing (then their tensors raise
+    DonatedBufferError, as after the ordinary stages' failure, and this raises), the
+    ordinary stages run the graph again and report the failure their way."""
+    if isinstance(error, ExecutionFailure) and error.lost_buffers:
+        raise failures.not_applied(kind, device, error)   # as the stages raise it
+    LAST[0] = Outcome("not captured", f"the captured call failed ({type(error).__name__}); ran the ordinary stages")
+
+
+def gather_orders(graph: Graph, leaves: list, scalars: list, uploads: list = ()) -> Optional[tuple]:
+    """(per parameter of `graph`, its buffer's position in `leaves`, or -1 - k for the
+    k-th of `uploads`; per scalar operand, its node's position in `scalars`); None where
+    the graph reads a value met in none of them."""
+    position = {id(d): i for i, d in enumerate(leaves)}
+    position.update((id(d), -1 - k) for k, d in enumerate(uploads))
+    gather = tuple(position.get(id(d)) for d in graph.params)
+    scalar_position = {id(n): i for i, n in enumerate(scalars)}
+    scalar_gather = tuple(scalar_position.get(id(n)) for n in graph.scalars)
+    if None in gather or None in scalar_gather:
+        return None
+    return gather, scalar_gather
 
 
 def record(attempt: Attempt, graph: Graph, targets: list, exe: Executable, decisions: list) -> None:
@@ -317,15 +375,11 @@ def record(attempt: Attempt, graph: Graph, targets: list, exe: Executable, decis
         LAST[0] = Outcome("not captured", "the step graph merges equal scalars (a long chain), or has "
                                           "tensors it could not compute")
         return
-    position = {id(d): i for i, d in enumerate(attempt.leaves)}
-    gather = tuple(position.get(id(d), -1) for d in graph.params)
-    scalar_position = {id(n): i for i, n in enumerate(attempt.scalars)}
-    scalar_gather = tuple(scalar_position.get(id(n), -1) for n in graph.scalars)
-    if -1 in gather or -1 in scalar_gather:
+    orders = gather_orders(graph, attempt.leaves, attempt.scalars)
+    if orders is None:
         LAST[0] = Outcome("not captured", "the step graph reads a value the pass did not meet")
         return
-    _CAPTURES[attempt.fingerprint] = Captured(exe, decisions, gather, scalar_gather, graph,
-                                              tuple(slot for _, slot in targets))
+    _CAPTURES[attempt.fingerprint] = Captured(exe, decisions, *orders, graph, tuple(slot for _, slot in targets))
     while len(_CAPTURES) > _MAX_CAPTURES:
         _CAPTURES.popitem(last=False)
     metrics.counter_add("StepCaptureRecord")

@@ -3,11 +3,13 @@
 # repository root, after `. scripts/tpu/setup.sh`:
 #
 #   scripts/tpu/generate.sh            # OUT=dir to put the JSON there (default: .)
+#   GEN_STEPS=llama1b-loop GEN_BUDGET_S=240 scripts/tpu/generate.sh   # only the named steps
 #
 # 1. GPT-2 124M, decode loop form: eager CPU (token reference), lazyxla, compiled, JAX loop;
 #    batch 2, prompt 8, 32 new tokens.
-# 2. GPT-2 124M, generate(): eager CPU (token reference), compiled, and generate()'s floor
-#    (its own Python per token with the model call stubbed, on the host CPU).
+# 2. GPT-2 124M, generate(): eager CPU (token reference), compiled (its tokens' reads captured
+#    from the second call, sync/read_capture.py), and generate()'s floor (its own Python per
+#    token with the model call stubbed, on the host CPU).
 # 3. llama1b (Llama 3.2 1B shape, bfloat16), decode loop form: JAX loop (the token reference:
 #    eager CPU is skipped at this size), compiled, lazyxla; batch 1 and 32, prompt 128,
 #    128 new tokens.
@@ -16,7 +18,8 @@
 # every cell). Every child process (one model and system) runs under the bench's --timeout;
 # each step under the time left of GEN_BUDGET_S (default 420 s) through the bench's
 # --deadline, with `timeout` as a backstop: cells past the budget are reported as skipped,
-# so the whole script ends within about GEN_BUDGET_S + 30 s.
+# so the whole script ends within about GEN_BUDGET_S + 30 s. GEN_STEPS (comma-separated step
+# names: gpt2-loop, gpt2-generate, llama1b-loop) runs only those.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 python=${PYTHON:-python3}
@@ -27,6 +30,9 @@ start=$SECONDS
 
 step() {
     local name=$1 limit=$2; shift 2
+    if [ -n "${GEN_STEPS:-}" ] && [[ ",$GEN_STEPS," != *",$name,"* ]]; then
+        return 0   # not among the steps asked for
+    fi
     local left=$((budget - (SECONDS - start)))
     echo
     echo "## $name"
