@@ -41,7 +41,7 @@ _cache: "collections.OrderedDict[tuple, Executable]" = collections.OrderedDict()
 
 class Executable:
     """One compiled graph: what `jax.stages.Compiled` gives plus our bookkeeping."""
-    __slots__ = ("key_hex", "donors", "call", "compiled", "n_params", "compile_ns", "memory")
+    __slots__ = ("key_hex", "donors", "call", "compiled", "n_params", "compile_ns", "memory", "outputs")
 
     def __init__(self, key_hex: str, donors: tuple, compiled, n_params: int, compile_ns: int) -> None:
         self.key_hex = key_hex
@@ -51,6 +51,9 @@ class Executable:
         self.n_params = n_params
         self.compile_ns = compile_ns
         self.memory: Optional[dict] = None
+        # per output slot, what its installed handle is made of (sync/install.py `output_plan`):
+        # the key fixes the outputs, so it is made at the first install and read at every later one
+        self.outputs: Optional[tuple] = None
 
     def memory_analysis(self) -> dict:
         """XLA's memory analysis of the executable (bytes), computed once."""

@@ -36,7 +36,7 @@ class DeviceData:
     def __init__(self, array, shape: tuple, dtype: torch.dtype, device: int,
                  owner=None, read_only: bool = False, sharding=None, host=None,
                  stored_dtype: Optional[torch.dtype] = None, failure: Optional[str] = None,
-                 charge: bool = True) -> None:
+                 charge: bool = True, charged: Optional[tuple] = None) -> None:
         self._array = array
         self.sharding = sharding
         self.host = host
@@ -53,7 +53,9 @@ class DeviceData:
         self.owner = weakref.ref(owner) if owner is not None else None
         self.failure = failure
         self.charged = None
-        if failure is None:   # a failed result has no buffer to charge
+        if charged is not None:   # known to the caller (an output plan, sync/install.py), which charges a batch
+            self.charged = charged
+        elif failure is None:   # a failed result has no buffer to charge
             self.charged = memory.charges(shape, self.stored_dtype, device, sharding)
             if charge:   # else the caller charges a batch (memory.charge_outputs)
                 memory.charge(self, self.charged)

@@ -198,7 +198,7 @@ def install_stage(request: Request, ran: Ran) -> Result:
     """The outputs become the targets' values (sync/install.py)."""
     started = timeline.start()
     graph = ran.planned.collected.graph
-    install(graph, ran.planned.collected.targets, ran.outs)
+    install(graph, ran.planned.collected.targets, ran.outs, ran.executable)
     timeline.mark("install", started, outputs=len(ran.outs))
     if request.step is not None:   # its next identical step replays (sync/step_capture.py)
         step_capture.record(request.step, graph, ran.planned.collected.targets, ran.executable,
