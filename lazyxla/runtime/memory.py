@@ -94,15 +94,17 @@ def charge_outputs(datas: list, device: int) -> None:
         _live.update((id(data), weakref.ref(data)) for data in datas)
 
 
-def release(data_id: int, parts: tuple) -> None:
-    """(Called from DeviceData.__del__, in whichever thread drops the last reference.)"""
+def release(handles) -> None:
+    """Each `(id(DeviceData), its charge)` of `handles` released: donated (a batch), or
+    dropped (DeviceData.__del__, in whichever thread drops the last reference)."""
     with _lock:
-        for device, n in parts:
-            led = _ledger(device)
-            led.current -= n
-            led.freed += n
-            led.buffers -= 1
-        _live.pop(data_id, None)
+        for data_id, parts in handles:
+            for device, n in parts:
+                led = _ledger(device)
+                led.current -= n
+                led.freed += n
+                led.buffers -= 1
+            _live.pop(data_id, None)
 
 
 def note_execution(devices, extra: int) -> None:
