@@ -53,7 +53,7 @@ def _describe_holder(st) -> str:
     return f"live tensor #{st.seq} (shape={shape}, dtype={node.dtype})"
 
 
-# (graph key, sync kind, aliasing, per-parameter facts) -> (donors, decisions): a step's graph
+# (graph key's id, sync kind, aliasing, per-parameter facts) -> (donors, decisions): a step's graph
 # meets the same facts every step, and its plan is then the last one's (`DonorPlanReused`)
 _PLANS_KEPT = 8
 _plans: OrderedDict = OrderedDict()
@@ -71,7 +71,7 @@ def plan_donors(graph: Graph, targets: list, live: list, *, automatic: bool, exp
     that plan back, decisions included (they hold no handle)."""
     metrics.counter_add("DonorPlan")
     facts = tuple(_facts(graph, targets, live, automatic, explicit, auto_owners, written))
-    key = (graph.key, kind, aliasing, facts)
+    key = (graph.key_id, kind, aliasing, facts)
     plan = _plans.get(key)
     if plan is not None:
         metrics.counter_add("DonorPlanReused")

@@ -1,7 +1,8 @@
 """The bounded executable cache and the compile step (jax.jit -> lower -> compile).
 
-Cache key = (graph key, donor indices, the backend's compile token). Config switches are not
-part of it: two syncs that end with the same donors share one executable. XLA compiler
+Cache key = (graph key, by its id (ir/graph.py `key_id`), donor indices, the backend's
+compile token). Config switches are not part of it: two syncs that end with the same donors
+share one executable. XLA compiler
 options are the backend's (`compiler_options`): what they take from the graph, the graph
 key covers; the rest, the compile token; JAX's persistent cache keys on them itself. Size bound:
 LAZYXLA_COMPILE_CACHE_SIZE (default 1024), least recently used evicted.
@@ -82,7 +83,7 @@ def clear_cache() -> None:
 
 
 def _full_key(graph: Graph, donors: tuple) -> tuple:
-    return (graph.key, donors, backend.current().compile_token)
+    return (graph.key_id, donors, backend.current().compile_token)   # the key by its id (ir/graph.py)
 
 
 def lookup(graph: Graph, donors: tuple) -> Optional[Executable]:
