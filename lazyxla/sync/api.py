@@ -90,7 +90,7 @@ def _device_graph(device: int, kind: str, explicit: bool) -> int:
     # a step seen before runs as its recorded executable (sync/step_capture.py)
     step = step_capture.begin(device, live, items, leaves, kind)
     result = run_graph(Request(device, items, kind, automatic=True, explicit=explicit, skip_donated=True,
-                               leaves=leaves, step=step))
+                               leaves=leaves, step=step, live=live))
     return 0 if result is None else result.nodes
 
 

@@ -45,6 +45,7 @@ class Request(NamedTuple):
     written: frozenset = frozenset()    # ids of storages the same sync writes from the host
     leaves: Optional[dict] = None       # id(node) -> DATA node read in its place (collect())
     step: Optional[step_capture.Attempt] = None   # a step barrier's capture attempt; None breaks a step's capture
+    live: Optional[list] = None         # the device's live storages where the entry point has them (a barrier)
 
 
 class Collected(NamedTuple):
@@ -161,7 +162,8 @@ def collect_roots(request: Request) -> Optional[Collected]:
 def donor_plan(request: Request, graph: Graph, targets: list) -> tuple[tuple, list]:
     """(donors, decisions) of `graph` for the request's kind of sync (alias/planner.py)."""
     device = request.device
-    return plan_donors(graph, targets, live_storages(device), automatic=request.automatic,
+    live = request.live if request.live is not None else live_storages(device)
+    return plan_donors(graph, targets, live, automatic=request.automatic,
                        explicit=request.explicit, aliasing=switches.aliasing_enabled(device),
                        kind=request.kind, auto_owners=request.auto_owners, written=request.written)
 
