@@ -36,8 +36,11 @@ class DeviceBuffer(Protocol):
 # Graph key -> a small id that stands for it in the tables every sync looks a graph up in
 # (the donor plans, the compile cache): a key is a tuple of a step's every node, hashed and
 # compared in full at each lookup, an id once per sync. Ids are never reused (a counter), so
-# a forgotten key met again gets a new id and no table can hand it another key's entry.
-_KEY_IDS = BoundedTable(4096)
+# a forgotten key met again gets a new id and no table can hand it another key's entry (its
+# graph compiles again). Bounded as the compile cache is by default, which held the keys
+# themselves before: the keys kept in memory stay as many.
+KEY_TABLE_CAP = 1024
+_KEY_IDS = BoundedTable(KEY_TABLE_CAP)
 _next_key_id = itertools.count()
 
 
