@@ -90,7 +90,7 @@ def execute_params(exe: Runnable, params: list, scalars: list, device: int, devi
     metrics.counter_add("ExecuteComputation")
     if exe.donors:
         metrics.metric_add("DonatedBytes", mark_all_donated([params[i] for i in exe.donors], exe.key_hex))
-    _in_flight.extend(weakref.ref(o) for o in outs)
+    _in_flight.extend(map(weakref.ref, outs))
     if len(_in_flight) > 4096:  # a loop that never waits: forget outputs already freed
         _in_flight[:] = [r for r in _in_flight if r() is not None]
     return outs
