@@ -235,7 +235,7 @@ def _record(node, index: dict, device_of, roots: tuple, device: int) -> IRNode:
             name = op.name() if isinstance(op, torch._ops.OpOverload) else f"lazyxla::{op}"
         device_dtype = tuple(device_of(d) if d is not None else None for d in node.dtype) if node.nout \
             else device_of(node.dtype)
-    return IRNode(name, node.shape, node.dtype, device_dtype, tuple(index[id(i)] for i in node.inputs),
+    return IRNode(name, node.shape, node.dtype, device_dtype, tuple(index[i] for i in node.inputs),
                   roots, device, value, _constants(node))
 
 

@@ -72,3 +72,15 @@ def test_recompile_explanation_survives_a_forgotten_signature(dev, small_tables,
         torch.ones(n).to(dev).sum().item()
     (x * 3).cpu()
     assert lx.debug.explain_last_compile()   # a text, even where signatures were forgotten
+
+
+def test_a_forgotten_graph_key_gets_an_id_no_other_key_had(monkeypatch):
+    # graph keys stand in the donor plans and the compile cache by their id (ir/graph.py)
+    from lazyxla.ir import graph as ir_graph
+    monkeypatch.setattr(ir_graph, "_KEY_IDS", BoundedTable(2))
+    a, b, c = (0, ((1, -1, 0),), (0,)), (0, ((2, -1, 0),), (0,)), (0, ((3, -1, 0),), (0,))
+    first = ir_graph.key_id(a)
+    assert ir_graph.key_id((0, ((1, -1, 0),), (0,))) == first   # an equal key: its id
+    seen = {first, ir_graph.key_id(b), ir_graph.key_id(c)}       # c's insert forgets a
+    assert len(seen) == 3
+    assert ir_graph.key_id(a) not in seen

@@ -225,3 +225,34 @@ def test_upload_does_not_alias_the_host_tensor(dev, dtype, n):
     assert report().donors == 1
     assert torch.equal(h, zeros)  # the donated buffer was not the host tensor's memory
     assert torch.equal(w.cpu(), expected + 1)
+
+
+def test_a_reused_donor_plan_follows_who_holds_a_buffer(dev):
+    """A step's donor plan is reused only while every parameter's facts are the last step's
+    (alias/planner.py): a copy holding the weight's buffer keeps it from donation for that
+    step, and the plan comes back once the copy is gone."""
+    from lazyxla import metrics
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = rand(2, 4).to(dev)
+
+    def step() -> tuple:
+        metrics.clear_all()
+        opt.zero_grad(set_to_none=True)
+        model(x).sum().backward()
+        opt.step()
+        report = lx.debug.donation_report()
+        return metrics.counter_value("DonorPlanReused") or 0, report.donors, report.params[0]["reason"]
+    for _ in range(3):
+        step()
+    assert step() == (1, 2, "reused by an output")
+    held = torch.zeros_like(model.weight)
+    held.copy_(model.weight)   # the same buffer, held by another live tensor
+    lx.sync()
+    before = held.cpu()
+    reused, donors, reason = step()
+    assert (reused, donors) == (0, 1) and reason.startswith("also held by live tensor")
+    assert torch.equal(held.cpu(), before)   # still readable: its buffer was not donated
+    del held
+    assert step() == (1, 2, "reused by an output")

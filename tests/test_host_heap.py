@@ -319,15 +319,24 @@ def test_compiler_options_follow_the_tuning(monkeypatch):
 
 
 class _GrowingHeapLibc(_RecordingLibc):
-    """glibc whose main heap has the sizes given, one per `mallinfo2` call."""
+    """glibc whose main heap has the sizes given, one per barrier: each `sbrk(0)` moves on
+    to the next size (the break at the heap's end), `mallinfo2` reports the current one."""
 
     def __init__(self, sizes: list[int]) -> None:
         super().__init__()
         self.sizes = iter(sizes)
+        self.size = 0
         self.trims: list[int] = []
+        self.infos = 0
+
+    def sbrk(self, increment: int) -> int:
+        assert increment == 0
+        self.size = next(self.sizes)
+        return self.size
 
     def mallinfo2(self):
-        return type("Info", (), {"arena": next(self.sizes)})()
+        self.infos += 1
+        return type("Info", (), {"arena": self.size})()
 
     def malloc_trim(self, pad: int) -> int:
         self.trims.append(pad)
@@ -341,9 +350,13 @@ def test_a_step_that_grew_the_one_heap_gives_its_free_pages_back(monkeypatch):
     monkeypatch.setattr(host_heap, "_LIBC", libc)
     monkeypatch.setattr(host_heap.HEAP, "mode", host_heap.ONE_HEAP)
     monkeypatch.setattr(host_heap.HEAP, "size", 0)
+    monkeypatch.setattr(host_heap.HEAP, "brk", None)
     for _ in range(4):
         host_heap.after_step()
     assert libc.trims == [host_heap.NEVER_TRIM]
+    # mallinfo2 walks every free chunk: asked only where the break moved (the first barrier
+    # and the growth), not at the barriers that found the heap as it was
+    assert libc.infos == 2
 
 
 def test_after_step_does_nothing_outside_one_heap(monkeypatch):
@@ -352,4 +365,4 @@ def test_after_step_does_nothing_outside_one_heap(monkeypatch):
     for mode in (None, host_heap.SPLIT):
         monkeypatch.setattr(host_heap.HEAP, "mode", mode)
         host_heap.after_step()
-    assert libc.trims == [] and next(libc.sizes) == 1
+    assert libc.trims == [] and libc.infos == 0 and next(libc.sizes) == 1

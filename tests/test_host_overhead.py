@@ -94,6 +94,42 @@ def test_a_steady_step_is_one_call_of_one_cached_executable(dev, fresh_compile_c
     assert [round(l.item(), 4) for l in losses] == pytest.approx([round(v, 4) for v in expected], abs=2e-4)
 
 
+def test_a_steady_lazy_barrier_reuses_its_plans(dev, fresh_compile_cache, fresh_collector):
+    """Lazy mode's barrier (issue 50; docs/design.md "Lazy mode's per-op path and overlap"): a
+    steady W2 step's graph is walked once (`GraphCollect`), its donor plan is the last step's
+    (`DonorPlanReused`: same graph key, same per-parameter facts; the same decisions), and
+    its outputs are installed from its executable's outputs plan, made once at the compile
+    (`OutputPlanBuilt`). The traced ops, the donors and the values stay as they were; the
+    collector collects at most once a step, and an `lx.sync()` with nothing pending adds none."""
+    from lazyxla.sync.pipeline import LastGraph
+    train_step, eager = _w2(dev)
+    metrics.clear_all()
+    losses = [train_step() for _ in range(4)]
+    compiles = metrics.counter_value("UncachedCompile")
+    assert metrics.counter_value("OutputPlanBuilt") == compiles   # one plan per executable
+    per_step, decisions, collections = [], [], []
+    for _ in range(5):
+        metrics.clear_all()
+        losses.append(train_step())
+        lx.sync()   # nothing pending (the bench's loop): no graph, no plan
+        report = lx.debug.donation_report()
+        per_step.append(tuple(metrics.counter_value(name) or 0 for name in
+                              ("TracedOps", "GraphCollect", "DonorPlan", "DonorPlanReused", "OutputPlanBuilt",
+                               "UncachedCompile", "ExecuteComputation")) + (report.donors, len(report.params)))
+        decisions.append(LastGraph.decisions)
+        collections.append(metrics.counter_value("GcCollections") or 0)
+    assert len(set(per_step)) == 1, per_step
+    # 605 traced ops; one walk, one plan (the last one's), no new outputs plan, no compile;
+    # of 163 parameters, the 53 weights and Adam's two moments of each donated, the two token
+    # batches and the model's position and mask buffers kept
+    assert per_step[0] == (605, 1, 1, 1, 0, 0, 1, 159, 163)
+    assert all(d is decisions[0] for d in decisions)
+    if collector.is_managed():
+        assert max(collections) <= 1
+    expected = _eager_losses(eager, len(losses))
+    assert [round(l.item(), 4) for l in losses] == pytest.approx([round(v, 4) for v in expected], abs=2e-4)
+
+
 def test_no_older_collection_in_50_steady_steps(dev, fresh_collector):
     if not gc.isenabled():
         pytest.skip("the collector is disabled in this process")

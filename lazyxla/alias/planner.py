@@ -15,8 +15,8 @@ Design: docs/design.md, "Donation planner" and "alias/planner.py".
 """
 from __future__ import annotations
 
-from collections import Counter
-from typing import Optional
+from collections import Counter, OrderedDict
+from typing import Iterator, Optional
 
 from .. import metrics
 from ..ir.graph import Graph, byte_size, data_reachable
@@ -53,6 +53,12 @@ def _describe_holder(st) -> str:
     return f"live tensor #{st.seq} (shape={shape}, dtype={node.dtype})"
 
 
+# (graph key's id, sync kind, aliasing, per-parameter facts) -> (donors, decisions): a step's graph
+# meets the same facts every step, and its plan is then the last one's (`DonorPlanReused`)
+_PLANS_KEPT = 8
+_plans: OrderedDict = OrderedDict()
+
+
 def plan_donors(graph: Graph, targets: list, live: list, *, automatic: bool, explicit: bool, aliasing: bool,
                 kind: str, auto_owners: Optional[set] = None, written: frozenset = frozenset()) -> tuple[tuple, list]:
     """Returns (sorted donor indices, one Decision per parameter). `targets`: the
@@ -60,8 +66,30 @@ def plan_donors(graph: Graph, targets: list, live: list, *, automatic: bool, exp
     the only storages whose buffers may be automatic donors (a host read's graph donates
     for the live tensors it materializes alongside, never for what it reads); None: any.
     `written`: ids of storages the same sync gives new values computed on the host
-    (sync/host_split.py): like the graph's outputs, they no longer hold or need anything."""
+    (sync/host_split.py): like the graph's outputs, they no longer hold or need anything.
+    A graph whose key, kind and per-parameter facts (`_facts`) were planned before gets
+    that plan back, decisions included (they hold no handle)."""
     metrics.counter_add("DonorPlan")
+    facts = tuple(_facts(graph, targets, live, automatic, explicit, auto_owners, written))
+    key = (graph.key_id, kind, aliasing, facts)
+    plan = _plans.get(key)
+    if plan is not None:
+        metrics.counter_add("DonorPlanReused")
+        _plans.move_to_end(key)
+        return plan
+    plan = _plans[key] = _decide(graph, facts, aliasing, kind)
+    while len(_plans) > _PLANS_KEPT:
+        _plans.popitem(last=False)
+    return plan
+
+
+def _facts(graph: Graph, targets: list, live: list, automatic: bool, explicit: bool,
+           auto_owners: Optional[set], written: frozenset) -> Iterator[tuple]:
+    """Per parameter, in order, what its verdict reads of the live state besides the graph's
+    structure (its avals and the outputs' avals are in the graph key), as one plain tuple (a
+    step's graph has hundreds of parameters): whether its owner keeps it, automatic donor,
+    explicit donor, its donate flag, read-only, who outside shares it (`external`), needed
+    by pending work, and who else holds it ("" for no one, else as the reason says it)."""
     outputs = {id(st) for st, _ in targets} | written
     direct: dict = {}
     pending_roots = []
@@ -74,11 +102,7 @@ def plan_donors(graph: Graph, targets: list, live: list, *, automatic: bool, exp
         else:
             pending_roots.append(value)
     needed_by_pending = data_reachable(pending_roots) if pending_roots else set()
-    free_outputs = Counter((graph.order[p].shape, graph.order[p].dtype) for p in graph.outputs)
-
-    donors = []
-    decisions = []
-    for i, data in enumerate(graph.params):
+    for data in graph.params:
         owner = data.owner_storage()
         # Without orphans, a tensor updated in place after its buffer was installed
         # by a temporary (host fallback of index_copy_, copy_ from a dead tensor)
@@ -87,18 +111,29 @@ def plan_donors(graph: Graph, targets: list, live: list, *, automatic: bool, exp
                           and owner.value.op is DATA and owner.value.data is data)
         is_auto = automatic and not owner_keeps_it and (
             auto_owners is None or (owner is not None and id(owner) in auto_owners))
-        is_explicit = data.donate and (explicit or data.call_donor)
-        reason = ""
         # Live tensors outside the outputs that would lose their data. The owner may
         # keep holding an explicitly marked buffer (it is the marked tensor:
         # lx.set_buffer_donation makes the marker the owner); anyone else may not,
         # also when the buffer is an automatic donor too (a copy_ made after marking).
         held = direct.get(id(data))
         holders = [h for h in held if h is not owner] if held else ()
+        yield (owner_keeps_it, is_auto, data.donate and (explicit or data.call_donor), data.donate,
+               data.read_only, data.external, id(data) in needed_by_pending,
+               ", ".join([_describe_holder(h) for h in holders[:3]]) if holders else "")
+
+
+def _decide(graph: Graph, facts: tuple, aliasing: bool, kind: str) -> tuple[tuple, list]:
+    """(donors, decisions) from each parameter's facts."""
+    free_outputs = Counter((graph.order[p].shape, graph.order[p].dtype) for p in graph.outputs)
+    donors = []
+    decisions = []
+    for i, (data, fact) in enumerate(zip(graph.params, facts)):
+        owner_keeps_it, is_auto, is_explicit, donate, read_only, external, needed, holders = fact
+        reason = ""
         if not aliasing:
             reason = "aliasing is off (lx.set_aliasing / LAZYXLA_ALIASING=0)"
         elif not (is_auto or is_explicit):
-            if data.donate:
+            if donate:
                 reason = (f"marked for donation, but explicit donation is not enabled at a {kind} "
                           "(lx.set_explicit_donation(True) or use lx.sync())")
             elif not owner_keeps_it:
@@ -106,14 +141,14 @@ def plan_donors(graph: Graph, targets: list, live: list, *, automatic: bool, exp
             else:
                 reason = ("held by its tensor, which this graph does not update in place, "
                           "and not marked for donation")
-        elif data.read_only:
+        elif read_only:
             reason = "read-only buffer"
-        elif data.external is not None:
-            reason = f"shared with JAX ({data.external}): never donated"
-        elif id(data) in needed_by_pending:
+        elif external is not None:
+            reason = f"shared with JAX ({external}): never donated"
+        elif needed:
             reason = "still needed by pending computation of another live tensor"
         elif holders:
-            reason = "also held by " + ", ".join(_describe_holder(h) for h in holders[:3])
+            reason = "also held by " + holders
         aval = (data.shape, data.dtype)
         if not reason and is_auto and not is_explicit and free_outputs[aval] <= 0:
             reason = "no output of matching shape/dtype to reuse the buffer"

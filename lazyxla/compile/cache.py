@@ -1,7 +1,8 @@
 """The bounded executable cache and the compile step (jax.jit -> lower -> compile).
 
-Cache key = (graph key, donor indices, the backend's compile token). Config switches are not
-part of it: two syncs that end with the same donors share one executable. XLA compiler
+Cache key = (graph key, by its id (ir/graph.py `key_id`), donor indices, the backend's
+compile token). Config switches are not part of it: two syncs that end with the same donors
+share one executable. XLA compiler
 options are the backend's (`compiler_options`): what they take from the graph, the graph
 key covers; the rest, the compile token; JAX's persistent cache keys on them itself. Size bound:
 LAZYXLA_COMPILE_CACHE_SIZE (default 1024), least recently used evicted.
@@ -41,7 +42,7 @@ _cache: "collections.OrderedDict[tuple, Executable]" = collections.OrderedDict()
 
 class Executable:
     """One compiled graph: what `jax.stages.Compiled` gives plus our bookkeeping."""
-    __slots__ = ("key_hex", "donors", "call", "compiled", "n_params", "compile_ns", "memory")
+    __slots__ = ("key_hex", "donors", "call", "compiled", "n_params", "compile_ns", "memory", "outputs")
 
     def __init__(self, key_hex: str, donors: tuple, compiled, n_params: int, compile_ns: int) -> None:
         self.key_hex = key_hex
@@ -51,6 +52,9 @@ class Executable:
         self.n_params = n_params
         self.compile_ns = compile_ns
         self.memory: Optional[dict] = None
+        # per output slot, what its installed handle is made of (sync/install.py `output_plan`):
+        # the key fixes the outputs, so it is made at the first install and read at every later one
+        self.outputs: Optional[tuple] = None
 
     def memory_analysis(self) -> dict:
         """XLA's memory analysis of the executable (bytes), computed once."""
@@ -79,7 +83,7 @@ def clear_cache() -> None:
 
 
 def _full_key(graph: Graph, donors: tuple) -> tuple:
-    return (graph.key, donors, backend.current().compile_token)
+    return (graph.key_id, donors, backend.current().compile_token)   # the key by its id (ir/graph.py)
 
 
 def lookup(graph: Graph, donors: tuple) -> Optional[Executable]:

@@ -110,7 +110,7 @@ def live_storages(device: int) -> list[Storage]:
     reg = _live.get(device)
     if not reg:
         return []
-    alive = [st for st in (r() for r in reg) if st is not None]
+    alive = [st for r in reg if (st := r()) is not None]   # no generator: a step barrier reads it
     reg[:] = [_ref(st) for st in alive]
     _compact_at[device] = max(4096, 2 * len(reg))
     return alive

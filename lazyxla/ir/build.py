@@ -109,7 +109,7 @@ def signature(op: Any, args: tuple, kwargs: Optional[dict], shape: Any, dtype: A
     and the item's avals (its source is keyed by its own signature). Any other node: its
     `structure`."""
     if op is DATA:
-        return (DATA, shape, dtype, data.stored_dtype)
+        return _data_key(shape, dtype, data.stored_dtype)
     if op is SCALAR:
         return (SCALAR, dtype)
     if op is GETITEM:
@@ -166,15 +166,27 @@ def getitem_node(node: Node, index: int) -> Node:
 _DATA_SIGS = BoundedTable(SIG_TABLE_CAP // 2)
 
 
-def data_node(data: Any) -> Node:
+def data_node(data: Any, sig: Optional[int] = None) -> Node:
     """A device buffer (`runtime.device_data.DeviceData`) as a leaf: a parameter of the
     compiled graph. The buffer's storage dtype (a narrower one under a storage policy) is
-    part of the signature: it is the compiled parameter's type."""
-    key = signature(DATA, (), None, data.shape, data.dtype, 0, [], data)
+    part of the signature: it is the compiled parameter's type. `sig`: the buffer's
+    `data_sig`, where the caller keeps it (a graph's outputs, sync/install.py)."""
+    if sig is None:
+        sig = data_sig(data.shape, data.dtype, data.stored_dtype)
+    return Node(DATA, (), None, (), data.shape, data.dtype, sig, data)
+
+
+def _data_key(shape: tuple, dtype: Any, stored_dtype: Any) -> tuple:
+    return (DATA, shape, dtype, stored_dtype)
+
+
+def data_sig(shape: tuple, dtype: Any, stored_dtype: Any) -> int:
+    """The signature of a DATA node of these avals and storage dtype."""
+    key = _data_key(shape, dtype, stored_dtype)
     sid = _DATA_SIGS.get(key)
     if sid is None:
         sid = _DATA_SIGS.put(key, intern_sig(key))
-    return Node(DATA, (), None, (), data.shape, data.dtype, sid, data)
+    return sid
 
 
 _SCALAR_DTYPES = {float: torch.float64, int: torch.int64, bool: torch.bool, complex: torch.complex128}

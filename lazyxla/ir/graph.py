@@ -7,8 +7,10 @@ pending values that donation planning and sync both need.
 """
 from __future__ import annotations
 
+import itertools
 from typing import Any, Optional, Protocol
 
+from .bounded import BoundedTable
 from .node import DATA, Node
 from .walk import post_order
 
@@ -31,8 +33,27 @@ class DeviceBuffer(Protocol):
     donated_in: Optional[str]
 
 
+# Graph key -> a small id that stands for it in the tables every sync looks a graph up in
+# (the donor plans, the compile cache): a key is a tuple of a step's every node, hashed and
+# compared in full at each lookup, an id once per sync. Ids are never reused (a counter), so
+# a forgotten key met again gets a new id and no table can hand it another key's entry (its
+# graph compiles again). Bounded as the compile cache is by default, which held the keys
+# themselves before: the keys kept in memory stay as many.
+KEY_TABLE_CAP = 1024
+_KEY_IDS = BoundedTable(KEY_TABLE_CAP)
+_next_key_id = itertools.count()
+
+
+def key_id(key: tuple) -> int:
+    """The id of graph key `key` (the table above)."""
+    kid = _KEY_IDS.get(key)
+    if kid is None:
+        kid = _KEY_IDS.put(key, next(_next_key_id))
+    return kid
+
+
 class Graph:
-    __slots__ = ("device", "order", "outputs", "params", "scalars", "key", "root_slots",
+    __slots__ = ("device", "order", "outputs", "params", "scalars", "key", "key_id", "root_slots",
                  "out_shardings", "policy", "merged_scalars", "matmul_precision", "aliases",
                  "packed_scalars")
 
@@ -57,6 +78,7 @@ class Graph:
         # level of float32 matmuls the graph is lowered at (compile/precision.py; in the key)
         self.matmul_precision = matmul_precision
         self.key = key
+        self.key_id = key_id(key)
         self.root_slots = root_slots  # output slot of each distinct root, in the order given
         self.out_shardings = out_shardings  # SPMD: requested sharding per output slot, else None
         # storage dtype policy the graph computes in (runtime/storage_dtypes.StoragePolicy:

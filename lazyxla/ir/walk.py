@@ -17,22 +17,22 @@ from typing import Callable, Collection, Iterable, Iterator, Mapping, Optional
 from .node import DATA, SCALAR, Node
 
 
-def reaching(targets: Collection[int], skip: Optional[Callable[[Node], bool]] = None) -> Callable[[Node], bool]:
-    """`reaches(root)`: whether `root`'s IR holds a node whose id is in `targets` (`root`
-    itself included). Successive calls share one walk and its answers, so asking it of
+def reaching(targets: Collection[Node], skip: Optional[Callable[[Node], bool]] = None) -> Callable[[Node], bool]:
+    """`reaches(root)`: whether `root`'s IR holds a node of `targets` (`root` itself
+    included). Successive calls share one walk and its answers, so asking it of
     every live storage walks each node once (pending values share most of their nodes).
     `skip(node)`: nodes known to reach none (leaves), left out of the walk."""
     walked: dict = {}
-    found: set = set()   # ids of walked nodes that reach a target
+    found: set = set()   # walked nodes that reach a target
 
     def outside(node: Node) -> bool:
-        return id(node) in targets or (skip is not None and skip(node))
+        return node in targets or (skip is not None and skip(node))
 
     def reaches(root: Node) -> bool:
         for node in post_order([root], walked, stop=outside):
-            if any(id(i) in targets or id(i) in found for i in node.inputs):
-                found.add(id(node))
-        return id(root) in targets or id(root) in found
+            if any(i in targets or i in found for i in node.inputs):
+                found.add(node)
+        return root in targets or root in found
 
     return reaches
 
@@ -47,14 +47,16 @@ def post_order(roots: Iterable[Node], index: Optional[dict] = None,
                leaves: Optional[Mapping[int, Node]] = None) -> Iterator[Node]:
     """Each node reachable from `roots` once, operands before their users, roots in order.
 
-    `index`: id(node) -> position in the walk's order, filled as each node is yielded
-    (before the caller sees it). A node already in it is not walked again, so walks that
-    share one dict continue one order (collect and `ir_nodes` walk root by root; the
-    barrier walks skip what an earlier storage's walk covered). Fill it only this way.
+    `index`: node -> position in the walk's order, filled as each node is yielded (before
+    the caller sees it). A node already in it is not walked again, so walks that share one
+    dict continue one order (collect and `ir_nodes` walk root by root; the barrier walks
+    skip what an earlier storage's walk covered). Fill it only this way. It is keyed by
+    the nodes themselves (identity: a Node defines no equality), not their ids: `id()` is a
+    call, several per node, and collect walks every node of a step at every sync.
     `stop(node)`, asked when a node is first reached: True leaves it and everything only
     it reaches out of the walk (leaves, nodes already stamped, a node a replay cannot
     take). `leaves`: id(node) -> a node yielded in its place, its operands not walked,
-    and indexed under the replaced node's id (a value the host computed for a read,
+    and indexed as the node it replaces (a value the host computed for a read,
     sync/host_split.py).
     """
     if index is None:
@@ -64,26 +66,27 @@ def post_order(roots: Iterable[Node], index: Optional[dict] = None,
     pop, push = stack.pop, stack.append
     while stack:
         node, expanded = pop()
-        nid = id(node)
-        if nid in index:
+        if node in index:
             continue
         if not expanded:
-            if leaves and nid in leaves:
-                node = leaves[nid]
-            elif stop is not None and stop(node):
+            if leaves and id(node) in leaves:   # indexed as the node it replaces
+                index[node] = position
+                position += 1
+                yield leaves[id(node)]
                 continue
-            else:
-                inputs = node.inputs
-                # Operands to walk first: back to this node after them. A leaf, or a node
-                # with one operand walked already (a CALL node's GETITEMs after the first:
-                # hundreds in a compiled step's graph), falls through and is yielded now,
-                # as it would be if pushed back (it would be popped next).
-                if inputs and (len(inputs) > 1 or id(inputs[0]) not in index):
-                    push((node, True))
-                    for inp in reversed(inputs):
-                        if id(inp) not in index:
-                            push((inp, False))
-                    continue
-        index[nid] = position
+            if stop is not None and stop(node):
+                continue
+            inputs = node.inputs
+            # Operands to walk first: back to this node after them. A leaf, or a node with
+            # one operand walked already (a CALL node's GETITEMs after the first: hundreds
+            # in a compiled step's graph), falls through and is yielded now, as it would be
+            # if pushed back (it would be popped next).
+            if inputs and (len(inputs) > 1 or inputs[0] not in index):
+                push((node, True))
+                for inp in reversed(inputs):
+                    if inp not in index:
+                        push((inp, False))
+                continue
+        index[node] = position
         position += 1
         yield node

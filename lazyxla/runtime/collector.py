@@ -9,8 +9,9 @@ program is past its warm-up, at a step barrier, the managed collector:
 * raises the automatic generation-0 threshold to `young_threshold` allocations, so a step
   runs without automatic collections (they still come for programs without barriers);
 * collects generation 0 at a step barrier that follows at least `young_minimum` allocations
-  (not one right after another), where the step's temporaries are gone and few young
-  objects are alive, so cycles a program makes are still freed every step;
+  (not one right after another), once the barrier's graphs ran: the step's temporaries and
+  its pending IR are gone then and few young objects are alive, so cycles a program makes
+  are still freed every step;
 * collects generation 1 every `older_every` barriers.
 `LAZYXLA_GC_MANAGEMENT=0`, or a program that disabled the collector itself, leaves it alone;
 turning the setting off later restores the thresholds and unfreezes. Collections, theirs
@@ -48,8 +49,15 @@ class _State:
 _STATE = _State()
 
 
-def after_barrier(policy) -> None:
-    """At a step barrier: start managing after the warm-up, then collect the young."""
+def young() -> int:
+    """The young generation's count (allocations less deallocations since its last
+    collection), read when a step barrier begins: its `after_barrier` decides by it."""
+    return gc.get_count()[0]
+
+
+def after_barrier(policy, young_count: int) -> None:
+    """At the end of a step barrier: start managing after the warm-up, then collect the
+    young when `young_count` (`young()` at the barrier's start) says the step made enough."""
     state = _STATE
     flush()
     if policy is None or not config.SETTINGS.gc_management:
@@ -66,7 +74,7 @@ def after_barrier(policy) -> None:
         state.managed = True
     if state.barriers % policy.older_every == 0:
         gc.collect(1)
-    elif gc.get_count()[0] >= policy.young_minimum:
+    elif young_count >= policy.young_minimum:
         gc.collect(0)
 
 

@@ -36,7 +36,7 @@ class DeviceData:
     def __init__(self, array, shape: tuple, dtype: torch.dtype, device: int,
                  owner=None, read_only: bool = False, sharding=None, host=None,
                  stored_dtype: Optional[torch.dtype] = None, failure: Optional[str] = None,
-                 charge: bool = True) -> None:
+                 charge: bool = True, charged: Optional[tuple] = None) -> None:
         self._array = array
         self.sharding = sharding
         self.host = host
@@ -53,17 +53,21 @@ class DeviceData:
         self.owner = weakref.ref(owner) if owner is not None else None
         self.failure = failure
         self.charged = None
-        if failure is None:   # a failed result has no buffer to charge
+        if charged is not None:   # known to the caller (an output plan, sync/install.py), which charges a batch
+            self.charged = charged
+        elif failure is None:   # a failed result has no buffer to charge
             self.charged = memory.charges(shape, self.stored_dtype, device, sharding)
             if charge:   # else the caller charges a batch (memory.charge_outputs)
                 memory.charge(self, self.charged)
 
     def __del__(self) -> None:
         charged = self.charged
+        if charged is None:   # donated (most of a step's inputs), failed, or released
+            return
         release = getattr(memory, "release", None)   # None at interpreter exit (module or its globals)
-        if charged is not None and release is not None:
+        if release is not None:
             self.charged = None
-            release(id(self), charged)
+            release(((id(self), charged),))
 
     @property
     def array(self):
@@ -103,15 +107,7 @@ class DeviceData:
         return self.array
 
     def mark_donated(self, graph_key: str) -> None:
-        self.donated_in = graph_key
-        array, self._array, self.host, self.host_copy = self._array, None, None, None
-        if self.charged is not None:
-            memory.release(id(self), self.charged)
-            self.charged = None
-        # JAX deletes donated inputs itself where the backend supports donation;
-        # deleting here makes the semantics identical on every backend.
-        if array is not None and not array.is_deleted():
-            array.delete()
+        mark_all_donated([self], graph_key)
 
     def __repr__(self) -> str:
         state = (f"donated in graph {self.donated_in}" if self.donated_in else
@@ -121,6 +117,27 @@ class DeviceData:
             where += f", stored as {self.stored_dtype}"
         return (f"DeviceData(shape={list(self.shape)}, dtype={self.dtype}, device={self.device}{where}, "
                 f"{state}, donate={self.donate}, read_only={self.read_only})")
+
+
+def mark_all_donated(datas: list, graph_key: str) -> int:
+    """`datas` consumed by graph `graph_key`: each handle dead, its buffer released from the
+    ledger (one update for all: a step donates hundreds) and deleted. Their bytes."""
+    released = []
+    nbytes = 0
+    for data in datas:
+        nbytes += byte_size(data.shape, data.stored_dtype)
+        data.donated_in = graph_key
+        array, data._array, data.host, data.host_copy = data._array, None, None, None
+        if data.charged is not None:
+            released.append((id(data), data.charged))
+            data.charged = None
+        # JAX deletes donated inputs itself where the backend supports donation;
+        # deleting here makes the semantics identical on every backend.
+        if array is not None and not array.is_deleted():
+            array.delete()
+    if released:
+        memory.release(released)
+    return nbytes
 
 
 def donated_error(data: DeviceData) -> DonatedBufferError:

@@ -21,6 +21,7 @@ from ..lock import LOCK, check_not_forked
 from ..patches import x64
 from ..ir.graph import Graph
 from . import device_waits, memory, placement, ready_times, timeline, transfer
+from .device_data import mark_all_donated
 
 _in_flight: list = []
 
@@ -88,12 +89,8 @@ def execute_params(exe: Runnable, params: list, scalars: list, device: int, devi
         ready_times.watch(start, outs, metric=detailed, label=f"graph {exe.key_hex}" if timeline.REC.on else "")
     metrics.counter_add("ExecuteComputation")
     if exe.donors:
-        donated = 0
-        for i in exe.donors:
-            donated += params[i].nbytes
-            params[i].mark_donated(exe.key_hex)
-        metrics.metric_add("DonatedBytes", donated)
-    _in_flight.extend(weakref.ref(o) for o in outs)
+        metrics.metric_add("DonatedBytes", mark_all_donated([params[i] for i in exe.donors], exe.key_hex))
+    _in_flight.extend(map(weakref.ref, outs))
     if len(_in_flight) > 4096:  # a loop that never waits: forget outputs already freed
         _in_flight[:] = [r for r in _in_flight if r() is not None]
     return outs

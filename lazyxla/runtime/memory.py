@@ -81,7 +81,7 @@ def charge(data, parts: tuple) -> None:
 def charge_outputs(datas: list, device: int) -> None:
     """`charge` for a graph's new single-device handles on `device` at once (one lock, one
     ledger update: a step installs hundreds); each handle's `charged` is already set."""
-    total = sum(data.charged[0][1] for data in datas)
+    total = sum([data.charged[0][1] for data in datas])
     with _lock:
         led = _ledger(device)
         led.current += total
@@ -91,18 +91,20 @@ def charge_outputs(datas: list, device: int) -> None:
             led.peak = led.current
         if led.buffers > led.peak_buffers:
             led.peak_buffers = led.buffers
-        _live.update((id(data), weakref.ref(data)) for data in datas)
+        _live.update(zip(map(id, datas), map(weakref.ref, datas)))   # no Python frame per handle
 
 
-def release(data_id: int, parts: tuple) -> None:
-    """(Called from DeviceData.__del__, in whichever thread drops the last reference.)"""
+def release(handles) -> None:
+    """Each `(id(DeviceData), its charge)` of `handles` released: donated (a batch), or
+    dropped (DeviceData.__del__, in whichever thread drops the last reference)."""
     with _lock:
-        for device, n in parts:
-            led = _ledger(device)
-            led.current -= n
-            led.freed += n
-            led.buffers -= 1
-        _live.pop(data_id, None)
+        for data_id, parts in handles:
+            for device, n in parts:
+                led = _ledger(device)
+                led.current -= n
+                led.freed += n
+                led.buffers -= 1
+            _live.pop(data_id, None)
 
 
 def note_execution(devices, extra: int) -> None:

@@ -29,7 +29,7 @@ from ..frontend.grad_scaler import close_scaler_step, scaler_step_open
 from ..frontend.storage import live_devices, live_storages
 from ..frontend.optim import end_optimizer_step
 from ..frontend import sync_hooks
-from ..runtime import backend
+from ..runtime import backend, collector
 from ..runtime.execute import wait_all
 from ..state import STATE
 from . import barriers, entries, step_capture
@@ -59,23 +59,19 @@ def _barrier(kind: str, explicit: bool) -> int:
     """Run all pending work, one graph per device (lock held); the number of IR nodes run."""
     started = sync_begins()
     STATE.traced_since_sync = 0
-    backend.current().after_barrier()
+    young = collector.young()
     nodes = 0
     failed: Optional[FailedOpError] = None
-    for device in live_devices():
-        try:
-            live = live_storages(device)
-            items = pending_items(live)
-            leaves = entries.leaves(device, [st for _, st in items])
-            # a step seen before runs as its recorded executable (sync/step_capture.py)
-            step = step_capture.begin(device, live, items, leaves, kind)
-            result = run_graph(Request(device, items, kind, automatic=True, explicit=explicit, skip_donated=True,
-                                       leaves=leaves, step=step))
-        except FailedOpError as e:   # contained (sync/failures.py): the other devices still run
-            failed = failed or e
-            continue
-        if result is not None:
-            nodes += result.nodes
+    try:
+        for device in live_devices():
+            try:
+                nodes += _device_graph(device, kind, explicit)
+            except FailedOpError as e:   # contained (sync/failures.py): the other devices still run
+                failed = failed or e
+    finally:
+        # after the graphs ran, when the step's pending IR is gone: the collector's young
+        # generation then holds only what the step keeps (docs/design.md, issue 50)
+        backend.current().after_barrier(young)
     sync_ends(kind, started, nodes=nodes)
     if failed is not None:
         try:
@@ -83,6 +79,19 @@ def _barrier(kind: str, explicit: bool) -> int:
         finally:   # no cycle through this frame (sync/pipeline.py `run_graph` says why)
             del failed
     return nodes
+
+
+def _device_graph(device: int, kind: str, explicit: bool) -> int:
+    """The barrier's graph of `device`; the number of IR nodes it ran. Its pending values
+    are held by this frame only, and freed when it returns."""
+    live = live_storages(device)
+    items = pending_items(live)
+    leaves = entries.leaves(device, [st for _, st in items])
+    # a step seen before runs as its recorded executable (sync/step_capture.py)
+    step = step_capture.begin(device, live, items, leaves, kind)
+    result = run_graph(Request(device, items, kind, automatic=True, explicit=explicit, skip_donated=True,
+                               leaves=leaves, step=step, live=live))
+    return 0 if result is None else result.nodes
 
 
 def optimizer_stepped(optimizer) -> None:

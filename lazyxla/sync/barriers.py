@@ -112,7 +112,7 @@ def pending_nodes(roots: list) -> int:
 
 
 def _computed_nodes(roots: list) -> dict:
-    """id -> position of each computed (not leaf) node of `roots`' pending IR."""
+    """Each computed (not leaf) node of `roots`' pending IR -> its position."""
     index: dict = {}
     for _ in post_order(roots, index, stop=is_leaf):
         pass

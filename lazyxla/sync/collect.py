@@ -54,11 +54,10 @@ def collect(device: int, items: list, merge_scalars: bool = False,
     outputs: list = []
     targets: list = []
     for root, st in items:
-        rid = id(root)
-        slot = root_slot.get(rid)
+        slot = root_slot.get(root)
         if slot is None:
-            slot = root_slot[rid] = len(outputs)
-            outputs.append(index[rid])
+            slot = root_slot[root] = len(outputs)
+            outputs.append(index[root])
         if st is not None:
             targets.append((st, slot))
     updates = _updates(params, targets)
@@ -88,7 +87,7 @@ def collect(device: int, items: list, merge_scalars: bool = False,
     level = precision.matmul_precision()
     if level != precision.DEFAULT_LEVEL:   # lowered at another matmul precision: another program
         key += ((MATMUL_PRECISION, level),)
-    aliases = {nid: index[nid] for nid in leaves if nid in index} if leaves else None
+    aliases = _aliases(leaves, order) if leaves else None
     # a long chain packs by counts the key holds (its merged scalars' count); the backend's
     # packing is the key's to say
     chain_packed = long_chain(len(scalars), len(outputs))
@@ -100,6 +99,13 @@ def collect(device: int, items: list, merge_scalars: bool = False,
     if config.SETTINGS.check_ir:   # LAZYXLA_CHECK_IR: every graph checked before it compiles
         check_graph(graph)
     return graph, targets
+
+
+def _aliases(leaves: dict, order: list) -> dict:
+    """id(node) -> position of the DATA node read in its place, for each node of `leaves`
+    (id(node) -> its DATA node) the walk met."""
+    replaced = {id(data): nid for nid, data in leaves.items()}
+    return {replaced[id(node)]: position for position, node in enumerate(order) if id(node) in replaced}
 
 
 def _merge_equal_scalars(scalars: list, index: dict, entries: list) -> tuple[list, dict]:
@@ -118,7 +124,7 @@ def _merge_equal_scalars(scalars: list, index: dict, entries: list) -> tuple[lis
         if slot == len(distinct):
             distinct.append(node)
         slot_of_node[id(node)] = slot
-        position = index[id(node)]
+        position = index[node]
         entries[position] = entries[position][:2] + (slot,)
     return distinct, slot_of_node
 
@@ -184,17 +190,18 @@ def _visit(roots: list, index: dict, order: list, entries: list, params: list, s
            leaves: Optional[dict]) -> None:
     """The walk (ir/walk.py): each node's position in `index`, the node in `order` and its
     key entry in `entries`; device data deduplicated by buffer into `params`, lifted
-    scalars into `scalars`."""
+    scalars into `scalars`. Nodes and handles key its dicts themselves (identity), as
+    `post_order`'s index: no `id()` call per operand."""
     param_index: dict = {}
     for node in post_order(roots, index, leaves=leaves):
         op = node.op
         if op is DATA:
             data = node.data
-            pi = param_index.get(id(data))
+            pi = param_index.get(data)
             if pi is None:
                 if data.donated_in is not None or data.failure is not None:
                     raise unusable_error(data)
-                pi = param_index[id(data)] = len(params)
+                pi = param_index[data] = len(params)
                 params.append(data)
             entry = (node.sig, -1, pi) if data.sharding is None else (node.sig, -1, pi, data.sharding)
         elif op is SCALAR:
@@ -203,7 +210,6 @@ def _visit(roots: list, index: dict, order: list, entries: list, params: list, s
         else:
             inputs = node.inputs
             # one operand (a GETITEM, a cast, most unary ops): no list to build
-            entry = (node.sig, (index[id(inputs[0])],) if len(inputs) == 1 else
-                     tuple([index[id(i)] for i in inputs]))
+            entry = (node.sig, (index[inputs[0]],) if len(inputs) == 1 else tuple([index[i] for i in inputs]))
         order.append(node)
         entries.append(entry)

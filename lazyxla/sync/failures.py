@@ -100,8 +100,8 @@ def note_later(first: Contained, kind: str, later: BaseException) -> None:
 def contain(graph: Graph, items: list, failure: ExecutionFailure) -> Contained:
     """Contain `failure`, raised lowering, compiling or running `graph` (the graph of `items`)."""
     position = _culprit(graph, failure)
-    seeds = ({id(graph.order[position])} if position is not None
-             else {id(graph.order[p]) for p in graph.outputs})
+    seeds = ({graph.order[position]} if position is not None
+             else {graph.order[p] for p in graph.outputs})
     what = _what_failed(graph, position, failure)
     needs = reaching(seeds)   # whether computing a value needs the failed op
     carried = (f"{what}\nThis tensor's value needed that op, so it holds this error instead of a "

@@ -48,6 +48,7 @@ class Request(NamedTuple):
     # called with (graph, targets, executable, decisions) once the outputs are installed: a
     # host read's capture records its device graph (sync/read_capture.py)
     record: Optional[Callable] = None
+    live: Optional[list] = None         # the device's live storages where the entry point has them (a barrier)
 
 
 class Collected(NamedTuple):
@@ -164,7 +165,8 @@ def collect_roots(request: Request) -> Optional[Collected]:
 def donor_plan(request: Request, graph: Graph, targets: list) -> tuple[tuple, list]:
     """(donors, decisions) of `graph` for the request's kind of sync (alias/planner.py)."""
     device = request.device
-    return plan_donors(graph, targets, live_storages(device), automatic=request.automatic,
+    live = request.live if request.live is not None else live_storages(device)
+    return plan_donors(graph, targets, live, automatic=request.automatic,
                        explicit=request.explicit, aliasing=switches.aliasing_enabled(device),
                        kind=request.kind, auto_owners=request.auto_owners, written=request.written)
 
@@ -201,7 +203,7 @@ def install_stage(request: Request, ran: Ran) -> Result:
     """The outputs become the targets' values (sync/install.py)."""
     started = timeline.start()
     graph = ran.planned.collected.graph
-    install(graph, ran.planned.collected.targets, ran.outs)
+    install(graph, ran.planned.collected.targets, ran.outs, ran.executable)
     timeline.mark("install", started, outputs=len(ran.outs))
     if request.step is not None:   # its next identical step replays (sync/step_capture.py)
         step_capture.record(request.step, graph, ran.planned.collected.targets, ran.executable,

@@ -45,7 +45,7 @@ from ..runtime import placement, storage_dtypes
 from ..runtime.execute import execute_params
 from ..state import STATE
 from . import failures
-from .install import install_outputs, output_avals
+from .install import install_outputs
 
 # calls logged per device between barriers; a loop that reaches no barrier and no device read
 # (its reads all replayed on the host) stops logging here instead of growing the log
@@ -77,7 +77,7 @@ class _Log:
 class Captured:
     """A recorded step: what its fingerprint's next barrier runs."""
     __slots__ = ("exe", "decisions", "gather", "scalar_gather", "packed", "travel", "slots", "root_slots",
-                 "avals", "n_nodes")
+                 "n_nodes")
 
     def __init__(self, exe: Executable, decisions: list, gather: tuple, scalar_gather: tuple, graph: Graph,
                  slots: tuple) -> None:
@@ -89,7 +89,6 @@ class Captured:
         self.travel = travel_dtypes(graph)   # and in these dtypes (32 bits where the policy narrows)
         self.slots = slots           # per pending storage, in live order, its output slot
         self.root_slots = graph.root_slots   # per distinct root, in first-seen order, its output slot
-        self.avals = output_avals(graph)     # per output slot, (shape, dtype)
         self.n_nodes = len(graph.order)
 
 
@@ -323,7 +322,7 @@ def replay(attempt: Attempt, kind: str) -> Optional[tuple[Captured, tuple]]:
         call_failed(e, kind, attempt.device)
         return None
     slots = captured.slots
-    install_outputs(captured.avals, attempt.device, [(st, slots[i]) for i, (_, st) in enumerate(attempt.items)],
+    install_outputs(captured.exe.outputs, attempt.device, [(st, slots[i]) for i, (_, st) in enumerate(attempt.items)],
                     outs)
     metrics.counter_add("CachedCompile")   # its executable, found without a key: still a cached graph
     metrics.counter_add("StepCaptureReplay")

@@ -53,9 +53,10 @@ class Backend:
         covered by `compile_token`."""
         return {}
 
-    def after_barrier(self) -> None:
-        """At every step barrier, before its graphs run."""
-        collector.after_barrier(self.collector)
+    def after_barrier(self, young: int) -> None:
+        """At every step barrier, once its graphs ran (their pending IR freed); `young`: the
+        collector's young count when the barrier began (runtime/collector.py)."""
+        collector.after_barrier(self.collector, young)
 
     def after_compile(self) -> None:
         """After each compile (a compile's scratch is host memory on every platform)."""

@@ -39,8 +39,8 @@ class CpuBackend(Backend):
         options.update(self.compile_token)
         return options
 
-    def after_barrier(self) -> None:
-        super().after_barrier()
+    def after_barrier(self, young: int) -> None:
+        super().after_barrier(young)
         host_heap.after_step()
 
     def memory_limit(self, device: int) -> int:
