@@ -241,7 +241,7 @@ class _Replay:
             step_capture.call_failed(e, KIND, device)
             return self.run_device(device_items, written, leaves)
         slots = captured.slots
-        install_outputs(captured.avals, device,
+        install_outputs(captured.exe.outputs, device,
                         [(st, slots[i]) for i, (_, st) in enumerate(device_items) if st is not None], outs)
         metrics.counter_add("CachedCompile")   # its executable, found without a key: still a cached graph
         metrics.counter_add("StepCaptureReplay")
