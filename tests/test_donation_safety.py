@@ -5,6 +5,7 @@ docs/design.md, "alias/planner.py"); values are compared with eager CPU.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import gc
 
@@ -256,3 +257,39 @@ def test_a_reused_donor_plan_follows_who_holds_a_buffer(dev):
     assert torch.equal(held.cpu(), before)   # still readable: its buffer was not donated
     del held
     assert step() == (1, 2, "reused by an output")
+
+
+def test_deepcopy_of_a_model_keeps_its_own_buffers(dev):
+    # Bug: the copy's tensors shared the original's buffers through an unregistered storage,
+    # so the original's next step donated them and the copy raised DonatedBufferError.
+    def build():
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10))
+        m[1].weight = m[0].weight   # a tied weight stays tied in the copy
+        return m
+
+    def train(m, x, steps):
+        opt = torch.optim.AdamW(m.parameters(), lr=0.1)
+        for _ in range(steps):
+            opt.zero_grad()
+            m(x).sum().backward()
+            opt.step()
+            if x.device.type != "cpu":
+                lx.sync()
+        return [p.detach().cpu() for p in m.parameters()]
+
+    x = torch.tensor([[1, 2, 3]])
+    eager = build()
+    eager_copy = copy.deepcopy(eager)
+    lazy = build().to(dev)
+    with torch.no_grad():
+        lazy[0].weight.mul_(1.0)   # pending work in the original is copied as its value
+    lazy_copy = copy.deepcopy(lazy)
+    assert lazy_copy[1].weight is lazy_copy[0].weight and lazy_copy[0].weight is not lazy[0].weight
+    assert isinstance(lazy_copy[0].weight, torch.nn.Parameter)
+    for a, b in zip(train(lazy, x.to(dev), 3), train(eager, x, 3)):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(lazy_copy.parameters(), eager_copy.parameters()):   # untouched by the original's steps
+        assert torch.equal(a.detach().cpu(), b.detach())
+    for a, b in zip(train(lazy_copy, x.to(dev), 2), train(eager_copy, x, 2)):
+        torch.testing.assert_close(a, b)

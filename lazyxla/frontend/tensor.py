@@ -10,6 +10,8 @@ Fields (plain Python attributes, set once at creation except the view cache):
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from .. import metrics
@@ -25,6 +27,7 @@ from .torch_compat import make_wrapper_subclass as _make_wrapper
 from .views import apply_view_chain, scatter_chain
 
 _DATA = torch.Tensor.data
+_FIELDS = frozenset(("_st", "_view", "_vcache", "_mkey"))   # a lazy tensor's own (module docstring)
 
 
 class LazyTensor(torch.Tensor):
@@ -138,6 +141,32 @@ class LazyTensor(torch.Tensor):
             raise TypeError(f"can't convert {self.device} device type tensor to numpy. "
                             "Use Tensor.cpu() to copy the tensor to host memory first.")
         return host_value(self).numpy()
+
+    def __deepcopy__(self, memo: dict) -> "LazyTensor":
+        # torch's Tensor.__deepcopy__ clones (as for XLA tensors) and then deep-copies the
+        # instance __dict__ over the clone: that replaced the clone's own storage with an
+        # unregistered copy of the original's, sharing its buffer unseen by the donor plan,
+        # so `copy.deepcopy(model)` lost its weights at the original's next step. The clone
+        # keeps its fields; the others (a Parameter's `_is_param`, user attributes) are copied.
+        hit = memo.get(id(self))
+        if hit is not None:
+            return hit
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                               "protocol at the moment.  If you were attempting to deepcopy a module, this may be "
+                               "because of a torch.nn.utils.weight_norm usage, see "
+                               "https://github.com/pytorch/pytorch/pull/103001")
+        with torch.no_grad():
+            new = self.clone()
+        memo[id(self)] = new
+        if self.requires_grad:
+            new.requires_grad_()
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        extra = {k: v for k, v in self.__dict__.items() if k not in _FIELDS}
+        if extra:
+            new.__dict__.update(copy.deepcopy(extra, memo))
+        return new
 
     def __reduce_ex__(self, protocol):
         # Pickling (torch.save, multiprocessing) stores the value as a CPU tensor, like
