@@ -42,7 +42,7 @@ def test_a_shared_index_continues_one_order():
     index: dict = {}
     assert list(post_order([left], index)) == [x, y, left]
     assert list(post_order([top], index)) == [right, top]   # what the first walk saw is not walked again
-    assert [index[id(n)] for n in (x, y, left, right, top)] == [0, 1, 2, 3, 4]
+    assert [index[n] for n in (x, y, left, right, top)] == [0, 1, 2, 3, 4]
 
 
 def test_stop_leaves_a_node_and_what_only_it_reaches_out():
@@ -56,7 +56,7 @@ def test_leaves_are_yielded_in_place_of_the_nodes_they_replace():
     value = data_node(fake_buffer((3,)))
     index: dict = {}
     assert list(post_order([top], index, leaves={id(left): value})) == [value, y, x, right, top]
-    assert index[id(left)] == 0 and id(value) not in index
+    assert index[left] == 0 and value not in index
 
 
 def test_a_walk_can_end_early():
@@ -70,9 +70,9 @@ def test_reaching_answers_for_many_roots_from_one_walk():
     x, y, left, right, top = _diamond()
     z = data_node(fake_buffer((3,)))
     apart = _add(z, z)
-    reaches = reaching({id(left)}, skip=is_leaf)
+    reaches = reaching({left}, skip=is_leaf)
     assert reaches(top) and reaches(left) and not reaches(right) and not reaches(apart)
-    assert reaching({id(x)}, skip=is_leaf)(right)   # a target is found even where leaves are skipped
+    assert reaching({x}, skip=is_leaf)(right)   # a target is found even where leaves are skipped
 
 
 def _reference_order(roots: list) -> list:

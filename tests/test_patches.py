@@ -109,7 +109,7 @@ def test_undo_restores_and_apply_again_works(name, dev):
     module = importlib.import_module("torch._subclasses.fake_tensor")
     args = {"fake_tensor_subclass_test": (lambda t: type(t) is LazyTensor,),
             "foreach_lazy_tensor": (LazyTensor,),
-            "optimizer_step_hooks": (lx.frontend.optim._begin_optimizer_step, lx.frontend.optim.end_optimizer_step)}
+            "optimizer_step_hooks": (lx.frontend.optim._begin_optimizer_step, lx.frontend.optim._optimizer_step_done)}
     try:
         patch.undo()
         assert not patch.applied and name not in patches.applied()
