@@ -62,13 +62,13 @@ _PY_DTYPES = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype
               complex: np.dtype(np.complex128)}
 
 
-@functools.lru_cache(maxsize=None)
 def position_dtype(n: int):
     """The integer dtype of running positions into `n` elements (a mask's cumulative count):
     int32 where they fit, since 64-bit integer math is emulated on the TPU."""
     return jnp.int32 if n < 2 ** 31 else jnp.int64
 
 
+@functools.lru_cache(maxsize=None)
 def _kind(dt) -> str:
     return np.dtype(dt).kind
 
