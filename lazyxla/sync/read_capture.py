@@ -39,7 +39,6 @@ from ..ir.graph import Graph, data_reachable
 from ..ir.node import DATA
 from ..runtime import backend, placement
 from . import host_split, step_capture
-from .install import install_outputs
 from .pipeline import note_ran
 from .step_capture import LAST, Outcome
 
@@ -234,17 +233,10 @@ class _Replay:
         uploads = [leaves[id(n)].data for n in self.split.uploads]
         buffers = attempt.leaves
         params = [buffers[p] if p >= 0 else uploads[-1 - p] for p in captured.gather]
-        try:
-            outs = step_capture.call(captured, params, attempt.scalars, device)
-        except Exception as e:
-            _CAPTURES.pop(attempt.fingerprint, None)
-            step_capture.call_failed(e, KIND, device)
+        outs = step_capture.run_recorded(captured, _CAPTURES, attempt.fingerprint, params, attempt.scalars,
+                                         device, device_items, KIND)
+        if outs is None:
             return self.run_device(device_items, written, leaves)
-        slots = captured.slots
-        install_outputs(captured.exe.outputs, device,
-                        [(st, slots[i]) for i, (_, st) in enumerate(device_items) if st is not None], outs)
-        metrics.counter_add("CachedCompile")   # its executable, found without a key: still a cached graph
-        metrics.counter_add("StepCaptureReplay")
         LAST[0] = Outcome("replayed", KIND)
         note_ran(KIND, captured.exe, captured.decisions, captured.n_nodes)
         return tuple(outs[slot] for slot in captured.root_slots)

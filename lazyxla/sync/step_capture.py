@@ -315,19 +315,32 @@ def replay(attempt: Attempt, kind: str) -> Optional[tuple[Captured, tuple]]:
     captured = _CAPTURES.get(attempt.fingerprint)
     if captured is None:
         return None
-    try:
-        outs = call(captured, [attempt.leaves[p] for p in captured.gather], attempt.scalars, attempt.device)
-    except Exception as e:
-        _CAPTURES.pop(attempt.fingerprint, None)
-        call_failed(e, kind, attempt.device)
+    outs = run_recorded(captured, _CAPTURES, attempt.fingerprint, [attempt.leaves[p] for p in captured.gather],
+                        attempt.scalars, attempt.device, attempt.items, kind)
+    if outs is None:
         return None
-    slots = captured.slots
-    install_outputs(captured.exe.outputs, attempt.device, [(st, slots[i]) for i, (_, st) in enumerate(attempt.items)],
-                    outs)
-    metrics.counter_add("CachedCompile")   # its executable, found without a key: still a cached graph
-    metrics.counter_add("StepCaptureReplay")
     LAST[0] = Outcome("replayed", "")
     return captured, outs
+
+
+def run_recorded(captured: Captured, table: OrderedDict, fingerprint: tuple, params: list, scalars: list,
+                 device: int, items: list, kind: str) -> Optional[tuple]:
+    """Run `captured` (a step's, or a read's: sync/read_capture.py) on `params` and this run's
+    `scalars`, install its outputs into the storages of `items` (`(root, storage or None)`, as
+    recorded) and count the replay: the output arrays. None where the call failed: `table`
+    forgets `fingerprint` and the ordinary stages run (`call_failed`)."""
+    try:
+        outs = call(captured, params, scalars, device)
+    except Exception as e:
+        table.pop(fingerprint, None)
+        call_failed(e, kind, device)
+        return None
+    slots = captured.slots
+    install_outputs(captured.exe.outputs, device,
+                    [(st, slots[i]) for i, (_, st) in enumerate(items) if st is not None], outs)
+    metrics.counter_add("CachedCompile")   # its executable, found without a key: still a cached graph
+    metrics.counter_add("StepCaptureReplay")
+    return outs
 
 
 def call(captured: Captured, params: list, scalars: list, device: int) -> tuple:
