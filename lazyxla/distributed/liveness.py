@@ -26,6 +26,8 @@ from typing import Any, Optional
 EXIT_STATUS = 75          # EX_TEMPFAIL: a restart may succeed
 _KEY = "lazyxla/heartbeat/{}"
 _DONE = "done"            # the heartbeat of a process that ended normally (Watchdog.stop)
+_STOPPING = "stopping"    # the heartbeat of a process that stops on a loss it saw: the others' judges
+                          # must blame the lost process, not the cascade (a peer that exits first)
 
 
 class ProcessLostError(RuntimeError):
@@ -55,7 +57,8 @@ class Watchdog:
         self._round_started: Optional[float] = None   # a round in progress (a call may hang)
         self._stop = threading.Event()       # no more judging
         self._halt = threading.Event()       # no more beating
-        self._finished: set = set()          # processes whose heartbeat reads _DONE
+        self._finished: set = set()          # processes whose heartbeat reads _DONE or _STOPPING
+        self._announced = threading.Event()  # this process's _STOPPING is stored
         self.error: Optional[str] = None
         self.in_excepthook = False     # the main thread is ending on an uncaught error: leave it be
         self._main = threading.main_thread().ident
@@ -86,8 +89,12 @@ class Watchdog:
         while not self._halt.is_set():
             counter += 1
             self._round_started = time.monotonic()
+            stopping = self.error is not None
             try:
-                self.client.key_value_set(_KEY.format(self.process), str(counter), allow_overwrite=True)
+                self.client.key_value_set(_KEY.format(self.process), _STOPPING if stopping else str(counter),
+                                          allow_overwrite=True)
+                if stopping:
+                    self._announced.set()
                 for p in self._seen:
                     try:
                         value = self.client.key_value_try_get(_KEY.format(p))
@@ -95,7 +102,7 @@ class Watchdog:
                         if "NOT_FOUND" not in str(e):
                             raise
                         continue
-                    if value == _DONE:
+                    if value in (_DONE, _STOPPING):
                         self._finished.add(p)
                     elif value != self._seen[p][0]:
                         self._seen[p] = (value, time.monotonic())
@@ -132,6 +139,9 @@ class Watchdog:
             "a CheckpointManager resumes from the last committed checkpoint (latest_step()). The timeout "
             "is lx.distributed.initialize(heartbeat_timeout_seconds=...).")
         print(self.error, file=_stderr(), flush=True)
+        # the beater stores _STOPPING on its next round; wait for it (bounded: the coordinator may
+        # be what was lost) so that the main thread's exit cannot get there first
+        self._announced.wait(2 * self.interval + 1)
         if self._main is not None and not self.in_excepthook:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main), ctypes.py_object(ProcessLostError))
         time.sleep(self.grace)
