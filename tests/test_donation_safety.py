@@ -293,3 +293,23 @@ def test_deepcopy_of_a_model_keeps_its_own_buffers(dev):
         assert torch.equal(a.detach().cpu(), b.detach())
     for a, b in zip(train(lazy_copy, x.to(dev), 2), train(eager_copy, x, 2)):
         torch.testing.assert_close(a, b)
+
+
+def test_shallow_copy_shares_the_storage_as_in_eager(dev):
+    # Bug: copy.copy of a lazy tensor went through __reduce_ex__ (pickling's host copy) and
+    # returned a CPU tensor that no longer shared anything with the original.
+    def run(device):
+        t = torch.arange(6.0, device=device).reshape(2, 3)
+        p = torch.nn.Parameter(torch.ones(3, device=device))
+        c, col, q = copy.copy(t), copy.copy(t[:, 1]), copy.copy(p)
+        assert c is not t and c.device == t.device and q.device == p.device
+        assert isinstance(q, torch.nn.Parameter) and q.requires_grad
+        c.add_(1)            # writes through the copy reach the original, and the other way round
+        col.mul_(10)
+        with torch.no_grad():
+            q.mul_(2)
+        t[0, 0] = -1
+        return [x.detach().cpu() for x in (t, c, col, p, q)]
+
+    for got, want in zip(run(dev), run("cpu")):
+        assert torch.equal(got, want)

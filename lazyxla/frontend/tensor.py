@@ -142,6 +142,16 @@ class LazyTensor(torch.Tensor):
                             "Use Tensor.cpu() to copy the tensor to host memory first.")
         return host_value(self).numpy()
 
+    def __copy__(self) -> "LazyTensor":
+        # As in eager, a shallow copy is another tensor over the same storage (torch rebuilds
+        # it over the original's storage), a Parameter stays one and `requires_grad` stays.
+        # Without this, copy.copy took __reduce_ex__ (pickling's host copy) and returned a CPU tensor.
+        new = copy_bits(self, LazyTensor.wrap(self._st, self._view, self.checked_value(), self._mkey))
+        if self.requires_grad:
+            new.requires_grad_()
+        new.__dict__.update({k: v for k, v in self.__dict__.items() if k not in _FIELDS})
+        return new
+
     def __deepcopy__(self, memo: dict) -> "LazyTensor":
         # torch's Tensor.__deepcopy__ clones (as for XLA tensors) and then deep-copies the
         # instance __dict__ over the clone: that replaced the clone's own storage with an
