@@ -47,6 +47,18 @@ def test_torch_switch_sets_the_level_of_matmuls_and_convolutions(dev, restore_pr
     assert_close(c, a @ b) and assert_close(y, F.conv2d(x, w))
 
 
+@pytest.mark.parametrize("level", ["highest", "high", "default"])
+def test_attention_through_jax_computes_at_the_level(dev, restore_precision, level):
+    # Bug: scaled_dot_product_attention, lowered by jax.nn.dot_product_attention (which leaves
+    # the precision to JAX's default), ran its two products at DEFAULT at lazyxla's default
+    # level "highest": one bf16 pass on a TPU, every BERT/GPT-2 attention of a Trainer run.
+    lx.set_matmul_precision(level)
+    q, k, v = (torch.randn(2, 3, 5, 4) for _ in range(3))
+    out = F.scaled_dot_product_attention(q.to(dev), k.to(dev), v.to(dev), is_causal=True)
+    assert _precisions(lx.debug.hlo_text([out]), "dot") == [level, level]
+    assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
 def test_lazyxla_level_wins_over_torch_until_set_to_none(dev, restore_precision):
     torch.set_float32_matmul_precision("medium")
     assert lx.set_matmul_precision("highest") is None   # torch's switch was followed

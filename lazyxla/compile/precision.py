@@ -66,9 +66,8 @@ def matmul_precision() -> str:
 @contextlib.contextmanager
 def lowering(level: str) -> Iterator[None]:
     """Lower a graph collected at `level` (Graph.matmul_precision) with JAX's default
-    precision at that level (the matrix-product rules read the lowering context)."""
-    if level == DEFAULT_LEVEL:
-        yield
-        return
+    precision at that level (the matrix-product rules read the lowering context; JAX's own
+    functions a rule calls, such as `jax.nn.dot_product_attention`, read JAX's default, so
+    it is set at every level, "highest" included)."""
     with jax.default_matmul_precision(level):
         yield
