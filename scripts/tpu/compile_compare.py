@@ -2,12 +2,14 @@
 lazyxla's own step graphs (StableHLO dumped with JAX_DUMP_IR_TO), with 64-bit types narrowed
 or not, each compile timed in its own process (a slow one is cut by the caller's timeout).
 
-    python scripts/tpu/compile_compare.py jax bert|gpt2
-    python scripts/tpu/compile_compare.py jax-opt bert|gpt2
+    python scripts/tpu/compile_compare.py jax bert|gpt2 [highest|high|default]
+    python scripts/tpu/compile_compare.py jax-opt bert|gpt2 [highest|high|default]
     python scripts/tpu/compile_compare.py mlir FILE asis|f64|i64|f64i64
 
 `bert` is BERT-base for sequence classification (batch 8, seq 128); `gpt2` GPT-2 small as an
 LM (batch 8, seq 128); both random-init, AdamW, float32, the shapes the Trainer runs.
+The JAX steps lower at JAX's default matmul precision unless a level is named: lazyxla's
+graphs are lowered at "highest" unless the program chose another (compare like with like).
 `jax-opt` compiles the Trainer's optimizer graph's work alone: the gradients clipped to
 global norm 1 (the Trainer's `max_grad_norm`), then AdamW, parameters and state donated.
 """
@@ -140,6 +142,9 @@ def mlir_compile(path: str, mode: str) -> float:
 
 if __name__ == "__main__":
     kind = sys.argv[1]
-    seconds = {"jax": jax_compile, "jax-opt": jax_opt_compile}[kind](sys.argv[2]) if kind != "mlir" \
-        else mlir_compile(sys.argv[2], sys.argv[3])
+    if kind == "mlir":
+        seconds = mlir_compile(sys.argv[2], sys.argv[3])
+    else:
+        with jax.default_matmul_precision(sys.argv[3] if len(sys.argv) > 3 else None):
+            seconds = {"jax": jax_compile, "jax-opt": jax_opt_compile}[kind](sys.argv[2])
     print(f"COMPILE {kind} {' '.join(sys.argv[2:])} {seconds:.1f} s on {jax.devices()[0].device_kind}", flush=True)
