@@ -4,6 +4,7 @@ devices; what they choose must still compute eager PyTorch's values."""
 from __future__ import annotations
 
 import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import torch
 import lazyxla as lx
 from lazyxla import config, metrics
 from lazyxla.ir import scalars
+from lazyxla.memory_report import _roles
 from lazyxla.runtime import backend, collector
 from lazyxla.sync.api import pending_graphs
 
@@ -170,9 +172,39 @@ def test_the_memory_report_finds_a_frozen_model_and_optimizer(dev, fresh_collect
     lx.sync()
     assert collector.is_managed() and gc.get_freeze_count() > 0
     roles = lx.debug.memory_report().by_role
-    assert roles["parameters"]["buffers"] == 2 and roles["gradients"]["buffers"] == 2
+    assert roles["parameters"]["buffers"] >= 2 and roles["gradients"]["buffers"] >= 2
     assert roles["optimizer state"]["buffers"] >= 4   # exp_avg, exp_avg_sq of each
+    # this model's own buffers by role (tensors of earlier tests in the process may still live)
+    found = _roles()
+    buffer = lambda t: id(t._st.value.data)   # noqa: E731
+    assert [found.get(buffer(p)) for p in model.parameters()] == ["parameters"] * 2
+    assert [found.get(buffer(p.grad)) for p in model.parameters()] == ["gradients"] * 2
+    assert {found.get(buffer(v)) for s in opt.state.values() for v in s.values()
+            if v.device == dev} == {"optimizer state"}   # (AdamW's `step` counts stay on the CPU)
     assert gc.get_freeze_count() > 0   # still managed: frozen again after the walk
+
+
+def test_garbage_alive_at_the_freeze_is_collected_not_frozen(dev, fresh_collector):
+    # A model left in a reference cycle before management starts would otherwise be frozen
+    # with its device buffers for the rest of the process.
+    class Holder:
+        pass
+    thresholds = gc.get_threshold()
+    gc.disable()   # no automatic collection may free the cycle before the freeze does
+    try:
+        holder = Holder()
+        holder.me, holder.model = holder, torch.nn.Linear(8, 8).to(dev)
+        lx.sync()
+        gone = weakref.ref(holder.model.weight)
+        del holder
+        gc.enable()
+        gc.set_threshold(10**9)   # and none until the barrier's own
+        _train_small(dev, collector.CollectorPolicy().warmup_barriers + 1)
+        assert collector.is_managed() and gone() is None
+    finally:
+        gc.enable()
+        collector.release()
+        gc.set_threshold(*thresholds)
 
 
 def test_the_switch_restores_the_collector(dev, fresh_collector):

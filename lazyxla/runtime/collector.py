@@ -4,8 +4,8 @@ A lazy step allocates thousands of container objects (IR nodes, tensor wrappers,
 tuples), so the collector's generation 0 runs several times a step, and every few dozen
 steps a generation-2 collection walks every object of torch, JAX and the model. Once the
 program is past its warm-up, at a step barrier, the managed collector:
-* freezes what exists then (`gc.freeze()`: the model, the modules, compiled executables),
-  so later collections never walk it again;
+* collects everything once, then freezes what is left (`gc.freeze()`: the model, the
+  modules, compiled executables), so later collections never walk it again;
 * raises the automatic generation-0 threshold to `young_threshold` allocations, so a step
   runs without automatic collections (they still come for programs without barriers);
 * collects generation 0 at a step barrier that follows at least `young_minimum` allocations
@@ -69,6 +69,9 @@ def after_barrier(policy, young_count: int) -> None:
         if state.barriers < policy.warmup_barriers or not gc.isenabled():
             return
         state.saved_thresholds = gc.get_threshold()
+        # garbage alive now would be frozen for good, device buffers and all (a model left in
+        # a cycle by an earlier run, the warm-up's own): one full collection first
+        gc.collect()
         gc.freeze()
         gc.set_threshold(policy.young_threshold, *state.saved_thresholds[1:])
         state.managed = True
@@ -95,12 +98,13 @@ def is_managed() -> bool:
 def every_object() -> list:
     """Every object the collector tracks, frozen ones included: `gc.get_objects()` skips
     what `gc.freeze()` set aside (the model and optimizer, once managed). For debug walks
-    (the memory report); they re-freeze what is alive at the call, so a cycle among today's
-    young objects that dies later is never collected: not for a step's hot path."""
+    (the memory report): a full collection, then what is alive is frozen again, so a cycle
+    among today's young objects that dies later is never collected: not for a step's hot path."""
     if not _STATE.managed:
         return gc.get_objects()
     gc.unfreeze()
     try:
+        gc.collect()   # what died since the freeze: not listed, and not frozen again
         return gc.get_objects()
     finally:
         gc.freeze()
