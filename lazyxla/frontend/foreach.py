@@ -2,7 +2,10 @@
 
 The optimizer's foreach path costs one Python dispatch per parameter *group*
 instead of several per parameter; inside, each element becomes the node of
-the matching single-tensor op (resolved once per foreach overload).
+the matching single-tensor op (resolved once per foreach overload). A call
+signature met before replays its plan (foreach_plans.py) instead of running
+the single-tensor handler per element: the same nodes, without converting and
+keying each element again.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from itertools import repeat
 import torch
 
 from ..ir.ops import facts, register_fact
+from . import foreach_plans
 from .primitives import op_info, run_op
 
 aten = torch.ops.aten
@@ -40,8 +44,9 @@ def _find(op_name: str, overload: str):
 class _Plan:
     """How one foreach overload runs, decided once: its single-tensor op and that op's
     classification (the element handler, called directly), whether the result is copied
-    back into self, and how its arguments split into positional and keyword ones."""
-    __slots__ = ("func", "target", "info", "write_back", "n_pos", "kw_names", "inplace")
+    back into self, how its arguments split into positional and keyword ones, and how a
+    planned call's nodes land (foreach_plans.py `mode_of`; None: never planned)."""
+    __slots__ = ("func", "target", "info", "write_back", "n_pos", "kw_names", "inplace", "mode")
 
     def __init__(self, func) -> None:
         self.func = func   # held: keeps id(func), its key in _PLANS, from being reused
@@ -62,6 +67,7 @@ class _Plan:
         self.n_pos = sum(1 for a in args if not a.kwarg_only)
         self.kw_names = tuple(a.name for a in args if a.kwarg_only)
         self.inplace = base.endswith("_")
+        self.mode = foreach_plans.mode_of(self.info.handler, write_back)
 
 
 # id(foreach OpOverload) -> its _Plan (by id: OpOverload's __hash__ is a Python call)
@@ -83,14 +89,23 @@ def foreach_handler(func, info, args, kwargs):
         kwargs = dict(kwargs, **dict(zip(plan.kw_names, args[plan.n_pos:])))
         args = args[:plan.n_pos]
     n = next(len(a) for a in args if isinstance(a, (list, tuple)))   # the scalar may come first
+    key = foreach_plans.call_key(plan, args, kwargs, n)
+    if key is not None:
+        planned = foreach_plans.PLANS.get(key)
+        if planned is not None:
+            results = foreach_plans.replay(plan, planned, args, kwargs, n)
+            return None if plan.inplace else results
     # one column per argument: a list of n gives an element each, anything else repeats
     columns = [a if isinstance(a, (list, tuple)) and len(a) == n else repeat(a, n) for a in args]
     per_element_kw = [k for k, v in kwargs.items() if isinstance(v, (list, tuple)) and len(v) == n]
-    results = []
+    results, elements = [], []
     for i, el_args in enumerate(zip(*columns)):
         el_kwargs = kwargs if not per_element_kw else dict(kwargs, **{k: kwargs[k][i] for k in per_element_kw})
         result = handler(target, element, el_args, el_kwargs)
         if plan.write_back:
             run_op(aten.copy_.default, (el_args[0], result), {})
         results.append(result)
+        elements.append((el_args, el_kwargs))
+    if key is not None:
+        foreach_plans.met(plan, key, elements)
     return None if plan.inplace else results

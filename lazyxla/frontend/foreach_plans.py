@@ -1,0 +1,215 @@
+"""Plans of foreach calls: what each list element's node is, decided once per call signature.
+
+foreach.py runs a `torch._foreach_*` call as one single-tensor handler call per element,
+and each builds its element's shape-inference key and looks it up (frontend/tracing.py).
+A training step makes the same foreach calls with the same element metadata every step,
+so that work is done once per call *signature* and kept as a `CallPlan`: per element its
+`MetaEntry` (the node's signature) and its constant arguments. The signature (`call_key`)
+is the foreach op, the kwargs' names and per argument: the elements' `_mkey`s (a list of
+lazy tensors), the type of each lifted scalar (a Scalar or ScalarList: lifted per call,
+as the element path does), or the value of a constant. A call that finds its plan
+(`replay`) only does what every call must: reads each operand's current node element by
+element (so an element reads what an earlier one of the same call wrote, as in eager;
+donated and failed buffers raise), lifts its scalars, makes the nodes with the planned
+signatures and writes them into `self` (through views) or wraps them as fresh outputs.
+These are the nodes the element path makes, so graphs and their compile keys are too.
+
+Planned only where the element path is exactly "convert, look up, make one node": element
+handlers `functional` and `inplace` (plus the write-back of an in-place foreach op whose
+single-tensor op is functional, `_foreach_maximum_`), every element argument a lazy
+tensor, a Python number or a constant. Host tensors (uploaded or refused by the element
+path), lists holding tensors inside an element, ints beyond int64 and other handlers
+(copy_, decompositions) stay on the element path. A plan is made at a signature's second
+call, from the element path's own conversion of each element; eager's errors (shapes,
+dtypes, internal overlap of a written view) were raised at the element path's calls,
+and any call whose signature differs (a shape, a scalar's type) takes that path again.
+foreach ops do not meet autocast (PyTorch's autocast lists hold none, so they fall
+through its key): nothing to decide there.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .. import metrics
+from ..ir.bounded import BoundedTable
+from ..ir.build import traced_node
+from ..ir.node import Node
+from .primitives import assign, functional, inplace
+from .tensor import LazyTensor
+from .tracing import META_CACHE, convert_call, device_mismatch, lift_scalar, liftable, lookup, wrap_outputs
+
+_counters = metrics._counters
+PLANS_CAP = 4096
+PLANS = BoundedTable(PLANS_CAP)   # call key -> CallPlan
+_MET = BoundedTable(PLANS_CAP)    # call keys met once, not planned yet
+
+# What an argument is, per call (the first item of its part of the call key)
+TENSORS, TENSOR = "tensors", "tensor"          # a lazy tensor per element / one for all
+SCALARS, SCALAR = "scalars", "scalar"          # lifted Python numbers: one per element / one for all
+CONSTANTS, CONSTANT = "constants", "constant"  # node constants: one per element / one for all
+_OPERANDS = frozenset((TENSORS, TENSOR, SCALARS, SCALAR))
+# How an element's node lands: written into self, assigned (converted) into self, or new outputs
+WRITE, ASSIGN, WRAP = "write", "assign", "wrap"
+_SCALAR_TYPES = (float, int, bool, complex)
+_ANY_VALUE = frozenset((float, bool, complex))   # always lifted (an int only within int64)
+_CONSTANT_TYPES = frozenset((type(None), bool, int, float, complex, str, torch.dtype, torch.layout,
+                             torch.memory_format))
+
+
+def mode_of(element_handler, write_back: bool) -> Optional[str]:
+    """How a planned element's node lands, by its single-tensor op's handler; None: that
+    handler does more than one node (the call stays on the element path)."""
+    if element_handler is inplace and not write_back:
+        return WRITE
+    if element_handler is functional:
+        return ASSIGN if write_back else WRAP
+    return None
+
+
+class _Unplannable(Exception):
+    """An argument that keeps the call on the element path (module docstring)."""
+
+
+def _constant(value):
+    """The key of a value the element path keeps as a constant of the node: as fine as
+    tracing.convert's (types apart, floats by their bits). A device stays on the element
+    path (convert keys it by its type, not its index)."""
+    tp = type(value)
+    if tp is list or tp is tuple:
+        return tuple(map(_constant, value))
+    if tp not in _CONSTANT_TYPES:
+        raise _Unplannable
+    return (tp, value.hex()) if tp is float else (tp, value)
+
+
+def _part(value, n: int, scalar_slot: bool) -> tuple:
+    """One argument's part of the call key."""
+    tp = type(value)
+    if (tp is list or tp is tuple) and len(value) == n:
+        if isinstance(value[0], LazyTensor):
+            try:
+                return TENSORS, tuple([t._mkey for t in value])
+            except AttributeError:   # not all lazy: the element path uploads or refuses the others
+                raise _Unplannable from None
+        if scalar_slot and type(value[0]) in _SCALAR_TYPES:
+            types = tuple(map(type, value))
+            if not _ANY_VALUE.issuperset(types) and not all(map(liftable, value)):
+                raise _Unplannable
+            return SCALARS, types
+        return CONSTANTS, tuple(map(_constant, value))
+    if isinstance(value, LazyTensor):   # one tensor for every element (_foreach_mul_.Tensor)
+        return TENSOR, value._mkey
+    if scalar_slot and tp in _SCALAR_TYPES:
+        if not liftable(value):
+            raise _Unplannable
+        return SCALAR, tp
+    return CONSTANT, _constant(value)
+
+
+def call_key(fplan, args: tuple, kwargs: dict, n: int) -> Optional[tuple]:
+    """The signature of a foreach call of `n` elements (foreach.py's `_Plan` and the call's
+    arguments, split as its single-tensor op takes them), or None where the call stays on
+    the element path."""
+    if fplan.mode is None or not n:
+        return None
+    info = fplan.info
+    slots = info.scalar_slots
+    try:
+        parts = [fplan, tuple(kwargs)]
+        for i, a in enumerate(args):
+            parts.append(_part(a, n, i < len(slots) and slots[i]))
+        if kwargs:
+            skw = info.scalar_kw
+            for k, v in kwargs.items():
+                parts.append(_part(v, n, k in skw))
+    except _Unplannable:
+        return None
+    return tuple(parts)
+
+
+class CallPlan:
+    """Per element of one call signature: its node's signature (`entries`) and its arguments
+    with the constants in place and None where an operand goes (`templates`, positional
+    ones then keyword ones); where the call's operands go (`tensors`, `scalars`: slot and
+    whether it holds one per element) and which slots are the node's inputs."""
+    __slots__ = ("op", "mode", "entries", "templates", "npos", "kw_names", "tensors", "scalars", "inputs")
+
+    def __init__(self, op, mode: str, kinds: list, entries: list, templates: list, npos: int,
+                 kw_names: tuple) -> None:
+        self.op, self.mode, self.entries, self.templates = op, mode, entries, templates
+        self.npos, self.kw_names = npos, kw_names
+        self.tensors = tuple((j, k is TENSORS) for j, k in enumerate(kinds) if k in (TENSORS, TENSOR))
+        self.scalars = tuple((j, k is SCALARS) for j, k in enumerate(kinds) if k in (SCALARS, SCALAR))
+        # None: every argument is an operand and positional, so the inputs are the arguments
+        inputs = tuple(j for j, k in enumerate(kinds) if k in _OPERANDS)
+        self.inputs = None if not kw_names and len(inputs) == len(kinds) else inputs
+
+
+def met(fplan, key: tuple, elements: list) -> None:
+    """A call of signature `key` ran element by element (`elements`: each element's
+    (args, kwargs), as its handler got them). The second time, it is planned: a signature
+    met once (a constant that changes every call) costs no plan."""
+    if _MET.pop(key, None) is None:
+        _MET.put(key, True)
+        return
+    plan = _plan(fplan, key, elements)
+    if plan is not None:
+        PLANS.put(key, plan)
+        _counters["ForeachPlanBuilt"] += 1
+
+
+def _plan(fplan, key: tuple, elements: list) -> Optional[CallPlan]:
+    kinds = [part[0] for part in key[2:]]
+    if fplan.mode is not WRAP and kinds[0] is not TENSORS:
+        return None   # written elements: `self` is a list of lazy tensors
+    operand = [k in _OPERANDS for k in kinds]
+    info = fplan.info
+    entries, templates = [], []
+    for el_args, el_kwargs in elements:
+        nargs, nkw, inputs, el_key, _ = convert_call(info, el_args, el_kwargs)
+        values = nargs + tuple(nkw.values()) if nkw else nargs
+        if [type(v) is Node for v in values] != operand or tuple(v for v in values if type(v) is Node) != inputs:
+            return None   # converted otherwise than the kinds say: the element path decides
+        # the element path's entry (made at its call, eager's errors raised there)
+        entries.append(META_CACHE.get(el_key) or lookup(el_key, fplan.target, el_args, el_kwargs))
+        templates.append(tuple(None if o else v for v, o in zip(values, operand)))
+    op = info.functional if fplan.mode is WRITE else fplan.target
+    return CallPlan(op, fplan.mode, kinds, entries, templates, len(elements[0][0]), tuple(elements[0][1]))
+
+
+def replay(fplan, plan: CallPlan, args: tuple, kwargs: dict, n: int) -> list:
+    """Run a planned call: the element path's nodes (module docstring). Returns the new
+    outputs of each element (none for calls that write into self)."""
+    _counters["ForeachPlanReused"] += 1
+    values = args + tuple(kwargs.values()) if kwargs else args
+    tensors = [(j, values[j] if each else [values[j]] * n) for j, each in plan.tensors]
+    scalars = [(j, [lift_scalar(v) for v in values[j]] if each else [lift_scalar(values[j])] * n)
+               for j, each in plan.scalars]
+    op, mode, npos, kw_names, slots = plan.op, plan.mode, plan.npos, plan.kw_names, plan.inputs
+    selves = values[0]
+    results = []
+    for i, (template, entry) in enumerate(zip(plan.templates, plan.entries)):
+        vals = list(template)
+        for j, column in scalars:
+            vals[j] = column[i]
+        devs = []
+        for j, column in tensors:
+            t = column[i]
+            vals[j] = t.checked_value()   # now: an earlier element may have written it
+            devs.append(t._st.device)
+        if len(devs) > 1 and devs.count(devs[0]) != len(devs):
+            raise device_mismatch(fplan.info, devs)
+        if kw_names:
+            nargs, nkw = tuple(vals[:npos]), dict(zip(kw_names, vals[npos:]))
+        else:
+            nargs, nkw = tuple(vals), None
+        node = traced_node(op, nargs, nkw, nargs if slots is None else tuple([vals[j] for j in slots]), entry)
+        if mode is WRITE:
+            selves[i].write(node)
+        elif mode is ASSIGN:
+            assign(selves[i], node)   # the element path's copy_ of its result into self
+        else:
+            results.append(wrap_outputs(node, entry, devs[0]))
+    return results

@@ -1,0 +1,182 @@
+"""`torch._foreach_*` calls against eager CPU, and their cached plans (frontend/foreach_plans.py).
+
+A foreach call whose signature (element metadata, scalar kinds, constants) was met twice
+replays a plan instead of tracing each element through its single-tensor handler
+(`ForeachPlanReused`); the values, the graph (no compile after warm-up) and the errors stay
+those of the element path.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import lazyxla as lx
+from lazyxla import metrics
+from lazyxla.frontend import foreach_plans
+
+from helpers import assert_close
+
+SHAPES = [(3,), (2, 4), (5, 1, 2), ()]
+
+
+def _lists(seed: int, k: int = 3, shapes=SHAPES) -> list:
+    g = torch.Generator().manual_seed(seed)
+    return [[torch.rand(s, generator=g) + 0.5 for s in shapes] for _ in range(k)]
+
+
+def _optimizer_like(a, b, c, scalar):
+    """The overloads SGD, Adam and AdamW (foreach=True) call, in place and not."""
+    torch._foreach_mul_(a, 0.9)                                    # Scalar
+    torch._foreach_add_(a, b, alpha=0.3)                           # List, a kwarg
+    torch._foreach_lerp_(b, c, 0.1)                                # Scalar weight
+    torch._foreach_addcmul_(c, a, b, 0.01)                         # Scalar value (positional)
+    torch._foreach_addcmul_(c, a, b, value=0.02)                   # ... as a kwarg
+    denom = torch._foreach_sqrt(c)                                 # out of place
+    torch._foreach_div_(denom, [1.0 + i for i in range(len(a))])   # ScalarList
+    torch._foreach_add_(denom, 1e-8)
+    torch._foreach_addcdiv_(a, b, denom, [-0.1 * (i + 1) for i in range(len(a))])   # ScalarList
+    torch._foreach_mul_(b, scalar)                                 # Tensor (a 0-d tensor)
+    torch._foreach_maximum_(c, denom)                              # copied back into self
+    return [torch._foreach_sub(a, b), torch._foreach_norm(c), denom]
+
+
+def _run(fn, cpu_lists, dev, steps: int, extra=()):
+    """`fn` on eager CPU and on lazyxla for `steps` steps; per lazy step the ForeachPlanReused
+    and UncachedCompile counters."""
+    lazy_lists = [[t.to(dev) for t in ts] for ts in cpu_lists]
+    lazy_extra = [e.to(dev) for e in extra]
+    lx.sync()
+    counts = []
+    for _ in range(steps):
+        expected = fn(*cpu_lists, *extra)
+        metrics.clear_counters()
+        got = fn(*lazy_lists, *lazy_extra)
+        lx.sync()
+        counts.append((metrics.counter_value("ForeachPlanReused") or 0, metrics.counter_value("UncachedCompile") or 0))
+        for e, g in zip(expected, got):
+            assert_close(g, e)
+        for e, g in zip(cpu_lists, lazy_lists):
+            assert_close(g, e)
+    return counts
+
+
+def test_optimizer_overloads_match_eager_and_replay_after_two_steps(dev, fresh_compile_cache):
+    counts = _run(_optimizer_like, _lists(0), dev, 5, extra=(torch.tensor(0.7),))
+    # step 0 meets each signature, step 1 plans it (and compiles nothing new), then 13 replays
+    print(counts)
+    assert counts[0][0] == 0 and counts[1] == (2, 0)   # the two addcmul_ calls share a signature
+    assert counts[2:] == [(13, 0)] * 3
+
+
+def test_replayed_nodes_are_the_element_paths(dev):
+    """The same nodes: a graph traced by replays has the key of one traced element by element."""
+    from lazyxla.sync.api import pending_graphs
+    lists = _lists(1)
+    lazy = [[t.to(dev) for t in ts] for ts in lists]
+    lx.sync()
+    keys = []
+    for _ in range(3):
+        _optimizer_like(*lazy, torch.tensor(0.5).to(dev))
+        (graph, _), = pending_graphs()
+        keys.append(graph.key)
+        lx.sync()
+    assert keys[2] == keys[1] == keys[0]
+
+
+def test_views_aliases_and_read_after_write(dev):
+    """Elements that are views of one base, the same tensor twice, and an element reading
+    what an earlier element of the same call wrote: eager's per-element order."""
+    def fn(base, other):
+        views = [base[0], base[1:3], base.t()[1], base[3, ::2]]   # base.t()[1] overlaps base[1:3]
+        torch._foreach_add_(views, [v * 0 + 1 for v in [other[0], other[1:3], other.t()[1], other[3, ::2]]],
+                            alpha=0.5)
+        torch._foreach_mul_([views[0], views[2], views[0]], 2.0)      # views[0] twice
+        # element 0 writes row 1, which element 1 (column 1) reads and writes
+        torch._foreach_addcmul_([views[1][0], views[2]], [views[2], views[1][1]], [views[1][1], views[2]], 0.25)
+        return [torch._foreach_exp(views)]
+
+    base, other = torch.rand(4, 4), torch.rand(4, 4)
+    lazy_base, lazy_other = base.to(dev), other.to(dev)
+    for step in range(4):
+        expected = fn(base, other)
+        metrics.clear_counters()
+        got = fn(lazy_base, lazy_other)
+        lx.sync()
+        assert_close(lazy_base, base)
+        for e, g in zip(expected[0], got[0]):
+            assert_close(g, e)
+        if step >= 2:
+            assert metrics.counter_value("ForeachPlanReused") == 4
+
+
+def test_a_new_shape_or_scalar_kind_misses_and_computes_right(dev):
+    def fn(a, b):
+        torch._foreach_add_(a, b, alpha=2)
+        torch._foreach_mul_(a, 0.5)
+        return []
+
+    _run(fn, _lists(2, 2), dev, 3)
+    metrics.clear_counters()
+    counts = _run(fn, _lists(3, 2, shapes=[(3,), (2, 5)]), dev, 1)   # another shape
+    assert counts == [(0, counts[0][1])]
+    # an int alpha planned at its second call; a float one is another signature
+    a, b = _lists(4, 2, shapes=[(6,), (2, 3)])
+    lazy_a, lazy_b = [t.to(dev) for t in a], [t.to(dev) for t in b]
+    reused = []
+    for alpha in (2, 3, 4, 0.25):
+        torch._foreach_add_(a, b, alpha=alpha)
+        metrics.clear_counters()
+        torch._foreach_add_(lazy_a, lazy_b, alpha=alpha)
+        reused.append(metrics.counter_value("ForeachPlanReused"))
+        lx.sync()
+        for e, g in zip(a, lazy_a):
+            assert_close(g, e)
+    assert reused == [None, None, 1, None]
+
+
+def test_a_changed_dtype_still_raises_eagers_error(dev):
+    ints = [torch.arange(3).to(dev), torch.arange(4).to(dev)]
+    for _ in range(3):
+        torch._foreach_add_(ints, 1)
+    with pytest.raises(RuntimeError):   # as eager: an int tensor cannot take a float in place
+        torch._foreach_add_(ints, 1.5)
+    assert [t.cpu().tolist() for t in ints] == [[3, 4, 5], [3, 4, 5, 6]]
+
+
+def test_a_donated_tensor_in_a_replayed_call_raises(dev):
+    a = [torch.rand(4).to(dev), torch.rand(2, 2).to(dev)]
+    spare = torch.rand(2, 2).to(dev)
+    for _ in range(3):
+        torch._foreach_mul_([a[0], spare], 2.0)
+        lx.sync()
+    donor = torch.rand(2, 2).to(dev)
+    assert lx.set_buffer_donation(donor)
+    out = donor * 2
+    lx.sync()
+    assert lx.is_donated(donor)
+    metrics.clear_counters()
+    with pytest.raises(lx.DonatedBufferError, match="donated"):
+        torch._foreach_mul_([a[0], donor], 2.0)
+    assert metrics.counter_value("ForeachPlanReused") == 1   # the replay raised, as the element path does
+    assert out.cpu().shape == (2, 2)
+
+
+def test_host_tensors_in_a_planned_signature_still_raise(dev):
+    a = [torch.rand(3).to(dev), torch.rand(2).to(dev)]
+    b = [torch.rand(3).to(dev), torch.rand(2).to(dev)]
+    for _ in range(3):
+        torch._foreach_add_(a, b)
+    with pytest.raises(RuntimeError, match="lazyxla device"):
+        torch._foreach_add_(a, [torch.rand(3), torch.rand(2)])
+
+
+def test_plans_are_bounded(dev, monkeypatch):
+    table = foreach_plans.BoundedTable(4)
+    monkeypatch.setattr(foreach_plans, "PLANS", table)
+    monkeypatch.setattr(foreach_plans, "_MET", foreach_plans.BoundedTable(4))
+    for n in range(1, 8):
+        ts = [torch.ones(n).to(dev)]
+        for _ in range(3):
+            torch._foreach_mul_(ts, 2.0)
+        assert ts[0].cpu().tolist() == [8.0] * n
+    assert 0 < len(table) <= 4
