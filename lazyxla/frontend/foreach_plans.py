@@ -28,6 +28,8 @@ through its key): nothing to decide there.
 """
 from __future__ import annotations
 
+from itertools import repeat
+from operator import itemgetter
 from typing import Optional
 
 import torch
@@ -36,6 +38,7 @@ from .. import metrics
 from ..ir.bounded import BoundedTable
 from ..ir.build import traced_node
 from ..ir.node import Node
+from .device import DEVICES
 from .primitives import assign, functional, inplace
 from .tensor import LazyTensor
 from .tracing import META_CACHE, convert_call, device_mismatch, lift_scalar, liftable, lookup, wrap_outputs
@@ -130,21 +133,21 @@ def call_key(fplan, args: tuple, kwargs: dict, n: int) -> Optional[tuple]:
 
 
 class CallPlan:
-    """Per element of one call signature: its node's signature (`entries`) and its arguments
-    with the constants in place and None where an operand goes (`templates`, positional
-    ones then keyword ones); where the call's operands go (`tensors`, `scalars`: slot and
-    whether it holds one per element) and which slots are the node's inputs."""
-    __slots__ = ("op", "mode", "entries", "templates", "npos", "kw_names", "tensors", "scalars", "inputs")
+    """Per element of one call signature, its node's signature (`entries`), and per argument
+    slot (positional ones, then keyword ones) its kind (`kinds`) and, for constants, its
+    value per element (`constants`, None for operand slots). `inputs`: picks the node's
+    inputs from its arguments (None where they are all its positional arguments)."""
+    __slots__ = ("op", "mode", "entries", "kinds", "constants", "npos", "kw_names", "reads", "inputs")
 
     def __init__(self, op, mode: str, kinds: list, entries: list, templates: list, npos: int,
                  kw_names: tuple) -> None:
-        self.op, self.mode, self.entries, self.templates = op, mode, entries, templates
+        self.op, self.mode, self.entries, self.kinds = op, mode, entries, tuple(kinds)
         self.npos, self.kw_names = npos, kw_names
-        self.tensors = tuple((j, k is TENSORS) for j, k in enumerate(kinds) if k in (TENSORS, TENSOR))
-        self.scalars = tuple((j, k is SCALARS) for j, k in enumerate(kinds) if k in (SCALARS, SCALAR))
-        # None: every argument is an operand and positional, so the inputs are the arguments
-        inputs = tuple(j for j, k in enumerate(kinds) if k in _OPERANDS)
-        self.inputs = None if not kw_names and len(inputs) == len(kinds) else inputs
+        self.constants = tuple(None if k in _OPERANDS else [t[j] for t in templates] for j, k in enumerate(kinds))
+        self.reads = tuple(j for j, k in enumerate(kinds) if k is TENSORS or k is TENSOR)
+        inputs = [j for j, k in enumerate(kinds) if k in _OPERANDS]
+        self.inputs = (None if not kw_names and len(inputs) == len(kinds)
+                       else itemgetter(*inputs) if len(inputs) > 1 else lambda vals: (vals[inputs[0]],))
 
 
 def met(fplan, key: tuple, elements: list) -> None:
@@ -174,9 +177,22 @@ def _plan(fplan, key: tuple, elements: list) -> Optional[CallPlan]:
             return None   # converted otherwise than the kinds say: the element path decides
         # the element path's entry (made at its call, eager's errors raised there)
         entries.append(META_CACHE.get(el_key) or lookup(el_key, fplan.target, el_args, el_kwargs))
-        templates.append(tuple(None if o else v for v, o in zip(values, operand)))
+        templates.append(values)
     op = info.functional if fplan.mode is WRITE else fplan.target
     return CallPlan(op, fplan.mode, kinds, entries, templates, len(elements[0][0]), tuple(elements[0][1]))
+
+
+def _devices(plan: CallPlan, values: tuple, n: int) -> tuple:
+    """Each element's device (its first tensor operand's, as tracing.convert_call takes it)
+    and the first element whose tensor operands are on two devices (n: none). A tensor's
+    device never changes during a call, so this is read once, by slot."""
+    slots = [[t._st.device for t in values[j]] if plan.kinds[j] is TENSORS else [values[j]._st.device] * n
+             for j in plan.reads]
+    first, bad = slots[0], n
+    for other in slots[1:]:
+        if other != first:
+            bad = min(bad, next(i for i, (a, b) in enumerate(zip(first, other)) if a != b))
+    return first, bad
 
 
 def replay(fplan, plan: CallPlan, args: tuple, kwargs: dict, n: int) -> list:
@@ -184,32 +200,41 @@ def replay(fplan, plan: CallPlan, args: tuple, kwargs: dict, n: int) -> list:
     outputs of each element (none for calls that write into self)."""
     _counters["ForeachPlanReused"] += 1
     values = args + tuple(kwargs.values()) if kwargs else args
-    tensors = [(j, values[j] if each else [values[j]] * n) for j, each in plan.tensors]
-    scalars = [(j, [lift_scalar(v) for v in values[j]] if each else [lift_scalar(values[j])] * n)
-               for j, each in plan.scalars]
-    op, mode, npos, kw_names, slots = plan.op, plan.mode, plan.npos, plan.kw_names, plan.inputs
+    # per slot, its value for each element: tensors (read per element below), lifted
+    # scalars (one object each, or one for the whole call), constants
+    columns = list(plan.constants)
+    for j, kind in enumerate(plan.kinds):
+        v = values[j]
+        if kind is TENSORS:
+            columns[j] = v
+        elif kind is TENSOR:
+            columns[j] = repeat(v)
+        elif kind is SCALARS:
+            columns[j] = [lift_scalar(x) for x in v]
+        elif kind is SCALAR:
+            columns[j] = repeat(lift_scalar(v))
+    if len(DEVICES) > 1:
+        devices, bad = _devices(plan, values, n)
+    else:   # one device: every lazy tensor is on it
+        devices, bad = repeat(0), n
+    op, mode, npos, kw_names, reads, slots = plan.op, plan.mode, plan.npos, plan.kw_names, plan.reads, plan.inputs
     selves = values[0]
     results = []
-    for i, (template, entry) in enumerate(zip(plan.templates, plan.entries)):
-        vals = list(template)
-        for j, column in scalars:
-            vals[j] = column[i]
-        devs = []
-        for j, column in tensors:
-            t = column[i]
-            vals[j] = t.checked_value()   # now: an earlier element may have written it
-            devs.append(t._st.device)
-        if len(devs) > 1 and devs.count(devs[0]) != len(devs):
-            raise device_mismatch(fplan.info, devs)
+    for i, (el, entry, device) in enumerate(zip(zip(*columns), plan.entries, devices)):
+        vals = list(el)
+        for j in reads:
+            vals[j] = vals[j].checked_value()   # now: an earlier element may have written it
+        if i == bad:
+            raise device_mismatch(fplan.info, [el[j]._st.device for j in reads])
         if kw_names:
             nargs, nkw = tuple(vals[:npos]), dict(zip(kw_names, vals[npos:]))
         else:
             nargs, nkw = tuple(vals), None
-        node = traced_node(op, nargs, nkw, nargs if slots is None else tuple([vals[j] for j in slots]), entry)
+        node = traced_node(op, nargs, nkw, nargs if slots is None else slots(vals), entry)
         if mode is WRITE:
             selves[i].write(node)
         elif mode is ASSIGN:
             assign(selves[i], node)   # the element path's copy_ of its result into self
         else:
-            results.append(wrap_outputs(node, entry, devs[0]))
+            results.append(wrap_outputs(node, entry, device))
     return results
