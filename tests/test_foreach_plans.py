@@ -170,6 +170,18 @@ def test_host_tensors_in_a_planned_signature_still_raise(dev):
         torch._foreach_add_(a, [torch.rand(3), torch.rand(2)])
 
 
+def test_a_signature_the_element_path_converts_otherwise_is_never_planned(dev, monkeypatch):
+    """The plan is checked against the element path's own conversion: where the key's kinds
+    disagree with it (here: ints taken for constants, which convert lifts), no plan."""
+    monkeypatch.setattr(foreach_plans, "_SCALAR_TYPES", (float,))
+    ts = [torch.ones(5).to(dev), torch.ones(1, 5).to(dev)]
+    metrics.clear_counters()
+    for _ in range(4):
+        torch._foreach_mul_(ts, 3)
+    assert metrics.counter_value("ForeachPlanBuilt") is None and metrics.counter_value("ForeachPlanReused") is None
+    assert [t.cpu().tolist() for t in ts] == [[81.0] * 5, [[81.0] * 5]]
+
+
 def test_plans_are_bounded(dev, monkeypatch):
     table = foreach_plans.BoundedTable(4)
     monkeypatch.setattr(foreach_plans, "PLANS", table)
@@ -180,3 +192,34 @@ def test_plans_are_bounded(dev, monkeypatch):
             torch._foreach_mul_(ts, 2.0)
         assert ts[0].cpu().tolist() == [8.0] * n
     assert 0 < len(table) <= 4
+
+
+_TWO_DEVICES = """
+import torch, lazyxla as lx
+from lazyxla import metrics
+d0, d1 = lx.device(0), lx.device(1)
+a = [torch.ones(3).to(d0), torch.ones(2).to(d1)]          # one list over two devices
+b = [torch.full((3,), 2.0).to(d0), torch.full((2,), 3.0).to(d1)]
+for _ in range(3):
+    torch._foreach_add_(a, b)
+    outs = torch._foreach_mul(a, b)
+assert metrics.counter_value("ForeachPlanReused") == 2
+assert [o.device for o in outs] == [d0, d1], outs
+assert a[0].tolist() == [7.0] * 3 and a[1].tolist() == [10.0] * 2 and outs[1].tolist() == [30.0] * 2
+mixed = [torch.ones(3).to(d0), torch.ones(2).to(d0)]       # the planned shapes, element 1 on two devices
+try:
+    torch._foreach_add_(mixed, b)
+except RuntimeError as e:
+    assert "lazyxla:0" in str(e) and "lazyxla:1" in str(e), e
+else:
+    raise AssertionError("mixing devices within an element must fail")
+assert metrics.counter_value("ForeachPlanReused") == 3
+assert mixed[0].tolist() == [3.0] * 3   # element 0 ran first, as on the element path
+print("ok")
+"""
+
+
+def test_two_devices_keep_each_elements_device_and_refuse_a_mixed_element():
+    from helpers import run_on_host_devices
+    out = run_on_host_devices(_TWO_DEVICES, devices=2, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]

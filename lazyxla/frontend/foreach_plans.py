@@ -46,7 +46,7 @@ from .tracing import META_CACHE, convert_call, device_mismatch, lift_scalar, lif
 _counters = metrics._counters
 PLANS_CAP = 4096
 PLANS = BoundedTable(PLANS_CAP)   # call key -> CallPlan
-_MET = BoundedTable(PLANS_CAP)    # call keys met once, not planned yet
+_MET = BoundedTable(PLANS_CAP)    # call keys met once (True), or never plannable (False)
 
 # What an argument is, per call (the first item of its part of the call key)
 TENSORS, TENSOR = "tensors", "tensor"          # a lazy tensor per element / one for all
@@ -153,14 +153,19 @@ class CallPlan:
 def met(fplan, key: tuple, elements: list) -> None:
     """A call of signature `key` ran element by element (`elements`: each element's
     (args, kwargs), as its handler got them). The second time, it is planned: a signature
-    met once (a constant that changes every call) costs no plan."""
-    if _MET.pop(key, None) is None:
+    met once (a constant that changes every call) costs no plan. One that cannot be
+    planned is remembered as such (False), so that it is not tried again."""
+    seen = _MET.get(key)
+    if seen is None:
         _MET.put(key, True)
-        return
-    plan = _plan(fplan, key, elements)
-    if plan is not None:
-        PLANS.put(key, plan)
-        _counters["ForeachPlanBuilt"] += 1
+    elif seen:
+        plan = _plan(fplan, key, elements)
+        if plan is None:
+            _MET[key] = False
+        else:
+            del _MET[key]
+            PLANS.put(key, plan)
+            _counters["ForeachPlanBuilt"] += 1
 
 
 def _plan(fplan, key: tuple, elements: list) -> Optional[CallPlan]:
