@@ -68,6 +68,47 @@ def test_optimizer_overloads_match_eager_and_replay_after_two_steps(dev, fresh_c
     assert counts[2:] == [(13, 0)] * 3
 
 
+OVERLOADS = {
+    "unary": lambda a, b, c: [torch._foreach_exp(a), torch._foreach_neg(b), torch._foreach_abs(c)],
+    "unary_": lambda a, b, c: [torch._foreach_reciprocal_(a), torch._foreach_zero_(c)] and [],
+    "sub_alpha": lambda a, b, c: [torch._foreach_sub(a, b, alpha=0.5), torch._foreach_sub_(c, a, alpha=2)] and [],
+    "div_tensor": lambda a, b, c: [torch._foreach_div(a, b[1].sum()), torch._foreach_mul(c, [t + 1 for t in b])],
+    "scalarlist_out": lambda a, b, c: [torch._foreach_add(a, [0.5 * i for i in range(len(a))]),
+                                       torch._foreach_mul(b, [2] * len(b))],
+    "pointwise": lambda a, b, c: [torch._foreach_addcdiv(a, b, c, 0.3), torch._foreach_addcmul(a, b, c, [0.1, 0.2, 0.3, 0.4])],
+    "lerp_list": lambda a, b, c: [torch._foreach_lerp_(a, b, c)] and [],
+    "pow": lambda a, b, c: [torch._foreach_pow(a, 2.0), torch._foreach_pow(0.9, b), torch._foreach_pow(a, b),
+                            torch._foreach_pow(c, [1.5, 2.0, 3, 0.5]), torch._foreach_pow_(c, 0.5)][:4],
+    "clamp": lambda a, b, c: [torch._foreach_clamp_min_(a, 0.7), torch._foreach_clamp_max(b, 0.9),
+                              torch._foreach_clamp_min(c, [0.6, 0.7, 0.8, 0.9])][1:],
+    "minimum": lambda a, b, c: [torch._foreach_minimum_(a, b), torch._foreach_maximum_(c, [0.6, 0.7, 0.8, 0.9]),
+                                torch._foreach_maximum(b, 0.8), torch._foreach_minimum(b, 0.7)][2:],
+    "norm": lambda a, b, c: [torch._foreach_norm(a), torch._foreach_norm(b, 1)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(OVERLOADS))
+def test_overloads_match_eager_on_both_paths(name, dev):
+    fn = OVERLOADS[name]
+    counts = _run(fn, _lists(7, shapes=[(2, 3), (4,), (1, 2, 2), (3,)]), dev, 4)
+    assert counts[0][0] == 0 and counts[3][0] == counts[2][0] > 0
+
+
+def test_out_overloads_fill_out_and_return_nothing(dev):
+    a = [torch.rand(3) - 0.5, torch.rand(2, 2) - 0.5]
+    lazy, out = [t.to(dev) for t in a], [torch.empty(3).to(dev), torch.empty(2, 2).to(dev)]
+    assert torch.ops.aten._foreach_abs.out(lazy, out=out) is None
+    for e, g in zip(a, out):
+        assert_close(g, e.abs())
+
+
+def test_an_overload_without_a_single_tensor_op_says_so(dev):
+    """addcdiv_ takes a number per element; its foreach Tensor overload (a tensor of them) is refused."""
+    a = [torch.ones(3).to(dev), torch.ones(2).to(dev)]
+    with pytest.raises(NotImplementedError, match="is not supported: no single-tensor op takes one element"):
+        torch._foreach_addcdiv_(a, a, a, torch.tensor([0.5, 2.0]).to(dev))
+
+
 def test_replayed_nodes_are_the_element_paths(dev):
     """The same nodes: a graph traced by replays has the key of one traced element by element."""
     from lazyxla.sync.api import pending_graphs
