@@ -23,8 +23,12 @@ path), lists holding tensors inside an element, ints beyond int64 and other hand
 call, from the element path's own conversion of each element; eager's errors (shapes,
 dtypes, internal overlap of a written view) were raised at the element path's calls,
 and any call whose signature differs (a shape, a scalar's type) takes that path again.
-foreach ops do not meet autocast (PyTorch's autocast lists hold none, so they fall
-through its key): nothing to decide there.
+Devices are read once per call, where there are several: an element whose operands are
+on two devices raises at that element, after the earlier ones ran, as on the element path.
+Nothing to decide for autocast (PyTorch's autocast lists hold no foreach op, so they fall
+through its key) nor math bits (a node holds a tensor's logical value on both paths:
+frontend/mathbits.py); views are planned like any tensor (their `_mkey` keys them, and
+`LazyTensor.write` writes through them).
 """
 from __future__ import annotations
 
