@@ -10,11 +10,14 @@ PyTorch's own Python dispatch, autograd and optimizer code for the step; and laz
 lazy step (tracing, the implied barrier's sync, no wait for the device). lazyxla's host
 time per step cannot fall below `Floor`'s without skipping the per-op dispatch itself.
 Beside the wall-clock median it prints each system's host CPU time per step (the threads
-that run the step's Python), which a machine shared with other work disturbs far less.
+that run the step's Python), which a machine shared with other work disturbs far less,
+and the median time per step spent inside the optimizer's `torch._foreach_*` calls (its
+whole update: torch's dispatch of each call and what the system does with it).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import time
@@ -105,7 +108,31 @@ def _build(plan, args):
     return plan[1]
 
 
-def _train(device: str, size: str, steps: int, floor: bool = False) -> float:
+@contextlib.contextmanager
+def _timed_foreach(spent: list):
+    """Every `torch._foreach_*` function adds its calls' time to `spent[0]` (torch.optim looks
+    them up on `torch` at each call, so patching the attributes reaches the optimizer)."""
+    names = [n for n in dir(torch) if n.startswith("_foreach_")]
+    originals = {n: getattr(torch, n) for n in names}
+
+    def timed(fn):
+        def call(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[0] += time.perf_counter() - start
+        return call
+    for n, fn in originals.items():
+        setattr(torch, n, timed(fn))
+    try:
+        yield
+    finally:
+        for n, fn in originals.items():
+            setattr(torch, n, fn)
+
+
+def _train(device: str, size: str, steps: int, floor: bool = False) -> tuple:
     overrides, batch = GPT_SIZES[size]
     cfg = W.GPTConfig(**(overrides or {}))
     torch.manual_seed(0)
@@ -125,18 +152,21 @@ def _train(device: str, size: str, steps: int, floor: bool = False) -> float:
     else:
         model, x, y = model.to(device), x.to(device), y.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True)
-    times = []
-    for i in range(5 + steps):
-        if i == 5:
-            cpu = _host_cpu_s()
-        start = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        logits = model(x)
-        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).backward()
-        opt.step()
-        times.append(time.perf_counter() - start)
+    times, foreach, spent = [], [], [0.0]
+    with _timed_foreach(spent):
+        for i in range(5 + steps):
+            if i == 5:
+                cpu = _host_cpu_s()
+            start = time.perf_counter()
+            spent[0] = 0.0
+            opt.zero_grad(set_to_none=True)
+            logits = model(x)
+            F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).backward()
+            opt.step()
+            times.append(time.perf_counter() - start)
+            foreach.append(spent[0])
     cpu = _host_cpu_s() - cpu
-    return statistics.median(times[5:]) * 1e3, cpu / steps * 1e3
+    return statistics.median(times[5:]) * 1e3, cpu / steps * 1e3, statistics.median(foreach[5:]) * 1e3
 
 
 def _host_cpu_s() -> float:
@@ -177,8 +207,8 @@ def main() -> None:
           "host CPU: the Python threads' CPU time per step (see _host_cpu_s):")
     for name in systems:
         label, train = runs[name]
-        wall, cpu = train()
-        print(f"  {label:<20} {wall:8.2f} ms   host CPU {cpu:8.2f} ms")
+        wall, cpu, foreach = train()
+        print(f"  {label:<20} {wall:8.2f} ms   host CPU {cpu:8.2f} ms   foreach calls {foreach:6.2f} ms")
 
 
 if __name__ == "__main__":

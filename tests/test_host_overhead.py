@@ -99,7 +99,8 @@ def test_a_steady_lazy_barrier_reuses_its_plans(dev, fresh_compile_cache, fresh_
     steady W2 step's graph is walked once (`GraphCollect`), its donor plan is the last step's
     (`DonorPlanReused`: same graph key, same per-parameter facts; the same decisions), and
     its outputs are installed from its executable's outputs plan, made once at the compile
-    (`OutputPlanBuilt`). The traced ops, the donors and the values stay as they were; the
+    (`OutputPlanBuilt`); AdamW's foreach calls replay their plans (`ForeachPlanReused`).
+    The traced ops, the donors and the values stay as they were; the
     collector collects at most once a step, and an `lx.sync()` with nothing pending adds none."""
     from lazyxla.sync.pipeline import LastGraph
     train_step, eager = _w2(dev)
@@ -115,14 +116,16 @@ def test_a_steady_lazy_barrier_reuses_its_plans(dev, fresh_compile_cache, fresh_
         report = lx.debug.donation_report()
         per_step.append(tuple(metrics.counter_value(name) or 0 for name in
                               ("TracedOps", "GraphCollect", "DonorPlan", "DonorPlanReused", "OutputPlanBuilt",
-                               "UncachedCompile", "ExecuteComputation")) + (report.donors, len(report.params)))
+                               "UncachedCompile", "ExecuteComputation", "ForeachPlanReused", "ForeachPlanBuilt"))
+                        + (report.donors, len(report.params)))
         decisions.append(LastGraph.decisions)
         collections.append(metrics.counter_value("GcCollections") or 0)
     assert len(set(per_step)) == 1, per_step
     # 605 traced ops; one walk, one plan (the last one's), no new outputs plan, no compile;
+    # AdamW's 8 foreach calls replay their plans (frontend/foreach_plans.py), none is made;
     # of 163 parameters, the 53 weights and Adam's two moments of each donated, the two token
     # batches and the model's position and mask buffers kept
-    assert per_step[0] == (605, 1, 1, 1, 0, 0, 1, 159, 163)
+    assert per_step[0] == (605, 1, 1, 1, 0, 0, 1, 8, 0, 159, 163)
     assert all(d is decisions[0] for d in decisions)
     if collector.is_managed():
         assert max(collections) <= 1

@@ -136,6 +136,8 @@ def route(op: Any) -> Route:
                      fallback.run_on_host)
     if handler is foreach.foreach_handler:
         plan = foreach.plan_of(func)
-        how = f"one node of {plan.target} per list element" + (", copied into self" if plan.write_back else "")
+        how = (f"one node of {plan.target} per list element" + (", copied into self" if plan.write_back else "")
+               + ("; a call signature met twice replays its plan (frontend/foreach_plans.py)"
+                  if plan.mode is not None else ""))
         return Route(func, FOREACH, how, foreach.foreach_handler, route(plan.target))
     return Route(func, SPECIAL, "a handler of its own (more than recording a node)", handler)

@@ -32,6 +32,9 @@ _ref = weakref.ref
 # Functional forms of the in-place fills: the written value does not depend on the old one
 # (its first operand), whose shape and dtype alone they read.
 FILLS = frozenset((torch.ops.aten.fill.Scalar, torch.ops.aten.fill.Tensor, torch.ops.aten.zero.default))
+# their ids, for `Storage.write` (an OpOverload's __hash__ is a Python call; the set holds
+# the ops, so no other object can have their ids)
+_FILL_IDS = frozenset(map(id, FILLS))
 
 
 class Storage:
@@ -78,7 +81,7 @@ class Storage:
                 self.last_data = _ref(old.data)
         if value.op is DATA:
             self.entry = None   # device data again (a sync's result, an upload)
-        elif value.op in FILLS or not value.inputs or value.inputs[0] is not old:
+        elif id(value.op) in _FILL_IDS or not value.inputs or value.inputs[0] is not old:
             # A fresh start: the new value does not read the old one (copy_), or reads only
             # its shape (a fill: `torch.zeros(..., device=...)` is an allocation, then zero_()).
             # An in-place op's functional node reads the old value first.

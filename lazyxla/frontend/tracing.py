@@ -70,6 +70,13 @@ def forget_lifted_scalars() -> None:
     _LIFTED.clear()
 
 
+def liftable(value) -> bool:
+    """Whether a Python value in a Scalar slot becomes a lifted operand (`convert`'s rule,
+    which `convert` inlines): a number, an int only within int64."""
+    tp = type(value)
+    return tp in _SCALAR_TYPES and (tp is not int or _INT64_MIN <= value <= _INT64_MAX)
+
+
 def _tensor_operand(t: LazyTensor, parts: list, inputs: list, devs: list, offset_free: bool) -> Node:
     node = t._st.value if t._view is None else t.lazy_value()
     if node.op is DATA and (node.data.donated_in is not None or node.data.failure is not None):
@@ -169,13 +176,17 @@ def convert_call(info, args, kwargs):
             parts.append(k)
             nkw[k] = convert(v, k in skw, parts, inputs, devs, free)
     device = devs[0] if devs else _factory_device(kwargs)
-    if devs and len(devs) > 1:
-        for d in devs:
-            if d != device:
-                raise DeviceMismatchError(
-                    f"lazyxla: {info.name} got tensors on lazyxla:{device} and lazyxla:{d}; "
-                    "move them to one device first.")
+    if len(devs) > 1 and devs.count(device) != len(devs):
+        raise device_mismatch(info, devs)
     return nargs, nkw, tuple(inputs), tuple(parts), device
+
+
+def device_mismatch(info, devs: list) -> DeviceMismatchError:
+    """The error of a call whose operands (on devices `devs`, in argument order) are on
+    more than one lazyxla device."""
+    other = next(d for d in devs if d != devs[0])
+    return DeviceMismatchError(f"lazyxla: {info.name} got tensors on lazyxla:{devs[0]} and lazyxla:{other}; "
+                               "move them to one device first.")
 
 
 def _factory_device(kwargs) -> int:

@@ -190,6 +190,9 @@ def data_sig(shape: tuple, dtype: Any, stored_dtype: Any) -> int:
 
 
 _SCALAR_DTYPES = {float: torch.float64, int: torch.int64, bool: torch.bool, complex: torch.complex128}
+# dtype -> the interned signature of its SCALAR nodes, as `data_sig` keeps DATA ones: a scalar
+# is lifted per Python number an op takes (a foreach op's ScalarList: one per element a step)
+_SCALAR_SIGS: dict = {}
 
 
 def scalar_node(value: Any, dtype: Optional[torch.dtype] = None) -> Node:
@@ -197,4 +200,7 @@ def scalar_node(value: Any, dtype: Optional[torch.dtype] = None) -> Node:
     travel as float64, ints as int64, complex numbers as complex128."""
     if dtype is None:
         dtype = _SCALAR_DTYPES[type(value)]
-    return Node(SCALAR, (), None, (), (), dtype, intern_sig(signature(SCALAR, (), None, (), dtype, 0, [])), value)
+    sig = _SCALAR_SIGS.get(dtype)
+    if sig is None:
+        sig = _SCALAR_SIGS[dtype] = intern_sig(signature(SCALAR, (), None, (), dtype, 0, []))
+    return Node(SCALAR, (), None, (), (), dtype, sig, value)
