@@ -455,6 +455,10 @@ def test_quick_compiled_training_matches_lazy_mode(tmp_path):
         assert (c["graphs"], c["compiles"], c["device_waits"], c["host_reads"]) == (1, 0, 0, 0)
         assert len(r["pipelined_losses"]) == 3 and r["pipelined_ms"] >= r["pipelined_host_ms"] > 0
     assert lazy["pipelined_counters"]["traced_ops"] == lazy["traced_ops_per_step"]
+    # the compile seconds by owner: AOTAutograd within the backend call within dynamo's
+    split = compiled["compile_split_s"]
+    assert split["dynamo"] >= split["backend"] >= split["aot"] > 0 and split["xla"] > 0
+    assert "compile_split_s" not in lazy
 
 
 # -- depth, Hugging Face workloads, host phases ----------------------------------------------

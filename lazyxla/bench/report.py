@@ -326,6 +326,22 @@ def checks(records) -> list[str]:
     return out
 
 
+def compile_split_table(records) -> str:
+    """Compiled mode: where the compile seconds of a cell went (sys_lazyxla.CompiledBackend),
+    beside its first step."""
+    rows = []
+    for r in records:
+        split = r.get("compile_split_s")
+        if not split:
+            continue
+        label = r["workload"] + (f"[{r['variant']}]" if r.get("variant") else "")
+        rows.append([label, r["system"], _f(r.get("first_step_s"), 2), _f(split["dynamo"], 2),
+                     _f(split["backend"], 2), _f(split["aot"], 2), _f(split["xla"], 2)])
+    header = ["workload", "system", "first step s", "dynamo s", "of which the backend call s",
+              "of which AOTAutograd s", "XLA compiles s"]
+    return _table(header, rows)
+
+
 def render(records, meta: dict) -> str:
     parts = [f"# lazyxla benchmark ({meta.get('mode', '?')} mode)", "",
              " · ".join(f"{k}: {v}" for k, v in meta.items() if k != "mode" and v not in (None, "")), ""]
@@ -336,6 +352,11 @@ def render(records, meta: dict) -> str:
                   "### Losses (all systems train the same)", "", loss_table(records), ""]
     if any(r.get("variant", "").startswith(LAYERS_PREFIX) for r in records):
         parts += ["## Depth: W2's first step and step against layers", "", depth_table(records), ""]
+    if any(r.get("compile_split_s") for r in records):
+        parts += ["## Compiled mode: where the compile seconds go", "",
+                  "dynamo's frame compiles include the backend call (AOTAutograd and lazyxla's capture "
+                  "of each graph); XLA's compiles of the step's executables come after, at the barrier.",
+                  "", compile_split_table(records), ""]
     if any(r.get("phases") for r in records):
         parts += ["## Host phases per step (lx.debug.host_timeline)", "",
                   "`trace` is the program's Python and lazyxla's tracing between syncs, the sync kinds "

@@ -95,5 +95,26 @@ class CompiledBackend(LazyxlaBackend):
     def compile(self, fn):
         return self.torch.compile(fn, backend="lazyxla")
 
+    xla_compile_s = 0.0   # XLA's compiles over the cell, summed from the per-step counters
+
+    def step_counters(self) -> dict:
+        counters = super().step_counters()
+        self.xla_compile_s += counters["compile_s"]
+        return counters
+
+    def final_info(self) -> dict:
+        return {**super().final_info(), "compile_split_s": self.compile_split()}
+
+    def compile_split(self) -> dict:
+        """Seconds the cell spent compiling, by owner (nearly all of it in the first step):
+        dynamo's frame compiles, of which the backend call (AOTAutograd and lazyxla's own
+        capture of each graph) and AOTAutograd's part of that; XLA's compiles of the step's
+        executables (lazyxla's `CompileTime`)."""
+        from torch._dynamo.utils import compilation_time_metrics as times
+        return {"dynamo": round(sum(times.get("_compile.compile_inner", ())), 3),
+                "backend": round(sum(times.get("OutputGraph.call_user_compiler", ())), 3),
+                "aot": round(sum(times.get("create_aot_dispatcher_function", ())), 3),
+                "xla": round(self.xla_compile_s, 3)}
+
 
 Backend = LazyxlaBackend
