@@ -58,7 +58,7 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
     if address:
         patches.apply("jax_gloo_address", local_address_towards(address))
     jax.distributed.initialize(coordinator_address, num_processes, process_id,
-                               heartbeat_timeout_seconds=2 * heartbeat_timeout_seconds + 10,
+                               heartbeat_timeout_seconds=liveness.backstop_seconds(heartbeat_timeout_seconds),
                                initialization_timeout=initialization_timeout,
                                shutdown_timeout_seconds=shutdown_timeout_seconds, **kwargs)
     state = jax_distributed.global_state

@@ -30,6 +30,18 @@ _STOPPING = "stopping"    # the heartbeat of a process that stops on a loss it s
                           # must blame the lost process, not the cascade (a peer that exits first)
 
 
+def default_grace(timeout: float) -> float:
+    """Seconds a process that raised `ProcessLostError` keeps running before it exits."""
+    return min(10.0, float(timeout))
+
+
+def backstop_seconds(timeout: float) -> int:
+    """JAX's own heartbeat timeout, the backstop should the watchdog fail: well after the
+    watchdog's latest exit (the timeout, the beats that announce the stop, the grace), so
+    that a loaded machine never turns a named loss into JAX's abort (SIGABRT)."""
+    return int(2 * (timeout + default_grace(timeout)) + 10)
+
+
 class ProcessLostError(RuntimeError):
     """Another process of a multi-process run stopped (killed, crashed, or its host is
     unreachable); this process cannot go on. Restart all processes: they resume from the
@@ -49,7 +61,7 @@ class Watchdog:
         self.client, self.process, self.count, self.coordinator = client, process, count, coordinator
         self.timeout = float(timeout)
         self.interval = max(0.05, min(1.0, self.timeout / 10))
-        self.grace = min(10.0, self.timeout) if grace is None else grace
+        self.grace = default_grace(self.timeout) if grace is None else grace
         now = time.monotonic()
         self._seen = {p: (None, now) for p in range(count) if p != process}   # p -> (counter, when it moved)
         self._last_ok = now                       # the end of the last round of key-value calls that worked
