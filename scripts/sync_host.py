@@ -1,6 +1,7 @@
 """Host CPU of lazy mode's step barriers on one W2 training step, by stage.
 
     python scripts/sync_host.py [--size proxy|reference|gpt2] [--steps 40] [--calls]
+    python scripts/sync_host.py --compiled [--size quick,proxy] [--steps 40]
 
 Trains W2's GPT (lazyxla/workloads.py) as the bench's loop does (zero_grad, forward,
 backward, foreach AdamW's `step()` with its implied barrier, then `lx.sync()`) and prints,
@@ -12,6 +13,13 @@ not wall time: on a machine shared with other work it moves far less. `--calls` 
 Python-level calls (sys.setprofile) the barriers make per step instead. The stages are timed
 by wrapping the functions that run them, so the stage figures include that wrapping (about
 a microsecond each). Run two checkouts alternately to compare them (docs/benchmarks.md).
+
+`--compiled` times a compiled step instead (model, loss and `opt.step` under
+`torch.compile(backend="lazyxla")`), whose implied barrier replays the captured step
+(sync/step_capture.py): the pass that builds its fingerprint, the executable's call (JAX's own
+call apart), the donated marks, the install. With several sizes (`--size quick,proxy`: one and
+four layers) it fits the captured barrier's thread CPU to "a fixed part + a part per array"
+(the executable's arguments plus its outputs), the form of issue 51's bar (1 ms + 2 us per array).
 """
 from __future__ import annotations
 
@@ -28,9 +36,15 @@ import lazyxla as lx
 from lazyxla import workloads as W
 from lazyxla.bench.plan import GPT_SIZES
 from lazyxla.runtime import backend
-from lazyxla.sync import api, pipeline
+from lazyxla.runtime import execute
+from lazyxla.sync import api, pipeline, step_capture
 
 _STAGES = ("collect_stage", "plan_stage", "compile_stage", "execute_stage", "install_stage")
+# a captured step's stages: (module, function, label)
+_REPLAY_STAGES = ((step_capture, "begin", "pass (fingerprint)"), (pipeline, "replay_stage", "replay"),
+                  (step_capture, "execute_params", "replay: execute"),
+                  (execute, "mark_all_donated", "replay: execute: donated marks"),
+                  (step_capture, "install_outputs", "replay: install"))
 _clock = time.thread_time_ns
 
 
@@ -73,13 +87,36 @@ def _model(size: str):
     return model, torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True), x, y
 
 
+def _print_stages(steps: list) -> None:
+    labels = ["barriers"] + sorted({k for s in steps for k in s} - {"barriers"})
+    print(f"  {'thread CPU ms a step':<34} {'mean':>7} {'median':>7}")
+    for label in labels:
+        per_step = [s[label] / 1e6 for s in steps]
+        print(f"  {label:<34} {statistics.mean(per_step):7.3f} {statistics.median(per_step):7.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", choices=sorted(GPT_SIZES), default="proxy")
+    parser.add_argument("--size", default="proxy", help=f"one of {sorted(GPT_SIZES)}; with --compiled, "
+                                                         "a comma-separated list")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--calls", action="store_true", help="count Python calls instead of timing")
+    parser.add_argument("--compiled", action="store_true", help="a compiled step, its barrier replayed")
     opts = parser.parse_args()
-    model, opt, x, y = _model(opts.size)
+    sizes = opts.size.split(",")
+    for size in sizes:
+        if size not in GPT_SIZES:
+            parser.error(f"unknown size {size!r}")
+    if opts.compiled:
+        compiled(sizes, opts.steps)
+    elif len(sizes) > 1:
+        parser.error("several sizes need --compiled")
+    else:
+        lazy(sizes[0], opts.steps, opts.calls)
+
+
+def lazy(size: str, steps: int, count_calls: bool) -> None:
+    model, opt, x, y = _model(size)
     timed = _Timed()
     calls = [0]
 
@@ -98,7 +135,7 @@ def main() -> None:
         finally:
             sys.setprofile(None)
 
-    if opts.calls:
+    if count_calls:
         api._barrier = counted
     else:
         timed.wrap(api, "_barrier", "barriers")
@@ -119,22 +156,71 @@ def main() -> None:
     lx.wait_device_ops()
     lx.metrics.clear_all()
     timed.on = True
-    for _ in range(opts.steps):
+    for _ in range(steps):
         step()
     timed.on = False
     lx.wait_device_ops()
-    counters = {name: (lx.metrics.counter_value(name) or 0) / opts.steps for name in
+    counters = {name: (lx.metrics.counter_value(name) or 0) / steps for name in
                 ("TracedOps", "GraphCollect", "DonorPlan", "DonorPlanReused", "OutputPlanBuilt", "CachedCompile",
                  "GcCollections")}
-    print(f"W2 {opts.size}, {opts.steps} steps (lazyxla on {lx.platform()}); per step: {counters}")
-    if opts.calls:
-        print(f"  Python calls in the barriers: {calls[0] / opts.steps:,.0f} a step")
+    print(f"W2 {size}, {steps} steps (lazyxla on {lx.platform()}); per step: {counters}")
+    if count_calls:
+        print(f"  Python calls in the barriers: {calls[0] / steps:,.0f} a step")
         return
-    labels = ["barriers"] + sorted({k for s in timed.steps for k in s} - {"barriers"})
-    print(f"  {'thread CPU ms a step':<34} {'mean':>7} {'median':>7}")
-    for label in labels:
-        per_step = [s[label] / 1e6 for s in timed.steps]
-        print(f"  {label:<34} {statistics.mean(per_step):7.3f} {statistics.median(per_step):7.3f}")
+    _print_stages(timed.steps)
+
+
+def _loss(model, x, y):
+    logits = model(x)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def compiled(sizes: list, steps: int) -> None:
+    """The compiled step of each size (module docstring): its barrier by stage, then the fit."""
+    timed = _Timed()
+    timed.wrap(api, "_barrier", "barriers")
+    for module, name, label in _REPLAY_STAGES:
+        timed.wrap(module, name, label)
+    points = []
+    for size in sizes:
+        model, opt, x, y = _model(size)
+        forward, loss, update = (torch.compile(f, backend="lazyxla") for f in (model, _loss, opt.step))
+
+        def step() -> None:
+            opt.zero_grad(set_to_none=True)
+            loss(forward, x, y).backward()
+            update()
+            lx.sync()
+            timed.end_step()
+
+        for _ in range(5):
+            step()
+        lx.wait_device_ops()
+        captured = list(step_capture._CAPTURES.values())[-1]
+        timed.wrap(captured.exe, "call", "replay: execute: JAX's call")
+        arrays = len(captured.gather) + len(captured.scalar_gather) + len(captured.exe.outputs)
+        lx.metrics.clear_all()
+        timed.on = True
+        for _ in range(steps):
+            step()
+        timed.on = False
+        lx.wait_device_ops()
+        counters = {name: (lx.metrics.counter_value(name) or 0) / steps for name in
+                    ("StepCaptureReplay", "ExecuteComputation", "GraphCollect", "DonorPlan", "GcCollections")}
+        print(f"W2 {size} compiled, {steps} steps (lazyxla on {lx.platform()}); captured call of "
+              f"{len(captured.gather) + len(captured.scalar_gather)} arguments and {len(captured.exe.outputs)} "
+              f"outputs; per step: {counters}")
+        _print_stages(timed.steps)
+        points.append((arrays, statistics.median(s["barriers"] for s in timed.steps) / 1e6))
+        timed.steps.clear()
+        torch._dynamo.reset()
+    if len(points) >= 2:   # a least-squares line through (arrays, median barrier ms)
+        mean_n = statistics.mean(n for n, _ in points)
+        mean_t = statistics.mean(t for _, t in points)
+        slope = (sum((n - mean_n) * (t - mean_t) for n, t in points)
+                 / sum((n - mean_n) ** 2 for n, _ in points))
+        print(f"captured barrier, median thread CPU: {mean_t - slope * mean_n:.3f} ms + "
+              f"{slope * 1e3:.2f} us per array ({', '.join(f'{t:.3f} ms at {n}' for n, t in points)})")
 
 
 if __name__ == "__main__":

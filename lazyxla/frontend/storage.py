@@ -111,7 +111,8 @@ def live_storages(device: int) -> list[Storage]:
     if not reg:
         return []
     alive = [st for r in reg if (st := r()) is not None]   # no generator: a step barrier reads it
-    reg[:] = [_ref(st) for st in alive]
+    if len(alive) < len(reg):   # compacted only when a storage died (a barrier reads it twice a step)
+        reg[:] = [_ref(st) for st in alive]
     _compact_at[device] = max(4096, 2 * len(reg))
     return alive
 

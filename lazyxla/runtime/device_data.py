@@ -58,7 +58,7 @@ class DeviceData:
         elif failure is None:   # a failed result has no buffer to charge
             self.charged = memory.charges(shape, self.stored_dtype, device, sharding)
             if charge:   # else the caller charges a batch (memory.charge_outputs)
-                memory.charge(self, self.charged)
+                memory.charge(self.charged)
 
     def __del__(self) -> None:
         charged = self.charged
@@ -67,7 +67,7 @@ class DeviceData:
         release = getattr(memory, "release", None)   # None at interpreter exit (module or its globals)
         if release is not None:
             self.charged = None
-            release(((id(self), charged),))
+            release((charged,))
 
     @property
     def array(self):
@@ -129,7 +129,7 @@ def mark_all_donated(datas: list, graph_key: str) -> int:
         data.donated_in = graph_key
         array, data._array, data.host, data.host_copy = data._array, None, None, None
         if data.charged is not None:
-            released.append((id(data), data.charged))
+            released.append(data.charged)
             data.charged = None
         # JAX deletes donated inputs itself where the backend supports donation;
         # deleting here makes the semantics identical on every backend.
