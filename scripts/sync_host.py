@@ -36,6 +36,8 @@ import lazyxla as lx
 from lazyxla import workloads as W
 from lazyxla.bench.plan import GPT_SIZES
 from lazyxla.runtime import backend
+from lazyxla.capture import function
+from lazyxla.dynamo import replay
 from lazyxla.runtime import execute
 from lazyxla.sync import api, pipeline, step_capture
 
@@ -44,7 +46,10 @@ _STAGES = ("collect_stage", "plan_stage", "compile_stage", "execute_stage", "ins
 _REPLAY_STAGES = ((step_capture, "begin", "pass (fingerprint)"), (pipeline, "replay_stage", "replay"),
                   (step_capture, "execute_params", "replay: execute"),
                   (execute, "mark_all_donated", "replay: execute: donated marks"),
-                  (step_capture, "install_outputs", "replay: install"))
+                  (step_capture, "install_outputs", "replay: install"),
+                  # outside the barrier: the compiled calls' CALL insertion, and their argument check
+                  (function, "insert_call", "calls: CALL nodes and outputs"),
+                  (replay, "_signature", "calls: argument signatures"))
 _clock = time.thread_time_ns
 
 
@@ -187,10 +192,12 @@ def compiled(sizes: list, steps: int) -> None:
         forward, loss, update = (torch.compile(f, backend="lazyxla") for f in (model, _loss, opt.step))
 
         def step() -> None:
+            start = _clock()
             opt.zero_grad(set_to_none=True)
             loss(forward, x, y).backward()
             update()
             lx.sync()
+            timed.step["step: zero_grad to lx.sync() (main thread)"] += _clock() - start
             timed.end_step()
 
         for _ in range(5):

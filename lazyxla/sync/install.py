@@ -21,7 +21,6 @@ from ..compile.cache import Executable
 from ..state import STATE
 from ..ir.graph import Graph, byte_size
 from ..ir.build import data_node, data_sig
-from ..ir.node import DATA, Node
 from ..runtime import memory, placement
 from ..runtime.device_data import DeviceData
 
@@ -85,14 +84,14 @@ def install_outputs(plan: tuple, device: int, targets: list, outs: tuple) -> Non
         made: list = []   # charged together (memory.charge_outputs), also if a write raises
         try:
             for st, slot in targets:
-                shape, dtype, stored_dtype, charged, sig = plan[slot]
                 data = installed[slot]
+                shape, dtype, stored_dtype, charged, sig = plan[slot]
                 if data is None:
                     # positional: a call with keywords costs more, and a step installs hundreds
                     data = installed[slot] = DeviceData(outs[slot], shape, dtype, device, st, False, None, None,
                                                         stored_dtype, None, False, charged)
                     made.append(data)
-                st.write(Node(DATA, (), None, (), shape, dtype, sig, data))   # ir/build.py `data_node`
+                st.write(data_node(data, sig))
         finally:
             memory.charge_outputs(made, device)
     if detailed:
