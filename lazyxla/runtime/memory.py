@@ -78,15 +78,15 @@ def charge(parts: tuple) -> None:
                 led.peak_buffers = led.buffers
 
 
-def charge_outputs(datas: list, device: int) -> None:
-    """`charge` for a graph's new single-device handles on `device` at once (one lock, one
-    ledger update: a step installs hundreds); each handle's `charged` is already set."""
-    total = sum([data.charged[0][1] for data in datas])
+def charge_outputs(nbytes: int, count: int, device: int) -> None:
+    """`charge` for `count` new single-device handles of `nbytes` in all on `device` at once
+    (one lock, one ledger update: a step installs hundreds); each handle's `charged` is set
+    by its maker (sync/install.py)."""
     with _lock:
         led = _ledger(device)
-        led.current += total
-        led.allocated += total
-        led.buffers += len(datas)
+        led.current += nbytes
+        led.allocated += nbytes
+        led.buffers += count
         if led.current > led.peak:
             led.peak = led.current
         if led.buffers > led.peak_buffers:

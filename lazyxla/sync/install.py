@@ -81,7 +81,7 @@ def install_outputs(plan: tuple, device: int, targets: list, outs: tuple) -> Non
         _install_sharded(plan, device, targets, outs)
     else:
         installed: list = [None] * len(outs)
-        made: list = []   # charged together (memory.charge_outputs), also if a write raises
+        made = nbytes = 0   # charged together (memory.charge_outputs), also if a write raises
         try:
             for st, slot in targets:
                 data = installed[slot]
@@ -90,9 +90,10 @@ def install_outputs(plan: tuple, device: int, targets: list, outs: tuple) -> Non
                     # positional: a call with keywords costs more, and a step installs hundreds
                     data = installed[slot] = DeviceData(outs[slot], shape, dtype, device, st, False, None, None,
                                                         stored_dtype, None, False, charged)
-                    made.append(data)
+                    made += 1
+                    nbytes += charged[0][1]
                 st.write(data_node(data, sig))
         finally:
-            memory.charge_outputs(made, device)
+            memory.charge_outputs(nbytes, made, device)
     if detailed:
         metrics.metric_add("WrapXlaData", time.perf_counter_ns() - start)
