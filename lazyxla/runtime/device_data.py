@@ -28,6 +28,8 @@ from ..ir.graph import byte_size
 from . import memory
 from .device_put import place
 
+_ref = weakref.ref
+
 
 class DeviceData:
     __slots__ = ("_array", "shape", "dtype", "stored_dtype", "device", "read_only", "donate",
@@ -50,15 +52,15 @@ class DeviceData:
         self.donate = False
         self.call_donor = False
         self.donated_in: Optional[str] = None
-        self.owner = weakref.ref(owner) if owner is not None else None
+        self.owner = _ref(owner) if owner is not None else None
         self.failure = failure
-        self.charged = None
-        if charged is not None:   # known to the caller (an output plan, sync/install.py), which charges a batch
-            self.charged = charged
-        elif failure is None:   # a failed result has no buffer to charge
-            self.charged = memory.charges(shape, self.stored_dtype, device, sharding)
+        # `charged` given: known to the caller (an output plan, sync/install.py), which charges a
+        # batch; a failed result has no buffer to charge
+        if charged is None and failure is None:
+            charged = memory.charges(shape, self.stored_dtype, device, sharding)
             if charge:   # else the caller charges a batch (memory.charge_outputs)
-                memory.charge(self.charged)
+                memory.charge(charged)
+        self.charged = charged
 
     def __del__(self) -> None:
         charged = self.charged

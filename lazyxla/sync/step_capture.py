@@ -4,7 +4,7 @@ A compiled training step (`torch.compile(..., backend="lazyxla")` forward, backw
 optimizer step) or a decode loop's token leaves at its barrier a pending graph of a few CALL
 nodes (dynamo/replay.py, capture/function.py), their outputs, the buffers they read and a few
 lazily traced ops. Each CALL is logged here as it is inserted. At the barrier, one pass over
-the live storages and the logged calls' operands gathers what the executable needs (pending
+the live storages and the logged calls' operands (sync/fingerprint.py) gathers what the executable needs (pending
 storages, device buffers, lifted scalars) and builds the step's fingerprint: each call's
 signature, where each operand comes from (a buffer by first appearance, an output of an
 earlier logged call, a lifted scalar, a traced node by its signature and its operands'
