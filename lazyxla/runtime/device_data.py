@@ -127,11 +127,14 @@ def mark_all_donated(datas: list, graph_key: str) -> int:
     released = []
     nbytes = 0
     for data in datas:
-        nbytes += byte_size(data.shape, data.stored_dtype)
+        charged = data.charged
+        # a single-device buffer's charge is its bytes (no second computation per donor)
+        nbytes += charged[0][1] if charged is not None and data.sharding is None else \
+            byte_size(data.shape, data.stored_dtype)
         data.donated_in = graph_key
         array, data._array, data.host, data.host_copy = data._array, None, None, None
-        if data.charged is not None:
-            released.append(data.charged)
+        if charged is not None:
+            released.append(charged)
             data.charged = None
         # JAX deletes donated inputs itself where the backend supports donation;
         # deleting here makes the semantics identical on every backend.
