@@ -17,9 +17,11 @@ a microsecond each). Run two checkouts alternately to compare them (docs/benchma
 `--compiled` times a compiled step instead (model, loss and `opt.step` under
 `torch.compile(backend="lazyxla")`), whose implied barrier replays the captured step
 (sync/step_capture.py): the pass that builds its fingerprint, the executable's call (JAX's own
-call apart), the donated marks, the install. With several sizes (`--size quick,proxy`: one and
-four layers) it fits the captured barrier's thread CPU to "a fixed part + a part per array"
-(the executable's arguments plus its outputs), the form of issue 51's bar (1 ms + 2 us per array).
+call apart), the donated marks, the install; and, outside the barrier, the compiled calls'
+CALL insertion and argument check, and the whole step. With several sizes (`--size
+quick,proxy`: one and four layers) it fits the captured barrier's thread CPU, with and without
+JAX's call, to "a fixed part + a part per array" (the executable's arguments plus its
+outputs), the form of issue 51's bar (1 ms + 2 us per array).
 """
 from __future__ import annotations
 
@@ -218,16 +220,23 @@ def compiled(sizes: list, steps: int) -> None:
               f"{len(captured.gather) + len(captured.scalar_gather)} arguments and {len(captured.exe.outputs)} "
               f"outputs; per step: {counters}")
         _print_stages(timed.steps)
-        points.append((arrays, statistics.median(s["barriers"] for s in timed.steps) / 1e6))
+        barrier = statistics.median(s["barriers"] for s in timed.steps) / 1e6
+        own = statistics.median((s["barriers"] - s["replay: execute: JAX's call"]) for s in timed.steps) / 1e6
+        points.append((arrays, barrier, own))
         timed.steps.clear()
         torch._dynamo.reset()
-    if len(points) >= 2:   # a least-squares line through (arrays, median barrier ms)
-        mean_n = statistics.mean(n for n, _ in points)
-        mean_t = statistics.mean(t for _, t in points)
-        slope = (sum((n - mean_n) * (t - mean_t) for n, t in points)
-                 / sum((n - mean_n) ** 2 for n, _ in points))
-        print(f"captured barrier, median thread CPU: {mean_t - slope * mean_n:.3f} ms + "
-              f"{slope * 1e3:.2f} us per array ({', '.join(f'{t:.3f} ms at {n}' for n, t in points)})")
+    if len(points) >= 2:
+        _fit("captured barrier, median thread CPU", [(n, t) for n, t, _ in points])
+        _fit("  the same less JAX's executable call", [(n, t) for n, _, t in points])
+
+
+def _fit(label: str, points: list) -> None:
+    """A least-squares line through (arrays, ms), printed as "a ms + b us per array"."""
+    mean_n = statistics.mean(n for n, _ in points)
+    mean_t = statistics.mean(t for _, t in points)
+    slope = sum((n - mean_n) * (t - mean_t) for n, t in points) / sum((n - mean_n) ** 2 for n, _ in points)
+    print(f"{label}: {mean_t - slope * mean_n:.3f} ms + {slope * 1e3:.2f} us per array "
+          f"({', '.join(f'{t:.3f} ms at {n}' for n, t in points)})")
 
 
 if __name__ == "__main__":
