@@ -10,7 +10,8 @@ collect, plan, key and cache, execute (the launch, donors marked), install, the 
 after-barrier work (the collector, the heap check), each the mean and median over the steps
 (the collector does not collect at every barrier). Thread CPU,
 not wall time: on a machine shared with other work it moves far less. `--calls` counts the
-Python-level calls (sys.setprofile) the barriers make per step instead. The stages are timed
+Python-level calls (sys.setprofile) and bytecodes (sys.settrace) the barriers run per step
+instead, figures a loaded machine does not move. The stages are timed
 by wrapping the functions that run them, so the stage figures include that wrapping (about
 a microsecond each). Run two checkouts alternately to compare them (docs/benchmarks.md).
 
@@ -108,7 +109,7 @@ def main() -> None:
     parser.add_argument("--size", default="proxy", help=f"one of {sorted(GPT_SIZES)}; with --compiled, "
                                                          "a comma-separated list")
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--calls", action="store_true", help="count Python calls instead of timing")
+    parser.add_argument("--calls", action="store_true", help="count Python calls and bytecodes instead of timing")
     parser.add_argument("--compiled", action="store_true", help="a compiled step, its barrier replayed")
     opts = parser.parse_args()
     sizes = opts.size.split(",")
@@ -116,35 +117,57 @@ def main() -> None:
         if size not in GPT_SIZES:
             parser.error(f"unknown size {size!r}")
     if opts.compiled:
-        compiled(sizes, opts.steps)
+        compiled(sizes, opts.steps, opts.calls)
     elif len(sizes) > 1:
         parser.error("several sizes need --compiled")
     else:
         lazy(sizes[0], opts.steps, opts.calls)
 
 
+class _Counted:
+    """Python calls (functions, a generator's resumption too, and C functions) and bytecodes
+    executed in the wrapped functions, while `on`: what the host work is made of, the same
+    on a loaded machine."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.calls = self.opcodes = 0
+
+    def wrap(self, owner, name: str) -> None:
+        fn = getattr(owner, name)
+
+        def counted(*args, **kwargs):
+            if not self.on:
+                return fn(*args, **kwargs)
+            sys.setprofile(self._profile)
+            sys.settrace(self._trace)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                sys.settrace(None)
+                sys.setprofile(None)
+        setattr(owner, name, counted)
+
+    def _profile(self, frame, event: str, arg) -> None:
+        if event == "call" or event == "c_call":
+            self.calls += 1
+
+    def _trace(self, frame, event: str, arg):
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            self.opcodes += 1
+        return self._trace
+
+    def report(self, steps: int) -> None:
+        print(f"  in the barriers, a step: {self.calls / steps:,.0f} Python calls, {self.opcodes / steps:,.0f} bytecodes")
+
+
 def lazy(size: str, steps: int, count_calls: bool) -> None:
     model, opt, x, y = _model(size)
     timed = _Timed()
-    calls = [0]
-
-    def count(frame, event, arg):
-        if event == "call" or event == "c_call":   # Python functions (a generator's resumption too) and C ones
-            calls[0] += 1
-
-    barrier = api._barrier
-
-    def counted(kind: str, explicit: bool) -> int:
-        if not timed.on:
-            return barrier(kind, explicit)
-        sys.setprofile(count)
-        try:
-            return barrier(kind, explicit)
-        finally:
-            sys.setprofile(None)
-
+    counted = _Counted()
     if count_calls:
-        api._barrier = counted
+        counted.wrap(api, "_barrier")
     else:
         timed.wrap(api, "_barrier", "barriers")
         for name in _STAGES:
@@ -163,17 +186,17 @@ def lazy(size: str, steps: int, count_calls: bool) -> None:
         step()
     lx.wait_device_ops()
     lx.metrics.clear_all()
-    timed.on = True
+    timed.on = counted.on = True
     for _ in range(steps):
         step()
-    timed.on = False
+    timed.on = counted.on = False
     lx.wait_device_ops()
     counters = {name: (lx.metrics.counter_value(name) or 0) / steps for name in
                 ("TracedOps", "GraphCollect", "DonorPlan", "DonorPlanReused", "OutputPlanBuilt", "CachedCompile",
                  "GcCollections")}
     print(f"W2 {size}, {steps} steps (lazyxla on {lx.platform()}); per step: {counters}")
     if count_calls:
-        print(f"  Python calls in the barriers: {calls[0] / steps:,.0f} a step")
+        counted.report(steps)
         return
     _print_stages(timed.steps)
 
@@ -183,12 +206,17 @@ def _loss(model, x, y):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
 
-def compiled(sizes: list, steps: int) -> None:
-    """The compiled step of each size (module docstring): its barrier by stage, then the fit."""
+def compiled(sizes: list, steps: int, count_calls: bool) -> None:
+    """The compiled step of each size (module docstring): its barrier by stage, then the fit
+    (`count_calls`: its Python calls and bytecodes instead)."""
     timed = _Timed()
-    timed.wrap(api, "_barrier", "barriers")
-    for module, name, label in _REPLAY_STAGES:
-        timed.wrap(module, name, label)
+    counted = _Counted()
+    if count_calls:
+        counted.wrap(api, "_barrier")
+    else:
+        timed.wrap(api, "_barrier", "barriers")
+        for module, name, label in _REPLAY_STAGES:
+            timed.wrap(module, name, label)
     points = []
     for size in sizes:
         model, opt, x, y = _model(size)
@@ -207,25 +235,30 @@ def compiled(sizes: list, steps: int) -> None:
             step()
         lx.wait_device_ops()
         captured = list(step_capture._CAPTURES.values())[-1]
-        timed.wrap(captured.exe, "call", "replay: execute: JAX's call")
+        if not count_calls:
+            timed.wrap(captured.exe, "call", "replay: execute: JAX's call")
         arrays = len(captured.gather) + len(captured.scalar_gather) + len(captured.exe.outputs)
         lx.metrics.clear_all()
-        timed.on = True
+        counted.calls = counted.opcodes = 0
+        timed.on = counted.on = True
         for _ in range(steps):
             step()
-        timed.on = False
+        timed.on = counted.on = False
         lx.wait_device_ops()
         counters = {name: (lx.metrics.counter_value(name) or 0) / steps for name in
                     ("StepCaptureReplay", "ExecuteComputation", "GraphCollect", "DonorPlan", "GcCollections")}
         print(f"W2 {size} compiled, {steps} steps (lazyxla on {lx.platform()}); captured call of "
               f"{len(captured.gather) + len(captured.scalar_gather)} arguments and {len(captured.exe.outputs)} "
               f"outputs; per step: {counters}")
+        torch._dynamo.reset()
+        if count_calls:
+            counted.report(steps)
+            continue
         _print_stages(timed.steps)
         barrier = [s["barriers"] / 1e6 for s in timed.steps]
         own = [(s["barriers"] - s["replay: execute: JAX's call"]) / 1e6 for s in timed.steps]
         points.append((arrays, barrier, own))
         timed.steps.clear()
-        torch._dynamo.reset()
     if len(points) >= 2:   # the median, and the least disturbed step (min) on a shared machine
         for name, of in (("median", statistics.median), ("min", min)):
             _fit(f"captured barrier, {name} thread CPU", [(n, of(t)) for n, t, _ in points])

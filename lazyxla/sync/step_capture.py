@@ -217,9 +217,8 @@ def run_recorded(captured: Captured, table: OrderedDict, fingerprint: tuple, par
         table.pop(fingerprint, None)
         call_failed(e, kind, device)
         return None
-    slots = captured.slots
     install_outputs(captured.exe.outputs, device,
-                    [(st, slots[i]) for i, (_, st) in enumerate(items) if st is not None], outs)
+                    [(st, slot) for (_, st), slot in zip(items, captured.slots) if st is not None], outs)
     metrics.counter_add("CachedCompile")   # its executable, found without a key: still a cached graph
     metrics.counter_add("StepCaptureReplay")
     return outs
