@@ -13,7 +13,7 @@ from lazyxla.sync import fingerprint
 def _print(roots: list, device: int) -> tuple:
     leaves: list = []
     scalars: list = []
-    return fingerprint.walk(["header"], [], [], roots, {}, fingerprint.holders(live_storages(device), []), 8,
+    return fingerprint.walk(["header"], [], roots, {}, fingerprint.holders(live_storages(device), []), 8,
                             leaves, scalars)
 
 

@@ -5,19 +5,22 @@ docstring says what goes in it; sync/read_capture.py uses it for a read that end
 
 The pass runs at every captured barrier over every call operand and pending storage, so it
 is written for few Python operations per item: dictionaries keyed by the nodes, buffers and
-storages themselves (identity hashes, no `id()` call per lookup), a buffer's part computed
-by one function call with the live holders counted once per pass, and one reused stack.
+storages themselves (identity hashes, no `id()` call per lookup), the logged calls' outputs
+entered before the walk in C (an operand or storage reading one costs one lookup), a buffer's
+part computed by one function call with the live holders counted once per pass, and one
+reused stack.
 
 Design: docs/design.md, "A captured step (issue 51)".
 """
 from __future__ import annotations
 
 from collections import Counter
+from itertools import repeat
 from typing import Iterable, NamedTuple, Optional
 
 from ..alias import switches
 from ..compile import precision
-from ..ir.node import DATA, GETITEM, SCALAR
+from ..ir.node import DATA, SCALAR
 from ..runtime import storage_dtypes
 
 
@@ -44,21 +47,26 @@ def holders(live: list, items: list) -> Holders:
     return Holders(held, {st: i for i, (_, st) in enumerate(items) if st is not None})
 
 
-def walk(parts: list, calls: list, outputs: list, roots: Iterable, entry_leaves: dict, holding: Holders,
+def walk(parts: list, outputs: list, roots: Iterable, entry_leaves: dict, holding: Holders,
          limit: int, leaves: list, scalars: list, nodes: Optional[list] = None, keys=None):
     """The fingerprint of `roots` after `parts`, filling `leaves` and `scalars` (and `nodes`,
     when given: every node met but a logged call's output, in a fixed order, so that a graph
     of the same fingerprint has its nodes at the same positions); a string saying why where
-    the graph cannot be captured. `calls`, `outputs`: the logged calls and their GETITEMs
-    (met as `(call, index)`); `entry_leaves`: {id(entry value): its staged DATA node}
+    the graph cannot be captured. `outputs`: per logged call, its GETITEMs (met as `(call,
+    index)`); `entry_leaves`: {id(entry value): its staged DATA node}
     (sync/entries.py); `holding`: see `Holders`; `limit`: the most traced nodes; `keys`: a
     node's part of the fingerprint by its signature, `keys.get(sig)` or, the first time,
     `keys.fill(node)` (default: the signature itself). One explicit stack, no recursion: a
     chain of `limit` nodes is as cheap as a wide graph."""
-    call_index = {c: k for k, c in enumerate(calls)}
     held, position = holding
     leaf_index: dict = {}   # buffer -> its position in `leaves`
     seen: dict = {}         # node -> its reference in the fingerprint (never None)
+    # each logged call's own GETITEMs are known before the walk: their references `(call,
+    # index)` entered at once, in C, so a call operand or pending storage that reads one is a
+    # single lookup. Another node reading the same output is a node of its own in the
+    # collected graph, so it is traced work here (a GETITEM not among these).
+    for k, items in enumerate(outputs):
+        seen.update(zip(items, zip(repeat(k), range(len(items)))))
     expanded: set = set()   # traced nodes whose operands are on the stack
     traced = 0
     append = parts.append
@@ -79,14 +87,6 @@ def walk(parts: list, calls: list, outputs: list, roots: Iterable, entry_leaves:
                 stack.pop()
                 continue
             op = node.op
-            if op is GETITEM and call_index:
-                k = call_index.get(node.args[0])
-                # the call's own GETITEM: another node reading the same output is a node of its
-                # own in the collected graph, so it is traced work here
-                if k is not None and outputs[k][node.args[1]] is node:
-                    seen[node] = (k, node.args[1])
-                    stack.pop()
-                    continue
             sig = node.sig
             if keys is not None:
                 known = keys.get(sig)

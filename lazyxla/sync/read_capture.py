@@ -90,7 +90,7 @@ def begin(device: int, items: list, n_own: int, explicit: bool) -> Attempt:
         return _refused(attempt, reason)
     live = live_storages(device)
     parts = fingerprint_pass.header(device) + [KIND, n_own, explicit, limit]
-    fingerprint = fingerprint_pass.walk(parts, [], [], [node for node, _ in items], {},
+    fingerprint = fingerprint_pass.walk(parts, [], [node for node, _ in items], {},
                                         fingerprint_pass.holders(live, items), _MAX_NODES, attempt.leaves,
                                         attempt.scalars, attempt.nodes, host_split.split_keys(limit))
     if isinstance(fingerprint, str):

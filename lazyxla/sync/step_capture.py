@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from itertools import chain
+from operator import itemgetter
 from typing import NamedTuple, Optional
 
 from .. import config, metrics
@@ -160,8 +161,8 @@ def begin(device: int, live: list, items: list, entry_leaves: Optional[dict], ki
     scalars: list = []
     parts = header(device)
     parts += [call.sig for call in log.calls]
-    roots = chain.from_iterable([call.inputs for call in log.calls] + [[node for node, _ in items]])
-    fingerprint = walk(parts, log.calls, log.outputs, roots, entry_leaves or {}, holders(live, items), _MAX_TRACED,
+    roots = chain.from_iterable([call.inputs for call in log.calls] + [map(itemgetter(0), items)])
+    fingerprint = walk(parts, log.outputs, roots, entry_leaves or {}, holders(live, items), _MAX_TRACED,
                        leaves, scalars)
     if isinstance(fingerprint, str):
         return _refused(device, items, fingerprint)
