@@ -1,8 +1,9 @@
 """`lx.debug.memory_report()`: what holds device memory, by role and by buffer.
 
-The runtime's ledger (runtime/memory.py) knows every live buffer but not what a
-buffer is for. Roles are found when the report is made, by one walk over the
-objects the garbage collector tracks: lazy tensors that are `nn.Parameter`s are
+The runtime's ledger (runtime/memory.py) sums the live buffers but neither lists them
+nor knows what a buffer is for. Both are found when the report is made, by one walk
+over the objects the garbage collector tracks: the live handles (`DeviceData` still
+charged), and their roles: lazy tensors that are `nn.Parameter`s are
 parameters, their `.grad` tensors gradients, and the tensors in the `state` of
 live `torch.optim.Optimizer`s optimizer state; any other buffer is "other". A
 buffer is attributed once, in that order of precedence (a view shares its base's
@@ -20,17 +21,22 @@ from .frontend.device_module import memory_device
 from .frontend.tensor import LazyTensor
 from .ir.node import DATA
 from .runtime import collector, memory
+from .runtime.device_data import DeviceData
 from .sync.pipeline import LastGraph
 
 ROLES = ("parameters", "gradients", "optimizer state", "other")
 
 
-def _roles() -> dict:
-    """id(DeviceData) -> role, for the buffers that live lazy tensors hold."""
-    params, optimizers = [], []
+def _roles() -> tuple[dict, list]:
+    """(id(DeviceData) -> role, for the buffers that live lazy tensors hold; the live
+    handles)."""
+    params, optimizers, handles = [], [], []
     for obj in collector.every_object():   # frozen objects too (runtime/collector.py)
         cls = type(obj)   # not isinstance: some objects warn when asked for __class__
-        if issubclass(cls, LazyTensor):
+        if cls is DeviceData:
+            if obj.charged is not None:
+                handles.append(obj)
+        elif issubclass(cls, LazyTensor):
             if isinstance(obj, torch.nn.Parameter):
                 params.append(obj)
         elif issubclass(cls, torch.optim.Optimizer):
@@ -49,7 +55,7 @@ def _roles() -> dict:
         for state in opt.state.values():
             for v in state.values():
                 mark(v, "optimizer state")
-    return roles
+    return roles, handles
 
 
 class MemoryReport:
@@ -57,8 +63,8 @@ class MemoryReport:
     analysis of the last graph that ran."""
 
     def __init__(self, device: int, top: int) -> None:
-        roles = _roles()
-        buffers = memory.live_buffers(device)
+        roles, handles = _roles()
+        buffers = [data for data in handles if any(d == device for d, _ in data.charged)]
         self.device = device
         self.bytes_used = memory.allocated(device)
         self.peak_bytes_used = memory.peak(device)

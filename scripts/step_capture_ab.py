@@ -83,7 +83,7 @@ def train(name: str, steps: int = 120) -> None:
             rows[on][0].append(spent[0])
             rows[on][1].append(whole)
     captured = next(iter(step_capture._CAPTURES.values()))
-    print(f"{name}: captured step of {len(captured.gather)} arguments and {len(captured.avals)} outputs")
+    print(f"{name}: captured step of {len(captured.gather)} arguments and {len(captured.exe.outputs)} outputs")
     for on in (False, True):
         print(f"  capture {'on ' if on else 'off'}: barrier {_summary(rows[on][0])}; "
               f"step to sync {_summary(rows[on][1])} (main-thread CPU)")

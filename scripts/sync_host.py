@@ -1,6 +1,7 @@
 """Host CPU of lazy mode's step barriers on one W2 training step, by stage.
 
     python scripts/sync_host.py [--size proxy|reference|gpt2] [--steps 40] [--calls]
+    python scripts/sync_host.py --compiled [--size quick,proxy] [--steps 40]
 
 Trains W2's GPT (lazyxla/workloads.py) as the bench's loop does (zero_grad, forward,
 backward, foreach AdamW's `step()` with its implied barrier, then `lx.sync()`) and prints,
@@ -9,9 +10,19 @@ collect, plan, key and cache, execute (the launch, donors marked), install, the 
 after-barrier work (the collector, the heap check), each the mean and median over the steps
 (the collector does not collect at every barrier). Thread CPU,
 not wall time: on a machine shared with other work it moves far less. `--calls` counts the
-Python-level calls (sys.setprofile) the barriers make per step instead. The stages are timed
+Python-level calls (sys.setprofile) and bytecodes (sys.settrace) the barriers run per step
+instead, figures a loaded machine does not move. The stages are timed
 by wrapping the functions that run them, so the stage figures include that wrapping (about
 a microsecond each). Run two checkouts alternately to compare them (docs/benchmarks.md).
+
+`--compiled` times a compiled step instead (model, loss and `opt.step` under
+`torch.compile(backend="lazyxla")`), whose implied barrier replays the captured step
+(sync/step_capture.py): the pass that builds its fingerprint, the executable's call (JAX's own
+call apart), the donated marks, the install; and, outside the barrier, the compiled calls'
+CALL insertion and argument check, and the whole step. With several sizes (`--size
+quick,proxy`: one and four layers) it fits the captured barrier's thread CPU, with and without
+JAX's call, to "a fixed part + a part per array" (the executable's arguments plus its
+outputs), the form of issue 51's bar (1 ms + 2 us per array).
 """
 from __future__ import annotations
 
@@ -28,9 +39,20 @@ import lazyxla as lx
 from lazyxla import workloads as W
 from lazyxla.bench.plan import GPT_SIZES
 from lazyxla.runtime import backend
-from lazyxla.sync import api, pipeline
+from lazyxla.capture import function
+from lazyxla.dynamo import replay
+from lazyxla.runtime import execute
+from lazyxla.sync import api, pipeline, step_capture
 
 _STAGES = ("collect_stage", "plan_stage", "compile_stage", "execute_stage", "install_stage")
+# a captured step's stages: (module, function, label)
+_REPLAY_STAGES = ((step_capture, "begin", "pass (fingerprint)"), (pipeline, "replay_stage", "replay"),
+                  (step_capture, "execute_params", "replay: execute"),
+                  (execute, "mark_all_donated", "replay: execute: donated marks"),
+                  (step_capture, "install_outputs", "replay: install"),
+                  # outside the barrier: the compiled calls' CALL insertion, and their argument check
+                  (function, "insert_call", "calls: CALL nodes and outputs"),
+                  (replay, "_signature", "calls: argument signatures"))
 _clock = time.thread_time_ns
 
 
@@ -73,33 +95,79 @@ def _model(size: str):
     return model, torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True), x, y
 
 
+def _print_stages(steps: list) -> None:
+    labels = ["barriers"] + sorted({k for s in steps for k in s} - {"barriers"})
+    print(f"  {'thread CPU ms a step':<34} {'mean':>7} {'median':>7} {'min':>7}")
+    for label in labels:
+        per_step = [s[label] / 1e6 for s in steps]
+        print(f"  {label:<34} {statistics.mean(per_step):7.3f} {statistics.median(per_step):7.3f} "
+              f"{min(per_step):7.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", choices=sorted(GPT_SIZES), default="proxy")
+    parser.add_argument("--size", default="proxy", help=f"one of {sorted(GPT_SIZES)}; with --compiled, "
+                                                         "a comma-separated list")
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--calls", action="store_true", help="count Python calls instead of timing")
+    parser.add_argument("--calls", action="store_true", help="count Python calls and bytecodes instead of timing")
+    parser.add_argument("--compiled", action="store_true", help="a compiled step, its barrier replayed")
     opts = parser.parse_args()
-    model, opt, x, y = _model(opts.size)
+    sizes = opts.size.split(",")
+    for size in sizes:
+        if size not in GPT_SIZES:
+            parser.error(f"unknown size {size!r}")
+    if opts.compiled:
+        compiled(sizes, opts.steps, opts.calls)
+    elif len(sizes) > 1:
+        parser.error("several sizes need --compiled")
+    else:
+        lazy(sizes[0], opts.steps, opts.calls)
+
+
+class _Counted:
+    """Python calls (functions, a generator's resumption too, and C functions) and bytecodes
+    executed in the wrapped functions, while `on`: what the host work is made of, the same
+    on a loaded machine."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.calls = self.opcodes = 0
+
+    def wrap(self, owner, name: str) -> None:
+        fn = getattr(owner, name)
+
+        def counted(*args, **kwargs):
+            if not self.on:
+                return fn(*args, **kwargs)
+            sys.setprofile(self._profile)
+            sys.settrace(self._trace)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                sys.settrace(None)
+                sys.setprofile(None)
+        setattr(owner, name, counted)
+
+    def _profile(self, frame, event: str, arg) -> None:
+        if event == "call" or event == "c_call":
+            self.calls += 1
+
+    def _trace(self, frame, event: str, arg):
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            self.opcodes += 1
+        return self._trace
+
+    def report(self, steps: int) -> None:
+        print(f"  in the barriers, a step: {self.calls / steps:,.0f} Python calls, {self.opcodes / steps:,.0f} bytecodes")
+
+
+def lazy(size: str, steps: int, count_calls: bool) -> None:
+    model, opt, x, y = _model(size)
     timed = _Timed()
-    calls = [0]
-
-    def count(frame, event, arg):
-        if event == "call" or event == "c_call":   # Python functions (a generator's resumption too) and C ones
-            calls[0] += 1
-
-    barrier = api._barrier
-
-    def counted(kind: str, explicit: bool) -> int:
-        if not timed.on:
-            return barrier(kind, explicit)
-        sys.setprofile(count)
-        try:
-            return barrier(kind, explicit)
-        finally:
-            sys.setprofile(None)
-
-    if opts.calls:
-        api._barrier = counted
+    counted = _Counted()
+    if count_calls:
+        counted.wrap(api, "_barrier")
     else:
         timed.wrap(api, "_barrier", "barriers")
         for name in _STAGES:
@@ -118,23 +186,92 @@ def main() -> None:
         step()
     lx.wait_device_ops()
     lx.metrics.clear_all()
-    timed.on = True
-    for _ in range(opts.steps):
+    timed.on = counted.on = True
+    for _ in range(steps):
         step()
-    timed.on = False
+    timed.on = counted.on = False
     lx.wait_device_ops()
-    counters = {name: (lx.metrics.counter_value(name) or 0) / opts.steps for name in
+    counters = {name: (lx.metrics.counter_value(name) or 0) / steps for name in
                 ("TracedOps", "GraphCollect", "DonorPlan", "DonorPlanReused", "OutputPlanBuilt", "CachedCompile",
                  "GcCollections")}
-    print(f"W2 {opts.size}, {opts.steps} steps (lazyxla on {lx.platform()}); per step: {counters}")
-    if opts.calls:
-        print(f"  Python calls in the barriers: {calls[0] / opts.steps:,.0f} a step")
+    print(f"W2 {size}, {steps} steps (lazyxla on {lx.platform()}); per step: {counters}")
+    if count_calls:
+        counted.report(steps)
         return
-    labels = ["barriers"] + sorted({k for s in timed.steps for k in s} - {"barriers"})
-    print(f"  {'thread CPU ms a step':<34} {'mean':>7} {'median':>7}")
-    for label in labels:
-        per_step = [s[label] / 1e6 for s in timed.steps]
-        print(f"  {label:<34} {statistics.mean(per_step):7.3f} {statistics.median(per_step):7.3f}")
+    _print_stages(timed.steps)
+
+
+def _loss(model, x, y):
+    logits = model(x)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def compiled(sizes: list, steps: int, count_calls: bool) -> None:
+    """The compiled step of each size (module docstring): its barrier by stage, then the fit
+    (`count_calls`: its Python calls and bytecodes instead)."""
+    timed = _Timed()
+    counted = _Counted()
+    if count_calls:
+        counted.wrap(api, "_barrier")
+    else:
+        timed.wrap(api, "_barrier", "barriers")
+        for module, name, label in _REPLAY_STAGES:
+            timed.wrap(module, name, label)
+    points = []
+    for size in sizes:
+        model, opt, x, y = _model(size)
+        forward, loss, update = (torch.compile(f, backend="lazyxla") for f in (model, _loss, opt.step))
+
+        def step() -> None:
+            start = _clock()
+            opt.zero_grad(set_to_none=True)
+            loss(forward, x, y).backward()
+            update()
+            lx.sync()
+            timed.step["step: zero_grad to lx.sync() (main thread)"] += _clock() - start
+            timed.end_step()
+
+        for _ in range(5):
+            step()
+        lx.wait_device_ops()
+        captured = list(step_capture._CAPTURES.values())[-1]
+        if not count_calls:
+            timed.wrap(captured.exe, "call", "replay: execute: JAX's call")
+        arrays = len(captured.gather) + len(captured.scalar_gather) + len(captured.exe.outputs)
+        lx.metrics.clear_all()
+        counted.calls = counted.opcodes = 0
+        timed.on = counted.on = True
+        for _ in range(steps):
+            step()
+        timed.on = counted.on = False
+        lx.wait_device_ops()
+        counters = {name: (lx.metrics.counter_value(name) or 0) / steps for name in
+                    ("StepCaptureReplay", "ExecuteComputation", "GraphCollect", "DonorPlan", "GcCollections")}
+        print(f"W2 {size} compiled, {steps} steps (lazyxla on {lx.platform()}); captured call of "
+              f"{len(captured.gather) + len(captured.scalar_gather)} arguments and {len(captured.exe.outputs)} "
+              f"outputs; per step: {counters}")
+        torch._dynamo.reset()
+        if count_calls:
+            counted.report(steps)
+            continue
+        _print_stages(timed.steps)
+        barrier = [s["barriers"] / 1e6 for s in timed.steps]
+        own = [(s["barriers"] - s["replay: execute: JAX's call"]) / 1e6 for s in timed.steps]
+        points.append((arrays, barrier, own))
+        timed.steps.clear()
+    if len(points) >= 2:   # the median, and the least disturbed step (min) on a shared machine
+        for name, of in (("median", statistics.median), ("min", min)):
+            _fit(f"captured barrier, {name} thread CPU", [(n, of(t)) for n, t, _ in points])
+            _fit("  the same less JAX's executable call", [(n, of(t)) for n, _, t in points])
+
+
+def _fit(label: str, points: list) -> None:
+    """A least-squares line through (arrays, ms), printed as "a ms + b us per array"."""
+    mean_n = statistics.mean(n for n, _ in points)
+    mean_t = statistics.mean(t for _, t in points)
+    slope = sum((n - mean_n) * (t - mean_t) for n, t in points) / sum((n - mean_n) ** 2 for n, _ in points)
+    print(f"{label}: {mean_t - slope * mean_n:.3f} ms + {slope * 1e3:.2f} us per array "
+          f"({', '.join(f'{t:.3f} ms at {n}' for n, t in points)})")
 
 
 if __name__ == "__main__":

@@ -95,6 +95,20 @@ def test_call_nodes_are_keyed_by_the_program_key_and_operand_avals():
     assert [i.sig for i in items] == [getitem_node(first, 0).sig, getitem_node(first, 1).sig]
 
 
+def test_a_reused_call_signature_is_the_builders():
+    """call_node keeps a program's last CALL signature while its operands' avals repeat (a
+    compiled step's calls): each node still has the signature, args and inputs op_node gives."""
+    program = Subprogram(lambda x: (x,), "reused", "once", [((2, 3), torch.float32)])
+    sigs = []
+    for dtype in (torch.float32, torch.float32, torch.float16, torch.float32, torch.float16):
+        operand = _leaf(dtype=dtype)
+        node = call_node(program, (operand,))
+        built = op_node(program, (operand,), None, program.out_shapes, program.out_dtypes, 1)
+        assert (node.sig, node.args, node.inputs, node.nout) == (built.sig, built.args, built.inputs, 1)
+        sigs.append(node.sig)
+    assert sigs[0] == sigs[1] == sigs[3] and sigs[2] == sigs[4] != sigs[0]
+
+
 def test_barrier_nodes_have_one_output_per_operand():
     a, b = _leaf((2,)), _leaf((3,), torch.int32)
     node = op_node(OPT_BARRIER, (a, b), None, ((2,), (3,)), (torch.float32, torch.int32), 2)

@@ -29,6 +29,7 @@ _seq = itertools.count()
 _live: dict[int, list] = {}
 _compact_at: dict[int, int] = {}
 _ref = weakref.ref
+_deref = weakref.ReferenceType.__call__
 # Functional forms of the in-place fills: the written value does not depend on the old one
 # (its first operand), whose shape and dtype alone they read.
 FILLS = frozenset((torch.ops.aten.fill.Scalar, torch.ops.aten.fill.Tensor, torch.ops.aten.zero.default))
@@ -113,8 +114,11 @@ def live_storages(device: int) -> list[Storage]:
     reg = _live.get(device)
     if not reg:
         return []
-    alive = [st for r in reg if (st := r()) is not None]   # no generator: a step barrier reads it
-    reg[:] = [_ref(st) for st in alive]
+    # dereferenced and filtered in C (no bytecode per storage: a step barrier reads it twice a
+    # step); a Storage is always true (it defines neither __bool__ nor __len__)
+    alive = list(filter(None, map(_deref, reg)))
+    if len(alive) < len(reg):   # compacted only when a storage died (a barrier reads it twice a step)
+        reg[:] = [_ref(st) for st in alive]
     _compact_at[device] = max(4096, 2 * len(reg))
     return alive
 

@@ -131,10 +131,26 @@ def op_node(op: Any, args: tuple, kwargs: Optional[dict], shape: tuple, dtype: A
     return Node(op, args, kwargs, tuple(inputs), shape, dtype, intern_sig(key), None, nout)
 
 
+# a program's key id -> its operands' shapes and dtypes at its last call and that CALL node's
+# signature: a compiled step calls the same programs on operands of the same avals every step,
+# and comparing two lists costs far less than building and interning the key of a call with
+# hundreds of operands
+_CALL_SIGS = BoundedTable(SIG_TABLE_CAP // 16)
+
+
 def call_node(program: Subprogram, operands: Sequence[Node]) -> Node:
-    """The node computing `program(*operands)`; read its outputs with `getitem_node`."""
-    return op_node(program, tuple(operands), None, program.out_shapes, program.out_dtypes,
-                   len(program.out_shapes))
+    """The node computing `program(*operands)`; read its outputs with `getitem_node`. Its
+    signature is `op_node`'s, which depends on the program and its operands' avals alone."""
+    args = tuple(operands)
+    shapes = [n.shape for n in args]
+    dtypes = [n.dtype for n in args]
+    known = _CALL_SIGS.get(program.key_id)
+    if known is not None and known[0] == shapes and known[1] == dtypes:
+        return Node(program, args, None, args, program.out_shapes, program.out_dtypes, known[2], None,
+                    len(program.out_shapes))
+    node = op_node(program, args, None, program.out_shapes, program.out_dtypes, len(program.out_shapes))
+    _CALL_SIGS.put(program.key_id, (shapes, dtypes, node.sig))
+    return node
 
 
 # a program's key id -> the signatures of the GETITEM nodes reading its outputs, interned once:

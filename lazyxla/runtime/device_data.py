@@ -28,6 +28,8 @@ from ..ir.graph import byte_size
 from . import memory
 from .device_put import place
 
+_ref = weakref.ref
+
 
 class DeviceData:
     __slots__ = ("_array", "shape", "dtype", "stored_dtype", "device", "read_only", "donate",
@@ -50,15 +52,15 @@ class DeviceData:
         self.donate = False
         self.call_donor = False
         self.donated_in: Optional[str] = None
-        self.owner = weakref.ref(owner) if owner is not None else None
+        self.owner = _ref(owner) if owner is not None else None
         self.failure = failure
-        self.charged = None
-        if charged is not None:   # known to the caller (an output plan, sync/install.py), which charges a batch
-            self.charged = charged
-        elif failure is None:   # a failed result has no buffer to charge
-            self.charged = memory.charges(shape, self.stored_dtype, device, sharding)
+        # `charged` given: known to the caller (an output plan, sync/install.py), which charges a
+        # batch; a failed result has no buffer to charge
+        if charged is None and failure is None:
+            charged = memory.charges(shape, self.stored_dtype, device, sharding)
             if charge:   # else the caller charges a batch (memory.charge_outputs)
-                memory.charge(self, self.charged)
+                memory.charge(charged)
+        self.charged = charged
 
     def __del__(self) -> None:
         charged = self.charged
@@ -67,7 +69,7 @@ class DeviceData:
         release = getattr(memory, "release", None)   # None at interpreter exit (module or its globals)
         if release is not None:
             self.charged = None
-            release(((id(self), charged),))
+            release((charged,))
 
     @property
     def array(self):
@@ -125,11 +127,14 @@ def mark_all_donated(datas: list, graph_key: str) -> int:
     released = []
     nbytes = 0
     for data in datas:
-        nbytes += byte_size(data.shape, data.stored_dtype)
+        charged = data.charged
+        # a single-device buffer's charge is its bytes (no second computation per donor)
+        nbytes += charged[0][1] if charged is not None and data.sharding is None else \
+            byte_size(data.shape, data.stored_dtype)
         data.donated_in = graph_key
         array, data._array, data.host, data.host_copy = data._array, None, None, None
-        if data.charged is not None:
-            released.append((id(data), data.charged))
+        if charged is not None:
+            released.append(charged)
             data.charged = None
         # JAX deletes donated inputs itself where the backend supports donation;
         # deleting here makes the semantics identical on every backend.

@@ -104,6 +104,8 @@ def _param_args(params: list, donors: tuple, device: int) -> list:
     never changing (transfer.staged), so a later graph passes it again. A donated staged
     value is placed first (transfer.place_staged): its buffer must be the device's own,
     for `mark_donated` to consume and for XLA to never write into host memory."""
+    if all([d.host is None for d in params]):   # every buffer placed: `array` would only return `_array`
+        return [d._array for d in params]
     staged = [i for i, d in enumerate(params) if d.host is not None and d.sharding is None]
     if not staged:
         return [d.array for d in params]

@@ -9,7 +9,9 @@ had to hold. `bytes_limit` is what the device can hold; `check_fits` refuses a g
 would not fit with `torch.OutOfMemoryError` and the memory report, and `is_out_of_memory`
 recognises that error and XLA's RESOURCE_EXHAUSTED. The report in that error comes from
 `lazyxla/memory_report.py`, a public module above runtime/: an import-time seam it fills
-with `set_reporter`.
+with `set_reporter`. The ledger keeps sums, not the handles: a captured step installs and
+donates hundreds of buffers, so no per-handle registry is updated on that path; the report
+finds the live handles when asked (memory_report.py, one walk of the collector's objects).
 
 Design: docs/design.md, "runtime/memory.py".
 """
@@ -18,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-import weakref
 from typing import Callable, Iterator, Optional
 
 import torch
@@ -37,7 +38,6 @@ class _Ledger:
 
 
 _ledgers: dict[int, _Ledger] = {}
-_live: dict[int, weakref.ref] = {}          # id(DeviceData) -> weak reference
 _limit_override: dict[int, int] = {}
 # Reentrant: a garbage collection inside charge() may release a dying handle (__del__).
 _lock = threading.RLock()
@@ -64,7 +64,8 @@ def charges(shape: tuple, dtype: torch.dtype, device: int, sharding) -> tuple:
     return tuple((index[d.id], n) for d in sharding.addressable_devices if d.id in index)
 
 
-def charge(data, parts: tuple) -> None:
+def charge(parts: tuple) -> None:
+    """A new handle's charge `parts` ((device, bytes), ...) added to the ledgers."""
     with _lock:
         for device, n in parts:
             led = _ledger(device)
@@ -75,36 +76,33 @@ def charge(data, parts: tuple) -> None:
                 led.peak = led.current
             if led.buffers > led.peak_buffers:
                 led.peak_buffers = led.buffers
-        _live[id(data)] = weakref.ref(data)
 
 
-def charge_outputs(datas: list, device: int) -> None:
-    """`charge` for a graph's new single-device handles on `device` at once (one lock, one
-    ledger update: a step installs hundreds); each handle's `charged` is already set."""
-    total = sum([data.charged[0][1] for data in datas])
+def charge_outputs(nbytes: int, count: int, device: int) -> None:
+    """`charge` for `count` new single-device handles of `nbytes` in all on `device` at once
+    (one lock, one ledger update: a step installs hundreds); each handle's `charged` is set
+    by its maker (sync/install.py)."""
     with _lock:
         led = _ledger(device)
-        led.current += total
-        led.allocated += total
-        led.buffers += len(datas)
+        led.current += nbytes
+        led.allocated += nbytes
+        led.buffers += count
         if led.current > led.peak:
             led.peak = led.current
         if led.buffers > led.peak_buffers:
             led.peak_buffers = led.buffers
-        _live.update(zip(map(id, datas), map(weakref.ref, datas)))   # no Python frame per handle
 
 
-def release(handles) -> None:
-    """Each `(id(DeviceData), its charge)` of `handles` released: donated (a batch), or
-    dropped (DeviceData.__del__, in whichever thread drops the last reference)."""
+def release(charges) -> None:
+    """Each handle's charge of `charges` released: donated (a batch), or dropped
+    (DeviceData.__del__, in whichever thread drops the last reference)."""
     with _lock:
-        for data_id, parts in handles:
+        for parts in charges:
             for device, n in parts:
-                led = _ledger(device)
+                led = _ledgers[device]   # charged before, so it exists
                 led.current -= n
                 led.freed += n
                 led.buffers -= 1
-            _live.pop(data_id, None)
 
 
 def note_execution(devices, extra: int) -> None:
@@ -159,16 +157,6 @@ def capacity(device: int) -> int:
 def backend_stats(device: int) -> Optional[dict]:
     """What the device's allocator reports (GPU, TPU); None where it reports nothing (CPU)."""
     return backend.current().memory_stats(device)
-
-
-def live_buffers(device: int) -> list:
-    """Live DeviceData charged to `device` (any order)."""
-    out = []
-    for ref in list(_live.values()):
-        data = ref()
-        if data is not None and any(d == device for d, _ in data.charged or ()):
-            out.append(data)
-    return out
 
 
 @contextlib.contextmanager

@@ -39,12 +39,12 @@ def leaves(device: int, storages: list) -> Optional[dict]:
     `collect`); None when there is none."""
     if placement.spmd_enabled():   # staged device data carries no sharding
         return None
-    roots = {id(st.value) for st in storages}
+    roots = {st.value for st in storages}   # nodes hash by identity: no id() per storage
     found: dict = {}
     for st in storages:
         entry = st.entry
         # an entry that is itself a live tensor's value is an output of the graph anyway
-        if entry is None or id(entry) in roots or id(entry) in found:
+        if entry is None or entry in roots or id(entry) in found:
             continue
         value = _host_value(entry)
         if value is not None:

@@ -52,6 +52,19 @@ def output_plan(exe: Executable, graph: Graph, outs: tuple) -> tuple:
     return plan
 
 
+def _install_sharded(plan: tuple, device: int, targets: list, outs: tuple) -> None:
+    """`install_outputs` in SPMD mode: each array's sharding decides its charge per device,
+    which each handle makes itself."""
+    installed: list = [None] * len(outs)
+    for st, slot in targets:
+        data = installed[slot]
+        if data is None:
+            out = outs[slot]
+            data = installed[slot] = DeviceData(out, plan[slot].shape, plan[slot].dtype, device, owner=st,
+                                                sharding=out.sharding, stored_dtype=plan[slot].stored_dtype)
+        st.write(data_node(data, plan[slot].sig))
+
+
 def _slot(shape: tuple, dtype, stored_dtype, device: int) -> OutputSlot:
     return OutputSlot(shape, dtype, stored_dtype, ((device, byte_size(shape, stored_dtype)),),
                       data_sig(shape, dtype, stored_dtype))
@@ -64,22 +77,23 @@ def install_outputs(plan: tuple, device: int, targets: list, outs: tuple) -> Non
     detailed = STATE.op_records
     if detailed:
         start = time.perf_counter_ns()
-    installed: list = [None] * len(outs)
-    spmd = placement.spmd_enabled()
-    made: list = []   # charged together (memory.charge_outputs), also if a write raises
-    try:
-        for st, slot in targets:
-            data = installed[slot]
-            if data is None:
-                out, (shape, dtype, stored_dtype, charged, sig) = outs[slot], plan[slot]
-                # SPMD: the array's sharding decides its charge per device (DeviceData charges it)
-                data = installed[slot] = DeviceData(out, shape, dtype, device, owner=st, sharding=out.sharding,
-                                                    stored_dtype=stored_dtype, charge=True) if spmd else \
-                    DeviceData(out, shape, dtype, device, owner=st, stored_dtype=stored_dtype, charged=charged)
-                made.append(data)
-            st.write(data_node(data, sig))
-    finally:
-        if not spmd:
-            memory.charge_outputs(made, device)
+    if placement.spmd_enabled():
+        _install_sharded(plan, device, targets, outs)
+    else:
+        installed: list = [None] * len(outs)
+        made = nbytes = 0   # charged together (memory.charge_outputs), also if a write raises
+        try:
+            for st, slot in targets:
+                data = installed[slot]
+                shape, dtype, stored_dtype, charged, sig = plan[slot]
+                if data is None:
+                    # positional: a call with keywords costs more, and a step installs hundreds
+                    data = installed[slot] = DeviceData(outs[slot], shape, dtype, device, st, False, None, None,
+                                                        stored_dtype, None, False, charged)
+                    made += 1
+                    nbytes += charged[0][1]
+                st.write(data_node(data, sig))
+        finally:
+            memory.charge_outputs(nbytes, made, device)
     if detailed:
         metrics.metric_add("WrapXlaData", time.perf_counter_ns() - start)

@@ -7,7 +7,7 @@ fingerprint is the same split and the same device graph: its host bookkeeping is
 (its values change every token), and the device graph runs as the executable recorded for
 it, with no graph walk, no donor plan and no cache key.
 
-The fingerprint is sync/step_capture.py's pass (`walk`) over the read's roots (and the live
+The fingerprint is sync/fingerprint.py's pass (`walk`) over the read's roots (and the live
 tensors it materializes alongside, sync/host_read.py), keeping every node met in a fixed
 order, with two differences. A node that may be bookkeeping (integral, at most
 `host_bookkeeping_max_elements` elements) enters by what the split decides it by, not its
@@ -38,7 +38,7 @@ from ..frontend.tracing import forget_lifted_scalars
 from ..ir.graph import Graph, data_reachable
 from ..ir.node import DATA
 from ..runtime import backend, placement
-from . import host_split, step_capture
+from . import fingerprint as fingerprint_pass, host_split, step_capture
 from .pipeline import note_ran
 from .step_capture import LAST, Outcome
 
@@ -89,10 +89,10 @@ def begin(device: int, items: list, n_own: int, explicit: bool) -> Attempt:
     if reason:
         return _refused(attempt, reason)
     live = live_storages(device)
-    parts = step_capture.header(device) + [KIND, n_own, explicit, limit]
-    fingerprint = step_capture.walk(parts, [], [], [node for node, _ in items], {},
-                                    step_capture.leaf_coder(live, items), _MAX_NODES, attempt.leaves,
-                                    attempt.scalars, attempt.nodes, host_split.split_keys(limit))
+    parts = fingerprint_pass.header(device) + [KIND, n_own, explicit, limit]
+    fingerprint = fingerprint_pass.walk(parts, [], [node for node, _ in items], {},
+                                        fingerprint_pass.holders(live, items), _MAX_NODES, attempt.leaves,
+                                        attempt.scalars, attempt.nodes, host_split.split_keys(limit))
     if isinstance(fingerprint, str):
         return _refused(attempt, fingerprint.replace("step", "read"))
     if fingerprint in _NO_SPLITS:   # seen before: nothing to capture (a loss read)

@@ -4,7 +4,7 @@ A compiled training step (`torch.compile(..., backend="lazyxla")` forward, backw
 optimizer step) or a decode loop's token leaves at its barrier a pending graph of a few CALL
 nodes (dynamo/replay.py, capture/function.py), their outputs, the buffers they read and a few
 lazily traced ops. Each CALL is logged here as it is inserted. At the barrier, one pass over
-the live storages and the logged calls' operands gathers what the executable needs (pending
+the live storages and the logged calls' operands (sync/fingerprint.py) gathers what the executable needs (pending
 storages, device buffers, lifted scalars) and builds the step's fingerprint: each call's
 signature, where each operand comes from (a buffer by first appearance, an output of an
 earlier logged call, a lifted scalar, a traced node by its signature and its operands'
@@ -31,20 +31,21 @@ Design: docs/design.md, "A captured step (issue 51)".
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import chain
+from operator import itemgetter
 from typing import NamedTuple, Optional
 
 from .. import config, metrics
-from ..alias import switches
-from ..compile import precision
 from ..compile.cache import Executable
 from ..ir.graph import Graph
-from ..ir.node import DATA, GETITEM, SCALAR, Node
+from ..ir.node import Node
 from ..errors import ExecutionFailure
 from ..ir.scalars import scalar_values, travel_dtypes
-from ..runtime import placement, storage_dtypes
+from ..runtime import placement
 from ..runtime.execute import execute_params
 from ..state import STATE
 from . import failures
+from .fingerprint import header, holders, walk
 from .install import install_outputs
 
 # calls logged per device between barriers; a loop that reaches no barrier and no device read
@@ -156,39 +157,16 @@ def begin(device: int, live: list, items: list, entry_leaves: Optional[dict], ki
     reason = _refusal(log, kind)
     if reason:
         return _refused(device, items, reason)
-    leaf_code = leaf_coder(live, items)
     leaves: list = []
     scalars: list = []
     parts = header(device)
-    for call in log.calls:
-        parts.append(call.sig)
-    operands = [operand for call in log.calls for operand in call.inputs]
-    fingerprint = walk(parts, log.calls, log.outputs, operands + [node for node, _ in items], entry_leaves or {},
-                       leaf_code, _MAX_TRACED, leaves, scalars)
+    parts += [call.sig for call in log.calls]
+    roots = chain.from_iterable([call.inputs for call in log.calls] + [map(itemgetter(0), items)])
+    fingerprint = walk(parts, log.outputs, roots, entry_leaves or {}, holders(live, items), _MAX_TRACED,
+                       leaves, scalars)
     if isinstance(fingerprint, str):
         return _refused(device, items, fingerprint)
     return Attempt(device, items, leaves, scalars, fingerprint)
-
-
-def header(device: int) -> list:
-    """What else makes another program than the graph's structure: aliasing, the matmul
-    precision, the storage dtype policy's token."""
-    policy = storage_dtypes.current()
-    return [device, switches.aliasing_enabled(device), precision.matmul_precision(),
-            None if policy is None else policy.token]
-
-
-def leaf_coder(live: list, items: list):
-    """A buffer's code for the fingerprint (`_leaf_code`), given the device's live storages
-    and the pending items the graph computes."""
-    held: dict = {}
-    for st in live:
-        value = st.value
-        if value.op is DATA:
-            key = id(value.data)
-            held[key] = held.get(key, 0) + 1
-    position = {id(st): i for i, (_, st) in enumerate(items) if st is not None}
-    return lambda data, sig: _leaf_code(sig, data, held, position)
 
 
 def _refusal(log: Optional[_Log], kind: str) -> str:
@@ -209,101 +187,6 @@ def _refused(device: int, items: list, reason: str) -> Attempt:
     LAST[0] = Outcome("not captured", reason)
     metrics.counter_add("StepCaptureFallback")
     return Attempt(device, items, [], [], None)
-
-
-def walk(parts: list, calls: list, outputs: list, roots: list, entry_leaves: dict, leaf_code, limit: int,
-         leaves: list, scalars: list, nodes: Optional[list] = None, keys=None):
-    """The fingerprint (module docstring) of `roots` after `parts`, filling `leaves` and
-    `scalars` (and `nodes`, when given: every node met but a logged call's output, in a fixed
-    order, so that a graph of the same fingerprint has its nodes at the same positions); a
-    string saying why where the graph cannot be captured. `calls`, `outputs`: the logged
-    calls and their GETITEMs (met as `(call, index)`); `limit`: the most traced nodes;
-    `keys`: a node's part of the fingerprint by its signature, `keys.get(sig)` or, the first
-    time, `keys.fill(node)` (default: the signature itself). One explicit stack, no
-    recursion: a chain of `limit` nodes is as cheap as a wide graph."""
-    call_index = {id(c): k for k, c in enumerate(calls)}
-    leaf_index: dict = {}
-    seen: dict = {}         # id(node) -> its reference
-    expanded: set = set()   # ids of traced nodes whose operands are on the stack
-    traced = 0
-    for top in roots:
-        stack = [top]
-        while stack:
-            node = stack[-1]
-            if entry_leaves:   # an entry value: its staged buffer, as collect() reads it
-                node = entry_leaves.get(id(node), node)
-            nid = id(node)
-            if nid in seen:
-                stack.pop()
-                continue
-            op = node.op
-            if op is GETITEM and call_index:
-                k = call_index.get(id(node.args[0]))
-                # the call's own GETITEM: another node reading the same output is a node of its
-                # own in the collected graph, so it is traced work here
-                if k is not None and outputs[k][node.args[1]] is node:
-                    seen[nid] = (k, node.args[1])
-                    stack.pop()
-                    continue
-            sig = node.sig
-            if keys is not None:
-                known = keys.get(sig)
-                sig = keys.fill(node) if known is None else known
-            if op is DATA:
-                data = node.data
-                p = leaf_index.get(id(data))
-                if p is None:
-                    if data.donated_in is not None or data.failure is not None or data.sharding is not None:
-                        return "the step reads a donated, failed or sharded buffer"
-                    p = leaf_index[id(data)] = len(leaves)
-                    leaves.append(data)
-                    parts.append(leaf_code(data, sig))
-                else:   # another node of a buffer met before
-                    parts.append(("again", p))
-                seen[nid] = -1 - p
-            elif op is SCALAR:   # a lifted scalar: an operand whose value is this step's
-                seen[nid] = ("scalar", len(scalars))
-                scalars.append(node)
-                parts.append(sig)
-            else:
-                inputs = node.inputs
-                if entry_leaves:
-                    inputs = tuple(entry_leaves.get(id(i), i) for i in inputs)
-                if nid not in expanded:
-                    expanded.add(nid)
-                    traced += 1   # counted on the way down: a chain stops at the bound, not at its end
-                    if traced > limit:
-                        return f"more than {limit} nodes of lazily traced work in the step"
-                    todo = [i for i in inputs if id(i) not in seen]
-                    if todo:
-                        todo.reverse()
-                        stack.extend(todo)
-                        continue
-                seen[nid] = len(seen)   # a traced node: a plain int (a buffer's is negative)
-                parts.append((sig, tuple([seen[id(i)] for i in inputs])))
-            if nodes is not None:
-                nodes.append(node)
-            stack.pop()
-        parts.append(seen[id(entry_leaves.get(id(top), top) if entry_leaves else top)])
-    return tuple(parts)
-
-
-def _leaf_code(sig, data, held: dict, position: dict) -> tuple:
-    """What the donor plan decides a buffer by (alias/planner.py), besides the structure:
-    its owner (a pending storage's position; -1 none; -2 it still holds the buffer; -3 moved
-    on), whether other tensors hold it, its flags."""
-    owner = data.owner_storage()
-    holders = held.get(id(data), 0)
-    if owner is None:
-        where = -1
-    else:
-        where = position.get(id(owner))
-        if where is None:
-            value = owner.value
-            keeps = value.op is DATA and value.data is data
-            where = -2 if keeps else -3
-            holders -= keeps
-    return (sig, where, holders > 0, data.donate, data.read_only, data.external is None)
 
 
 def replay(attempt: Attempt, kind: str) -> Optional[tuple[Captured, tuple]]:
@@ -335,9 +218,8 @@ def run_recorded(captured: Captured, table: OrderedDict, fingerprint: tuple, par
         table.pop(fingerprint, None)
         call_failed(e, kind, device)
         return None
-    slots = captured.slots
     install_outputs(captured.exe.outputs, device,
-                    [(st, slots[i]) for i, (_, st) in enumerate(items) if st is not None], outs)
+                    [(st, slot) for (_, st), slot in zip(items, captured.slots) if st is not None], outs)
     metrics.counter_add("CachedCompile")   # its executable, found without a key: still a cached graph
     metrics.counter_add("StepCaptureReplay")
     return outs
