@@ -175,7 +175,7 @@ def test_the_memory_report_finds_a_frozen_model_and_optimizer(dev, fresh_collect
     assert roles["parameters"]["buffers"] >= 2 and roles["gradients"]["buffers"] >= 2
     assert roles["optimizer state"]["buffers"] >= 4   # exp_avg, exp_avg_sq of each
     # this model's own buffers by role (tensors of earlier tests in the process may still live)
-    found = _roles()
+    found, _ = _roles()
     buffer = lambda t: id(t._st.value.data)   # noqa: E731
     assert [found.get(buffer(p)) for p in model.parameters()] == ["parameters"] * 2
     assert [found.get(buffer(p.grad)) for p in model.parameters()] == ["gradients"] * 2
