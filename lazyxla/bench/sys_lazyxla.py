@@ -110,7 +110,7 @@ class CompiledBackend(LazyxlaBackend):
         dynamo's frame compiles, of which the backend call (AOTAutograd and lazyxla's own
         capture of each graph) and AOTAutograd's part of that; XLA's compiles of the step's
         executables (lazyxla's `CompileTime`)."""
-        from torch._dynamo.utils import compilation_time_metrics as times
+        times = self.torch._dynamo.utils.compilation_time_metrics   # loaded by torch.compile
         return {"dynamo": round(sum(times.get("_compile.compile_inner", ())), 3),
                 "backend": round(sum(times.get("OutputGraph.call_user_compiler", ())), 3),
                 "aot": round(sum(times.get("create_aot_dispatcher_function", ())), 3),
