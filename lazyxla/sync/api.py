@@ -18,6 +18,7 @@ Design: docs/design.md, "Donation planner" and "sync/pipeline.py, sync/api.py, s
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 from .. import metrics
@@ -90,7 +91,8 @@ def _device_graph(device: int, kind: str, explicit: bool) -> int:
     # a step seen before runs as its recorded executable (sync/step_capture.py)
     step = step_capture.begin(device, live, items, leaves, kind)
     result = run_graph(Request(device, items, kind, automatic=True, explicit=explicit, skip_donated=True,
-                               leaves=leaves, step=step, live=live))
+                               leaves=leaves, step=step, record=functools.partial(step_capture.record, step),
+                               live=live))
     return 0 if result is None else result.nodes
 
 

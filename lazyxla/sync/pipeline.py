@@ -46,7 +46,8 @@ class Request(NamedTuple):
     leaves: Optional[dict] = None       # id(node) -> DATA node read in its place (collect())
     step: Optional[step_capture.Attempt] = None   # a step barrier's capture attempt; None breaks a step's capture
     # called with (graph, targets, executable, decisions) once the outputs are installed: a
-    # host read's capture records its device graph (sync/read_capture.py)
+    # step barrier's capture (sync/step_capture.py `record`) or a host read's
+    # (sync/read_capture.py) keeps the graph its next identical run replays
     record: Optional[Callable] = None
     live: Optional[list] = None         # the device's live storages where the entry point has them (a barrier)
 
@@ -205,10 +206,7 @@ def install_stage(request: Request, ran: Ran) -> Result:
     graph = ran.planned.collected.graph
     install(graph, ran.planned.collected.targets, ran.outs, ran.executable)
     timeline.mark("install", started, outputs=len(ran.outs))
-    if request.step is not None:   # its next identical step replays (sync/step_capture.py)
-        step_capture.record(request.step, graph, ran.planned.collected.targets, ran.executable,
-                            ran.planned.decisions)
-    if request.record is not None:
+    if request.record is not None:   # a captured step or read keeps what its next run needs
         request.record(graph, ran.planned.collected.targets, ran.executable, ran.planned.decisions)
     note_ran(request.kind, ran.executable, ran.planned.decisions, len(graph.order))
     return Result(tuple(ran.outs[slot] for slot in graph.root_slots), len(graph.order))
