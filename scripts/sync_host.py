@@ -162,17 +162,42 @@ class _Counted:
         print(f"  in the barriers, a step: {self.calls / steps:,.0f} Python calls, {self.opcodes / steps:,.0f} bytecodes")
 
 
-def lazy(size: str, steps: int, count_calls: bool) -> None:
-    model, opt, x, y = _model(size)
-    timed = _Timed()
-    counted = _Counted()
+def _instruments(count_calls: bool, stages) -> tuple:
+    """(timed, counted): the barriers wrapped to count their Python calls (`count_calls`), or
+    timed with their `stages` ((owner, function, label) each)."""
+    timed, counted = _Timed(), _Counted()
     if count_calls:
         counted.wrap(api, "_barrier")
     else:
         timed.wrap(api, "_barrier", "barriers")
-        for name in _STAGES:
-            timed.wrap(pipeline, name, name.removesuffix("_stage"))
-        timed.wrap(backend.current(), "after_barrier", "after barrier (collector, heap)")
+        for owner, name, label in stages:
+            timed.wrap(owner, name, label)
+    return timed, counted
+
+
+def _measure(step, steps: int, timed: "_Timed", counted: "_Counted", names: tuple) -> dict:
+    """`steps` steps with the instruments on, after the warm-up; the counters `names` per step."""
+    lx.metrics.clear_all()
+    counted.calls = counted.opcodes = 0
+    timed.on = counted.on = True
+    for _ in range(steps):
+        step()
+    timed.on = counted.on = False
+    lx.wait_device_ops()
+    return {name: (lx.metrics.counter_value(name) or 0) / steps for name in names}
+
+
+def _warm_up(step) -> None:
+    for _ in range(5):
+        step()
+    lx.wait_device_ops()
+
+
+def lazy(size: str, steps: int, count_calls: bool) -> None:
+    model, opt, x, y = _model(size)
+    stages = [(pipeline, name, name.removesuffix("_stage")) for name in _STAGES]
+    timed, counted = _instruments(count_calls, stages + [
+        (backend.current(), "after_barrier", "after barrier (collector, heap)")])
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
@@ -182,18 +207,10 @@ def lazy(size: str, steps: int, count_calls: bool) -> None:
         lx.sync()
         timed.end_step()
 
-    for _ in range(5):
-        step()
-    lx.wait_device_ops()
-    lx.metrics.clear_all()
-    timed.on = counted.on = True
-    for _ in range(steps):
-        step()
-    timed.on = counted.on = False
-    lx.wait_device_ops()
-    counters = {name: (lx.metrics.counter_value(name) or 0) / steps for name in
-                ("TracedOps", "GraphCollect", "DonorPlan", "DonorPlanReused", "OutputPlanBuilt", "CachedCompile",
-                 "GcCollections")}
+    _warm_up(step)
+    counters = _measure(step, steps, timed, counted,
+                        ("TracedOps", "GraphCollect", "DonorPlan", "DonorPlanReused", "OutputPlanBuilt",
+                         "CachedCompile", "GcCollections"))
     print(f"W2 {size}, {steps} steps (lazyxla on {lx.platform()}); per step: {counters}")
     if count_calls:
         counted.report(steps)
@@ -209,14 +226,7 @@ def _loss(model, x, y):
 def compiled(sizes: list, steps: int, count_calls: bool) -> None:
     """The compiled step of each size (module docstring): its barrier by stage, then the fit
     (`count_calls`: its Python calls and bytecodes instead)."""
-    timed = _Timed()
-    counted = _Counted()
-    if count_calls:
-        counted.wrap(api, "_barrier")
-    else:
-        timed.wrap(api, "_barrier", "barriers")
-        for module, name, label in _REPLAY_STAGES:
-            timed.wrap(module, name, label)
+    timed, counted = _instruments(count_calls, _REPLAY_STAGES)
     points = []
     for size in sizes:
         model, opt, x, y = _model(size)
@@ -231,22 +241,14 @@ def compiled(sizes: list, steps: int, count_calls: bool) -> None:
             timed.step["step: zero_grad to lx.sync() (main thread)"] += _clock() - start
             timed.end_step()
 
-        for _ in range(5):
-            step()
-        lx.wait_device_ops()
+        _warm_up(step)
         captured = list(step_capture._CAPTURES.values())[-1]
         if not count_calls:
             timed.wrap(captured.exe, "call", "replay: execute: JAX's call")
         arrays = len(captured.gather) + len(captured.scalar_gather) + len(captured.exe.outputs)
-        lx.metrics.clear_all()
-        counted.calls = counted.opcodes = 0
-        timed.on = counted.on = True
-        for _ in range(steps):
-            step()
-        timed.on = counted.on = False
-        lx.wait_device_ops()
-        counters = {name: (lx.metrics.counter_value(name) or 0) / steps for name in
-                    ("StepCaptureReplay", "ExecuteComputation", "GraphCollect", "DonorPlan", "GcCollections")}
+        counters = _measure(step, steps, timed, counted,
+                            ("StepCaptureReplay", "ExecuteComputation", "GraphCollect", "DonorPlan",
+                             "GcCollections"))
         print(f"W2 {size} compiled, {steps} steps (lazyxla on {lx.platform()}); captured call of "
               f"{len(captured.gather) + len(captured.scalar_gather)} arguments and {len(captured.exe.outputs)} "
               f"outputs; per step: {counters}")
