@@ -5,6 +5,7 @@ or not, each compile timed in its own process (a slow one is cut by the caller's
     python scripts/tpu/compile_compare.py jax bert|gpt2 [highest|high|default]
     python scripts/tpu/compile_compare.py jax-opt bert|gpt2 [highest|high|default]
     python scripts/tpu/compile_compare.py mlir FILE asis|f64|i64|f64i64
+    python scripts/tpu/compile_compare.py mlir-pair FILE FILE   (both at once, two threads)
 
 `bert` is BERT-base for sequence classification (batch 8, seq 128); `gpt2` GPT-2 small as an
 LM (batch 8, seq 128); both random-init, AdamW, float32, the shapes the Trainer runs.
@@ -135,16 +136,32 @@ def mlir_compile(path: str, mode: str) -> float:
     text = open(path).read()
     text = text if mode == "asis" else narrow(text, mode)
     options = compiler.get_compile_options(num_replicas=1, num_partitions=1)
+    backend, devices = xla_bridge.get_backend(), xc.DeviceList(tuple(jax.devices()[:1]))   # the chip opens outside the clock
     started = time.perf_counter()
-    xla_bridge.get_backend().compile_and_load(text, xc.DeviceList(tuple(jax.devices()[:1])), options)
+    backend.compile_and_load(text, devices, options)
+    return time.perf_counter() - started
+
+
+def mlir_pair_compile(first: str, second: str) -> float:
+    """Wall seconds to compile two dumped graphs at once, one thread each: whether XLA's
+    compiles overlap (the sum of `mlir` times if they do not)."""
+    from concurrent.futures import ThreadPoolExecutor
+    jax.devices()   # open the chip before the clock starts
+    started = time.perf_counter()
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(mlir_compile, (first, second), ("asis", "asis")))
     return time.perf_counter() - started
 
 
 if __name__ == "__main__":
     kind = sys.argv[1]
+    cpu_started = time.process_time()
     if kind == "mlir":
         seconds = mlir_compile(sys.argv[2], sys.argv[3])
+    elif kind == "mlir-pair":
+        seconds = mlir_pair_compile(sys.argv[2], sys.argv[3])
     else:
         with jax.default_matmul_precision(sys.argv[3] if len(sys.argv) > 3 else None):
             seconds = {"jax": jax_compile, "jax-opt": jax_opt_compile}[kind](sys.argv[2])
-    print(f"COMPILE {kind} {' '.join(sys.argv[2:])} {seconds:.1f} s on {jax.devices()[0].device_kind}", flush=True)
+    print(f"COMPILE {kind} {' '.join(sys.argv[2:])} {seconds:.1f} s on {jax.devices()[0].device_kind}"
+          f" (process CPU {time.process_time() - cpu_started:.1f} s)", flush=True)

@@ -7,7 +7,8 @@
 # the main job; PyTorch/XLA's train_decoder_only_base.py through lazyxla.compat (the tests'
 # small model, with eager CPU's losses for it, then the script's own default model); the
 # Trainer at BERT-base (3 steps: the first step's compiles) and at GPT-2 124M (25 steps,
-# logging every 10: the steady step, to set beside the bench's `gpt2-124m`); an accelerate
+# logging every 10: the steady step, to set beside the bench's `gpt2-124m`), natively and through
+# lazyxla.compat (transformers' XLA path: no nan/inf read a step); an accelerate
 # loop (tiny GPT-2, 12 steps of 2 accumulated micro-batches) with eager CPU's losses beside it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,6 +32,8 @@ r bert_base 170 python3 tests/hf_scripts/measure.py run tests/hf_scripts/trainer
 grep -E "^(FIRST|STEPS|LOSSES)" $out/bert_base.log | cut -c1-600; grep -E "Error" $out/bert_base.log | tail -3
 r gpt2_124m 150 python3 tests/hf_scripts/measure.py run tests/hf_scripts/trainer_gpt2.py 25 1 --124m
 grep -E "^(FIRST|STEPS|LOSSES)" $out/gpt2_124m.log | cut -c1-1500; grep -E "Error" $out/gpt2_124m.log | tail -3
+r gpt2_124m_compat 150 python3 tests/hf_scripts/measure.py compat tests/hf_scripts/trainer_gpt2.py 25 1 --124m
+grep -E "^(FIRST|STEPS|LOSSES)" $out/gpt2_124m_compat.log | cut -c1-1500; grep -E "Error" $out/gpt2_124m_compat.log | tail -3
 r accelerate 120 python3 tests/hf_scripts/measure.py run tests/hf_scripts/accelerate_gpt2.py 12 2
 grep -E "^(FIRST|STEPS|LOSSES)" $out/accelerate.log | cut -c1-900; grep -E "Error" $out/accelerate.log | tail -3
 JAX_PLATFORMS=cpu python3 tests/hf_scripts/accelerate_gpt2.py 12 2 --cpu 2>/dev/null | grep LOSSES | sed 's/^/eager CPU /'
