@@ -72,7 +72,7 @@ MODES: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
 BOOKKEEPING = {
     "per_op": False, "eager_depth": 0, "traced_since_sync": 0, "sync_epoch": 0, "math_bits_used": False,
     "in_optimizer_step": False, "scaler_step_open": False, "captures": 0, "deferred_barrier": False,
-    "size_warning_given": False, "forked_runtime": False,
+    "size_warning_given": False, "forked_runtime": False, "pending_work": True,
 }
 
 

@@ -125,6 +125,55 @@ def test_barrier_donates_like_sync(dev, implied_on):
     assert lx.debug.ir_text().strip() == "(nothing pending)"
 
 
+def test_lx_sync_after_the_implied_barrier_walks_nothing(dev, implied_on):
+    # mark_step() after optimizer.step(), as PyTorch/XLA loops write it: nothing was made or
+    # written since the implied barrier, so the step barrier neither walks the live storages
+    # nor runs a graph; the first write after it makes the next barrier look again.
+    _, lazy = _model_pair()
+    opt = torch.optim.SGD(lazy.parameters(), lr=0.1, momentum=0.9)
+    x, y = torch.randn(8, 12, device=dev), torch.randint(0, 3, (8,), device=dev)
+    for _ in range(3):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(lazy(x), y).backward()
+        opt.step()
+        skipped, collects = _counter("BarrierNothingPending"), _counter("GraphCollect")
+        lx.sync()
+        assert _counter("BarrierNothingPending") == skipped + 1
+        assert _counter("GraphCollect") == collects
+    weight = lazy[0].weight
+    before = weight.detach().cpu()
+    with torch.no_grad():
+        weight.mul_(2)
+    skipped = _counter("BarrierNothingPending")
+    lx.sync()
+    assert _counter("BarrierNothingPending") == skipped
+    assert torch.equal(weight.detach().cpu(), before * 2)
+    fresh = torch.ones(3, device=dev) * 3   # a new pending tensor, nothing written in place
+    lx.sync()
+    assert _counter("BarrierNothingPending") == skipped
+    assert fresh.tolist() == [3.0, 3.0, 3.0]
+
+
+def test_a_failed_barrier_leaves_the_next_one_looking(dev, implied_on, monkeypatch):
+    # the graph raised: its roots stay pending, and the next barrier must run them
+    import importlib
+    api = importlib.import_module("lazyxla.sync.api")
+    w = torch.ones(3, device=dev)
+    lx.sync()
+    w.add_(1)
+
+    def fails(request):
+        raise RuntimeError("injected")
+    with monkeypatch.context() as patch:
+        patch.setattr(api, "run_graph", fails)
+        with pytest.raises(RuntimeError, match="injected"):
+            lx.sync()
+    skipped = _counter("BarrierNothingPending")
+    lx.sync()
+    assert _counter("BarrierNothingPending") == skipped
+    assert w.tolist() == [2.0, 2.0, 2.0]
+
+
 def test_each_implied_barrier_names_what_ended_the_step(dev, implied_on):
     # the sync's kind is passed through: a compiled optimizer step's barrier is not labelled
     # optimizer.step's in the donation report, the error notes or the timeline

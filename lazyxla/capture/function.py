@@ -220,6 +220,7 @@ def _undo_outer_writes(before: dict) -> int:
         if st.value is not old:
             st.value = old
             st.version += 1
+            STATE.pending_work = True
             written += 1
     return written
 

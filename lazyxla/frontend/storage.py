@@ -61,6 +61,7 @@ class Storage:
         self.version = 0
         self.device = device
         self.seq = next(_seq)
+        STATE.pending_work = True   # a new storage: the next step barrier looks (sync/api.py `_barrier`)
         reg = _live.get(device)
         if reg is None:
             reg = _live[device] = []
@@ -82,14 +83,16 @@ class Storage:
                 self.last_data = _ref(old.data)
         if value.op is DATA:
             self.entry = None   # device data again (a sync's result, an upload)
-        elif id(value.op) in _FILL_IDS or not value.inputs or value.inputs[0] is not old:
-            # A fresh start: the new value does not read the old one (copy_), or reads only
-            # its shape (a fill: `torch.zeros(..., device=...)` is an allocation, then zero_()).
-            # An in-place op's functional node reads the old value first.
-            self.entry, self.entry_epoch = value, STATE.sync_epoch
-        elif self.entry_epoch != STATE.sync_epoch:
-            self.entry_epoch = STATE.sync_epoch
-            self.entry = old if old.op is not DATA else None
+        else:
+            STATE.pending_work = True
+            if id(value.op) in _FILL_IDS or not value.inputs or value.inputs[0] is not old:
+                # A fresh start: the new value does not read the old one (copy_), or reads only
+                # its shape (a fill: `torch.zeros(..., device=...)` is an allocation, then
+                # zero_()). An in-place op's functional node reads the old value first.
+                self.entry, self.entry_epoch = value, STATE.sync_epoch
+            elif self.entry_epoch != STATE.sync_epoch:
+                self.entry_epoch = STATE.sync_epoch
+                self.entry = old if old.op is not DATA else None
         self.value = value
         self.version += 1
 

@@ -61,6 +61,17 @@ def _barrier(kind: str, explicit: bool) -> int:
     started = sync_begins()
     STATE.traced_since_sync = 0
     young = collector.young()
+    if not STATE.pending_work:
+        # No storage made or given a pending value since the last barrier's graphs ran (an
+        # lx.sync() or mark_step() right after optimizer.step()'s implied barrier): nothing
+        # to collect, so the live storages are not walked (docs/design.md, "An empty
+        # barrier"); the collector still has its barrier
+        metrics.counter_add("BarrierNothingPending")
+        backend.current().after_barrier(young)
+        sync_ends(kind, started, nodes=0)
+        return 0
+    # cleared before the graphs run: anything a failure leaves pending sets it again below
+    STATE.pending_work = False
     nodes = 0
     failed: Optional[FailedOpError] = None
     try:
@@ -69,12 +80,16 @@ def _barrier(kind: str, explicit: bool) -> int:
                 nodes += _device_graph(device, kind, explicit)
             except FailedOpError as e:   # contained (sync/failures.py): the other devices still run
                 failed = failed or e
+    except BaseException:   # a graph that raised left its roots pending
+        STATE.pending_work = True
+        raise
     finally:
         # after the graphs ran, when the step's pending IR is gone: the collector's young
         # generation then holds only what the step keeps (docs/design.md, issue 50)
         backend.current().after_barrier(young)
     sync_ends(kind, started, nodes=nodes)
     if failed is not None:
+        STATE.pending_work = True
         try:
             raise failed
         finally:   # no cycle through this frame (sync/pipeline.py `run_graph` says why)
