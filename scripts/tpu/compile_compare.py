@@ -3,7 +3,7 @@ lazyxla's own step graphs (StableHLO dumped with JAX_DUMP_IR_TO), with 64-bit ty
 or not, each compile timed in its own process (a slow one is cut by the caller's timeout).
 
     python scripts/tpu/compile_compare.py jax bert|gpt2 [highest|high|default]
-    python scripts/tpu/compile_compare.py jax-opt bert|gpt2 [highest|high|default]
+    python scripts/tpu/compile_compare.py jax-opt[+grads][+steps] bert|gpt2 [highest|high|default]
     python scripts/tpu/compile_compare.py mlir FILE asis|f64|i64|f64i64
     python scripts/tpu/compile_compare.py mlir-pair FILE FILE   (both at once, two threads)
 
@@ -12,7 +12,9 @@ LM (batch 8, seq 128); both random-init, AdamW, float32, the shapes the Trainer 
 The JAX steps lower at JAX's default matmul precision unless a level is named: lazyxla's
 graphs are lowered at "highest" unless the program chose another (compare like with like).
 `jax-opt` compiles the Trainer's optimizer graph's work alone: the gradients clipped to
-global norm 1 (the Trainer's `max_grad_norm`), then AdamW, parameters and state donated.
+global norm 1 (the Trainer's `max_grad_norm`), then AdamW, parameters and state donated;
+`+grads` and `+steps` add what lazyxla's graph of that work has besides (`jax_opt_compile`),
+to bisect the difference between the two compiles.
 """
 from __future__ import annotations
 
@@ -107,15 +109,41 @@ def jax_compile(model: str) -> float:
     return time.perf_counter() - started
 
 
-def jax_opt_compile(model: str) -> float:
+def _adamw_per_parameter_steps(p, grads, state, lr=1e-4, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01):
+    """AdamW as torch's fused kernel takes it: a step count per parameter (torch.optim keeps
+    one tensor each), so each parameter computes its own bias corrections."""
+    out_p, out_state = {}, {"step": {}, "exp_avg": {}, "exp_avg_sq": {}}
+    for name in p:
+        step = state["step"][name] + 1
+        g, m, v = grads[name], state["exp_avg"][name], state["exp_avg_sq"][name]
+        m = m + (g - m) * (1 - b1)
+        v = v * b2 + (1 - b2) * g * g
+        step_size = lr / (1 - b1 ** step)
+        bc2_sqrt = jnp.sqrt(1 - b2 ** step)
+        out_p[name] = p[name] * (1 - lr * weight_decay) - step_size * m / (jnp.sqrt(v) / bc2_sqrt + eps)
+        out_state["step"][name], out_state["exp_avg"][name], out_state["exp_avg_sq"][name] = step, m, v
+    return out_p, out_state
+
+
+def jax_opt_compile(model: str, variant: str = "") -> float:
+    """The optimizer graph's work in JAX; `variant` adds what lazyxla's graph of it has:
+    `grads` returns the clipped gradients too (the Trainer's `p.grad` are live at the
+    barrier, so they are outputs), `steps` takes a step count per parameter (torch's AdamW)."""
     p = params(model, 30522 if model == "bert" else 50257)
+    per_parameter = "steps" in variant
+    state = adamw_init(p)
+    if per_parameter:
+        state["step"] = {name: jnp.zeros((), jnp.float32) for name in p}
 
     def step(p, state, grads):
         norm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree.leaves(grads)))
         scale = jnp.minimum(1.0, 1.0 / (norm + 1e-6))
-        return adamw_update(p, jax.tree.map(lambda g: g * scale, grads), state, lr=1e-4)
+        clipped = jax.tree.map(lambda g: g * scale, grads)
+        update = _adamw_per_parameter_steps if per_parameter else adamw_update
+        new_p, new_state = update(p, clipped, state, lr=1e-4)
+        return (new_p, new_state, clipped) if "grads" in variant else (new_p, new_state)
 
-    lowered = jax.jit(step, donate_argnums=(0, 1)).lower(p, adamw_init(p), p)
+    lowered = jax.jit(step, donate_argnums=(0, 1, 2) if "grads" in variant else (0, 1)).lower(p, state, p)
     started = time.perf_counter()
     lowered.compile()
     return time.perf_counter() - started
@@ -162,6 +190,9 @@ if __name__ == "__main__":
         seconds = mlir_pair_compile(sys.argv[2], sys.argv[3])
     else:
         with jax.default_matmul_precision(sys.argv[3] if len(sys.argv) > 3 else None):
-            seconds = {"jax": jax_compile, "jax-opt": jax_opt_compile}[kind](sys.argv[2])
+            if kind.startswith("jax-opt"):   # jax-opt, jax-opt+grads, jax-opt+steps, jax-opt+grads+steps
+                seconds = jax_opt_compile(sys.argv[2], kind[len("jax-opt"):])
+            else:
+                seconds = {"jax": jax_compile}[kind](sys.argv[2])
     print(f"COMPILE {kind} {' '.join(sys.argv[2:])} {seconds:.1f} s on {jax.devices()[0].device_kind}"
           f" (process CPU {time.process_time() - cpu_started:.1f} s)", flush=True)
