@@ -18,9 +18,14 @@ to bisect the difference between the two compiles.
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
+
+# importing lazyxla (jax_models below) turns on JAX's persistent compile cache: a JAX step
+# compiled twice on one machine would time a read from disk
+os.environ["LAZYXLA_CACHE_DIR"] = ""
 
 import jax
 import jax.numpy as jnp
