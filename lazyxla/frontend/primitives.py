@@ -28,6 +28,7 @@ from .tensor import LazyTensor, copy_bits
 from .torch_compat import decomposition_table, has_composite_implicit_kernel
 from . import tracing
 from .tracing import DeviceMismatchError, convert_call, lookup, trace, wrap_outputs
+from .views import apply_view_chain
 
 aten = torch.ops.aten
 # OpInfo of each OpOverload met so far, by id(OpOverload) (filled by the router's classify).
@@ -166,11 +167,26 @@ def view(func, info, args, kwargs):
     key = (info, self._mkey) + vargs
     entry = tracing.META_CACHE.get(key) or lookup(key, func, args, kwargs)
     spec = entry.spec
+    chain = self._view
+    if chain is not None and spec == (chain[-2][4].spec if len(chain) > 1 else self._st.base_spec):
+        return _undone(self, chain, spec)
     step = (func, vargs, spec[0], spec[3], entry)
     parent = self.checked_value()
     node = traced_node(func, (parent,) + vargs, None, (parent,), entry)
     chain = (self._view or ()) + (step,)
     return copy_bits(self, LazyTensor.wrap(self._st, chain, node, spec))
+
+
+def _undone(self: LazyTensor, chain: tuple, spec: tuple) -> LazyTensor:
+    """A view that addresses what `self`'s view before its last step did (the same shape,
+    strides, offset and dtype over one storage: `w.t().t()`, a transpose undone, as the
+    gradient of every Linear weight is): that view again, one step shorter, so its reads
+    and writes do not apply two steps that cancel (docs/design.md, "Views")."""
+    self.checked_value()   # a donated or failed base raises, as for any view of it
+    st = self._st
+    rest = chain[:-1] or None
+    node = st.value if rest is None else apply_view_chain(st.value, rest)
+    return copy_bits(self, LazyTensor.wrap(st, rest, node, spec))
 
 
 def alias(func, info, args, kwargs):
