@@ -111,14 +111,23 @@ def test_switched_off_is_the_old_behaviour(dev, implied_on):
     lx.sync()
 
 
-def test_barrier_donates_like_sync(dev, implied_on):
+def _momentum_sgd(dev):
+    """A model on the device, SGD with momentum over it, and one batch."""
     _, lazy = _model_pair()
     opt = torch.optim.SGD(lazy.parameters(), lr=0.1, momentum=0.9)
-    x, y = torch.randn(8, 12, device=dev), torch.randint(0, 3, (8,), device=dev)
+    return lazy, opt, torch.randn(8, 12, device=dev), torch.randint(0, 3, (8,), device=dev)
+
+
+def _train_step(model, opt, x, y) -> None:
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+
+
+def test_barrier_donates_like_sync(dev, implied_on):
+    lazy, opt, x, y = _momentum_sgd(dev)
     for _ in range(3):
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(lazy(x), y).backward()
-        opt.step()
+        _train_step(lazy, opt, x, y)
     report = lx.debug.donation_report()
     assert report.kind == "implied step barrier (optimizer.step)"
     assert report.donors >= 8   # the 4 parameters and their 4 momentum buffers, updated in place
@@ -129,13 +138,9 @@ def test_lx_sync_after_the_implied_barrier_walks_nothing(dev, implied_on):
     # mark_step() after optimizer.step(), as PyTorch/XLA loops write it: nothing was made or
     # written since the implied barrier, so the step barrier neither walks the live storages
     # nor runs a graph; the first write after it makes the next barrier look again.
-    _, lazy = _model_pair()
-    opt = torch.optim.SGD(lazy.parameters(), lr=0.1, momentum=0.9)
-    x, y = torch.randn(8, 12, device=dev), torch.randint(0, 3, (8,), device=dev)
+    lazy, opt, x, y = _momentum_sgd(dev)
     for _ in range(3):
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(lazy(x), y).backward()
-        opt.step()
+        _train_step(lazy, opt, x, y)
         skipped, collects = _counter("BarrierNothingPending"), _counter("GraphCollect")
         lx.sync()
         assert _counter("BarrierNothingPending") == skipped + 1
