@@ -168,7 +168,8 @@ def view(func, info, args, kwargs):
     entry = tracing.META_CACHE.get(key) or lookup(key, func, args, kwargs)
     spec = entry.spec
     chain = self._view
-    if chain is not None and spec == (chain[-2][4].spec if len(chain) > 1 else self._st.base_spec):
+    if (func in _PERMUTATIONS and chain is not None and chain[-1][0] in _PERMUTATIONS
+            and spec == (chain[-2][4].spec if len(chain) > 1 else self._st.base_spec)):
         return _undone(self, chain, spec)
     step = (func, vargs, spec[0], spec[3], entry)
     parent = self.checked_value()
@@ -177,11 +178,17 @@ def view(func, info, args, kwargs):
     return copy_bits(self, LazyTensor.wrap(self._st, chain, node, spec))
 
 
+# views that only reorder dimensions; two of them in a row with the spec of the view
+# before both address its elements in its order (math-bit views such as conj and _neg_view
+# keep the spec and change the values, so they are not among them)
+_PERMUTATIONS = frozenset((aten.t.default, aten.transpose.int, aten.permute.default))
+
+
 def _undone(self: LazyTensor, chain: tuple, spec: tuple) -> LazyTensor:
-    """A view that addresses what `self`'s view before its last step did (the same shape,
-    strides, offset and dtype over one storage: `w.t().t()`, a transpose undone, as the
-    gradient of every Linear weight is): that view again, one step shorter, so its reads
-    and writes do not apply two steps that cancel (docs/design.md, "Views")."""
+    """A permutation of dimensions that undoes `self`'s last one (the spec of the view before
+    it: `w.t().t()`, as the gradient of every Linear weight is): that view again, one step
+    shorter, so its reads and writes do not apply two steps that cancel (docs/design.md,
+    "Views and in-place ops")."""
     self.checked_value()   # a donated or failed base raises, as for any view of it
     st = self._st
     rest = chain[:-1] or None
