@@ -168,7 +168,7 @@ def view(func, info, args, kwargs):
     entry = tracing.META_CACHE.get(key) or lookup(key, func, args, kwargs)
     spec = entry.spec
     chain = self._view
-    if (func in _PERMUTATIONS and chain is not None and chain[-1][0] in _PERMUTATIONS
+    if (chain is not None and id(func) in _PERMUTATION_IDS and id(chain[-1][0]) in _PERMUTATION_IDS
             and spec == (chain[-2][4].spec if len(chain) > 1 else self._st.base_spec)):
         return _undone(self, chain, spec)
     step = (func, vargs, spec[0], spec[3], entry)
@@ -181,7 +181,10 @@ def view(func, info, args, kwargs):
 # views that only reorder dimensions; two of them in a row with the spec of the view
 # before both address its elements in its order (math-bit views such as conj and _neg_view
 # keep the spec and change the values, so they are not among them)
-_PERMUTATIONS = frozenset((aten.t.default, aten.transpose.int, aten.permute.default))
+_PERMUTATIONS = (aten.t.default, aten.transpose.int, aten.permute.default)
+# their ids: every view op asks, and an OpOverload's __hash__ is a Python call (the tuple
+# holds the ops, so no other object can have their ids)
+_PERMUTATION_IDS = frozenset(map(id, _PERMUTATIONS))
 
 
 def _undone(self: LazyTensor, chain: tuple, spec: tuple) -> LazyTensor:
