@@ -187,6 +187,15 @@ def inexact_division() -> str | None:
             "approximations, an ulp off the correctly rounded value at times (JAX's own ops too)")
 
 
+def as_held(t: torch.Tensor) -> torch.Tensor:
+    """CPU tensor `t` as the device here gives it back: rounded through the dtype the
+    storage policy holds its dtype in (the TPU's 64-bit rule: complex128 as complex64,
+    float64 as float32), unchanged where the dtype is held as itself (always on CPU)."""
+    from lazyxla.runtime import storage_dtypes
+    held = storage_dtypes.storage_for(t.dtype)
+    return t if held == t.dtype else t.to(held).to(t.dtype)
+
+
 def matmul_tolerance(expected: torch.Tensor, rtol: float, atol: float, level: str | None = None) -> dict:
     """rtol/atol for comparing a float32 result of matrix products at `level` (see
     `reduced_matmul_precision`) with eager CPU: as given where the platform computes them

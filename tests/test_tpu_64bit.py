@@ -85,3 +85,18 @@ def test_the_rule_can_be_turned_off(dev):
     with backend_as("tpu"):
         assert storage_dtypes.current().storage(torch.float64) == torch.float32
     assert storage_dtypes.current() is None   # the CPU backend keeps 64-bit types
+
+
+def test_complex128_is_held_and_computed_as_complex64(dev):
+    # complex128 is two float64: a graph of it on the TPU was emulated, and made from a
+    # complex64 value (a fill, a Python complex) it aborted XLA's compile and the process
+    z = torch.tensor([1 + 2j, -0.1j, 3], dtype=torch.complex128)
+    with backend_as("tpu"):
+        d = z.to(dev)
+        out = torch.zeros(3, 2, dtype=torch.complex128, device=dev) + d[:, None].real * (0.5 - 1j) + d.sum() * 1.1j
+        assert d.dtype == out.dtype == torch.complex128
+        text = lx.debug.hlo_text([out])
+        assert "c128[" not in text and "f64[" not in text, text
+        expected = torch.zeros(3, 2, dtype=torch.complex128) + z[:, None].real * (0.5 - 1j) + z.sum() * 1.1j
+        assert out.cpu().dtype == torch.complex128
+        torch.testing.assert_close(out.cpu(), expected, rtol=1.2e-7, atol=1e-7)   # complex64's rounding

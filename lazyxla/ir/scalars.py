@@ -28,7 +28,7 @@ _SCALAR_TYPES = (float, int, bool, complex)
 _KIND_DTYPES = (torch.float64, torch.int64, torch.bool, torch.complex128)
 # what a narrowed kind travels in: 32 bits (a float64 held in 16 bits still travels as float32)
 NARROWED_TRAVEL = {torch.float32: np.float32, torch.bfloat16: np.float32, torch.float16: np.float32,
-                   torch.int32: np.int32, torch.uint32: np.uint32}
+                   torch.int32: np.int32, torch.uint32: np.uint32, torch.complex64: np.complex64}
 SEPARATE_SCALARS_MAX = 256
 PACK_SCALARS_PER_OUTPUT = 4
 

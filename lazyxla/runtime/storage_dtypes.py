@@ -29,6 +29,7 @@ NARROWINGS = {
     torch.float32: (torch.bfloat16, torch.float16),
     torch.int64: (torch.int32,),
     torch.uint64: (torch.uint32,),
+    torch.complex128: (torch.complex64,),
 }
 
 Rule = Union[Mapping[torch.dtype, torch.dtype], Callable[[torch.dtype], torch.dtype]]

@@ -61,7 +61,7 @@ def _host_copy(t: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
     if storage == t.dtype:
         return t.cpu(), storage
     t = t.detach().cpu()
-    if not storage.is_floating_point:
+    if not (storage.is_floating_point or storage.is_complex):
         storage_dtypes.check_integer_range(t, storage)
     return t.to(storage), storage
 

@@ -17,11 +17,13 @@ class _Accelerator(Backend):
 
 class TpuBackend(_Accelerator):
     platform = "tpu"
-    # The TPU has no 64-bit arithmetic: XLA emulates it with 32-bit pairs, and graphs with
-    # float64 math (AdamW's bias corrections, lifted Python floats) compile for minutes.
-    # 64-bit types are held and computed in 32 bits, as JAX does by default on TPUs
+    # The TPU has no 64-bit arithmetic: XLA emulates it with 32-bit pairs, graphs with
+    # float64 math (AdamW's bias corrections, lifted Python floats) compile for minutes, and
+    # a complex128 graph can abort the process inside XLA's compile. 64-bit types (complex128:
+    # two float64) are held and computed in 32 bits, as JAX does by default on TPUs
     # (docs/design.md, "64-bit types on the TPU"; LAZYXLA_STORAGE_DTYPES=none keeps them).
-    storage_dtypes = {torch.float64: torch.float32, torch.int64: torch.int32, torch.uint64: torch.uint32}
+    storage_dtypes = {torch.float64: torch.float32, torch.int64: torch.int32, torch.uint64: torch.uint32,
+                      torch.complex128: torch.complex64}
 
 
 class GpuBackend(_Accelerator):
