@@ -100,3 +100,35 @@ def test_complex128_is_held_and_computed_as_complex64(dev):
         expected = torch.zeros(3, 2, dtype=torch.complex128) + z[:, None].real * (0.5 - 1j) + z.sum() * 1.1j
         assert out.cpu().dtype == torch.complex128
         torch.testing.assert_close(out.cpu(), expected, rtol=1.2e-7, atol=1e-7)   # complex64's rounding
+
+
+@pytest.mark.parametrize("name", ["normal_", "pow 1j", "rpow", "where 1j", "div"])
+def test_complex64_graphs_have_no_complex128_under_the_rule(dev, name):
+    # a Python complex inside a lowering (eager's mean on both parts of a complex normal, a
+    # complex exponent) was made as complex128 and converted: a complex128 <-> complex64
+    # convert aborts XLA:TPU's compile and the process with it
+    ops = {"normal_": lambda t: torch.empty_like(t).normal_(1.0, 2.0) * 0 + t,
+           "pow 1j": lambda t: t ** 1j + t ** (1 + 1j), "rpow": lambda t: (1 + 2j) ** t,
+           "where 1j": lambda t: torch.where(t.real > 0, t, 1j), "div": lambda t: t / (2 - 1j)}
+    z = torch.randn(3, 4, dtype=torch.complex64) + 0.5
+    with backend_as("tpu"):
+        out = ops[name](z.to(dev))
+        text = lx.debug.hlo_text([out])
+        assert "c128[" not in text, [line for line in text.splitlines() if "c128[" in line][:3]
+        torch.testing.assert_close(out.cpu(), ops[name](z), rtol=1e-5, atol=1e-5)
+
+
+def test_random_draws_run_under_the_rule_with_the_same_streams(dev):
+    # a draw's seed is a lifted int: drawn from 62 bits it could not travel in int32, and
+    # every random op (dropout) raised OverflowError under the TPU's rule
+    def draws():
+        torch.manual_seed(0)
+        x = torch.ones(64, device=dev)
+        return [t.cpu() for t in (torch.nn.functional.dropout(x, 0.5), torch.randn(8, device=dev),
+                                  torch.randint(0, 10, (8,), device=dev))]
+    here = draws()
+    with backend_as("tpu"):
+        narrowed = draws()
+    for a, b in zip(here, narrowed):
+        assert torch.equal(a, b)
+    assert 10 < int((here[0] == 0).sum()) < 54 and here[2].dtype == torch.int64

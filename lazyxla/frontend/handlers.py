@@ -192,8 +192,10 @@ def _resize_as(func, info, args, kwargs):
 
 def draw_seed() -> int:
     # Drawn from PyTorch's default CPU generator: torch.manual_seed makes lazyxla
-    # random ops reproducible; the seed is a runtime operand, so no recompiles.
-    return int(torch.randint(0, 2**62, (), dtype=torch.int64))
+    # random ops reproducible; the seed is a runtime operand, so no recompiles. 32 bits,
+    # signed: the key takes 32 (lower/random.py), and an int32 holds it where int64
+    # scalars travel in 32 bits (the TPU's 64-bit rule), so the streams are the same there.
+    return int(torch.randint(-2**31, 2**31, (), dtype=torch.int64))
 
 
 def _random(func, info, args, kwargs):

@@ -82,6 +82,10 @@ def cast(x, dt):
     if t in _PY_DTYPES:
         if t is int and not -2**63 <= x < 2**63:
             return jnp.asarray(x, dt)   # a uint64 constant (see _is_big_int)
+        if t is complex and _kind(dt) == "c":
+            # the constant made in `dt`, rounded part by part as a convert would: a graph
+            # without complex128 gets no complex128 constant (see complex_cast)
+            return jnp.asarray(np.asarray(x, dt))
         x = np.asarray(x, _PY_DTYPES[t])
     if _kind(x.dtype) == "c":
         if _kind(dt) == "b":

@@ -18,7 +18,8 @@ aten = torch.ops.aten
 
 
 def _key(seed):
-    return jax.random.key(seed.astype(jnp.uint32) ^ (seed >> 32).astype(jnp.uint32), impl="threefry2x32")
+    # the seed's 32 bits (frontend/handlers.py draw_seed), whether it arrives as int64 or int32
+    return jax.random.key(seed.astype(jnp.uint32), impl="threefry2x32")
 
 
 def _float(ctx):
@@ -42,7 +43,9 @@ def _std_normal(ctx):
 @register(aten.normal_.default)
 def _normal(ctx, x, mean=0.0, std=1.0, *, seed):
     z = _parts(jax.random.normal, ctx, seed) * (std * _std_normal(ctx))
-    return z + lax.complex(mean, mean) if jnp.iscomplexobj(z) else z + mean  # eager: mean on both parts
+    # eager: the mean on both parts; a Python complex keeps z's dtype (lax.complex of two
+    # Python floats is a complex128 constant, whose convert aborts the TPU's compiler)
+    return z + complex(mean, mean) if jnp.iscomplexobj(z) else z + mean
 
 
 @register(aten.rand_like.default)
