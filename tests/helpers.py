@@ -196,6 +196,18 @@ def as_held(t: torch.Tensor) -> torch.Tensor:
     return t if held == t.dtype else t.to(held).to(t.dtype)
 
 
+def skip_if_narrowed(*dtypes: torch.dtype) -> None:
+    """Skip the calling test where the device holds one of `dtypes` in a narrower dtype (the
+    TPU's 64-bit rule): a test of that dtype's own precision or range cannot pass there."""
+    from lazyxla.runtime import storage_dtypes
+    import pytest
+    for dtype in dtypes:
+        held = storage_dtypes.storage_for(dtype)
+        if held != dtype:
+            pytest.skip(f"{dtype} is held as {held} on this platform (the TPU's 64-bit rule: "
+                        "docs/design.md, '64-bit types on the TPU')")
+
+
 def matmul_tolerance(expected: torch.Tensor, rtol: float, atol: float, level: str | None = None) -> dict:
     """rtol/atol for comparing a float32 result of matrix products at `level` (see
     `reduced_matmul_precision`) with eager CPU: as given where the platform computes them

@@ -13,7 +13,7 @@ import lazyxla as lx
 from lazyxla import config
 from lazyxla.runtime import storage_dtypes
 
-from helpers import backend_as
+from helpers import backend_as, inexact_division
 
 _WIDE = re.compile(r"\b(f64|s64|u64)\[")
 
@@ -52,7 +52,9 @@ def test_a_training_step_has_no_64_bit_type_on_the_tpu(dev, fused):
         hlo: list = []
         lazy = _steps(_model().to(dev), ids.to(dev), labels.to(dev), fused, steps=4, hlo=hlo)
         assert hlo and not any(_WIDE.search(text) for text in hlo), "a 64-bit type in a TPU step graph"
-    torch.testing.assert_close(lazy, eager, rtol=2e-5, atol=2e-6)
+    # on a TPU the float32 division of AdamW's update is an approximation (inexact_division)
+    tol = dict(rtol=2e-4, atol=2e-5) if inexact_division() else dict(rtol=2e-5, atol=2e-6)
+    torch.testing.assert_close(lazy, eager, **tol)
 
 
 def test_64_bit_values_keep_their_logical_dtype_and_value(dev):
@@ -84,7 +86,8 @@ def test_the_rule_can_be_turned_off(dev):
         assert "f64[" in lx.debug.hlo_text([x / 3])
     with backend_as("tpu"):
         assert storage_dtypes.current().storage(torch.float64) == torch.float32
-    assert storage_dtypes.current() is None   # the CPU backend keeps 64-bit types
+    if lx.platform() == "cpu":
+        assert storage_dtypes.current() is None   # the CPU backend keeps 64-bit types
 
 
 def test_complex128_is_held_and_computed_as_complex64(dev):

@@ -71,3 +71,38 @@ def test_record_durations_and_count_results(chunks, tmp_path):
     assert bad == ["FAILED tests.test_a.TestK::test_two", "ERROR tests.ops.test_b::test_four"]
     assert reasons == {"this machine has no TCP sockets": 1}
     assert chunks.line(total, seconds) == "2 passed, 1 failed, 1 skipped, 1 errors in 12 s, 40.00% passed"
+
+
+DIES = """import os, pytest
+def test_a(): pass
+def test_b(): os.abort()   # as XLA:TPU's compiler does on some graphs
+class TestK:
+    def test_c(self): assert False
+    def test_d(self): pytest.skip("no chip")
+"""
+
+
+def test_a_chunk_goes_on_after_a_test_kills_its_process(chunks, tmp_path):
+    import os
+    import signal
+    import subprocess
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_dies.py").write_text(DIES)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    record = tmp_path / "chunk-1.record"
+    env = dict(os.environ, PYTHONPATH=str(PATH.parent))
+
+    def run(part: int) -> int:
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suite_resume",
+                               "--resume-record", str(record), f"--junitxml={tmp_path}/chunk-1.part{part}.xml",
+                               "tests/test_dies.py"], cwd=tmp_path, env=env, capture_output=True).returncode
+
+    assert run(1) == -signal.SIGABRT                            # the first process dies in test_b
+    assert not (tmp_path / "chunk-1.part1.xml").exists()
+    assert chunks.aborted(record, tmp_path / "chunk-1.aborted1.xml", "signal 6")
+    assert run(2) == 1                                          # test_c fails; test_a and test_b not run again
+    assert not chunks.aborted(record, tmp_path / "chunk-1.aborted2.xml")   # the second process ended its tests
+    total, bad, reasons, _ = chunks.counts(sorted(tmp_path.glob("chunk-1.*.xml")))
+    assert dict(total) == {"passed": 1, "failed": 2, "skipped": 1}
+    assert bad == ["FAILED tests.test_dies::test_b", "FAILED tests.test_dies.TestK::test_c"]
+    assert list(reasons) == ["no chip"]

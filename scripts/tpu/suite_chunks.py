@@ -3,8 +3,9 @@ minutes), for scripts/tpu/run_suite.sh; stdlib only (the TPU machine's python3).
 
     python3 scripts/tpu/suite_chunks.py plan                 # the chunks, their estimates
     python3 scripts/tpu/suite_chunks.py items K              # chunk K's pytest arguments, one a line
-    python3 scripts/tpu/suite_chunks.py summary K XML        # one line: chunk K's counts
+    python3 scripts/tpu/suite_chunks.py summary K XML...     # one line: chunk K's counts
     python3 scripts/tpu/suite_chunks.py tally DIR...         # all chunk-*.xml under DIRs summed
+    python3 scripts/tpu/suite_chunks.py aborted RECORD XML [WHY]   # the test a dead process was in, as a failure
     python3 scripts/tpu/suite_chunks.py record JUNIT.xml [SCALE]   # new durations from a CPU run
 
 A chunk's time on the TPU machine is estimated from the time each test took in one run of
@@ -151,6 +152,41 @@ def line(total: Counter, seconds: float) -> str:
             f"{total['errors']} errors in {seconds:.0f} s{share}")
 
 
+def aborted(record: Path, junit: Path, why: str = "") -> bool:
+    """The last process of `record` (a suite_resume.py file), which died without its junit
+    xml, written to `junit`: its tests with their outcomes, the one it died in (started,
+    never ended) as failed with `why`. False where that process ended every test it began."""
+    tests: dict = {}   # node id -> outcome, or None while it runs
+    for entry in record.read_text(encoding="utf-8").splitlines():
+        mark, _, rest = entry.partition(" ")
+        if mark == "PROCESS":
+            tests = {}
+        elif mark == "START":
+            tests[rest] = None
+        elif mark == "END":
+            nodeid, _, outcome = rest.rpartition(" ")
+            tests[nodeid] = outcome
+    dead = [nodeid for nodeid, outcome in tests.items() if outcome is None]
+    if not dead:
+        return False
+    message = f"the process died in this test{': ' + why if why else ''}"
+    suite = ET.Element("testsuite", name="pytest", time="0")
+    for nodeid, outcome in tests.items():
+        path, _, name = nodeid.partition("::")
+        inner, _, name = name.rpartition("::")
+        classname = ".".join(filter(None, (path[:-3].replace("/", "."), inner.replace("::", "."))))
+        case = ET.SubElement(suite, "testcase", classname=classname, name=name, file=path, time="0")
+        if outcome in (None, "failed"):
+            ET.SubElement(case, "failure", message=message if outcome is None else "failed (its report died with the process)")
+        elif outcome == "skipped":
+            ET.SubElement(case, "skipped", message="skipped (its reason died with the process)")
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.ElementTree(root).write(junit, encoding="utf-8", xml_declaration=True)
+    print(f"ABORTED {dead[-1]}{': ' + why if why else ''}")
+    return True
+
+
 def record(junit: Path, scale: float = 1.0) -> None:
     """The files of a junit xml written with junit_family=xunit1 (it names each test's
     file) into suite_durations.json, replacing those files' entries; every time x `scale`
@@ -184,8 +220,10 @@ def main(argv: list[str]) -> int:
             print(f"chunk {k}: about {PROCESS_S + c.tpu_s:.0f} s: {', '.join(names)}")
     elif command == "items" and len(args) == 1:
         print("\n".join(_chunk(args[0]).args))
-    elif command == "summary" and len(args) == 2:
-        total, bad, _, seconds = counts([Path(args[1])])
+    elif command == "aborted" and len(args) in (2, 3):
+        return 0 if aborted(Path(args[0]), Path(args[1]), args[2] if len(args) == 3 else "") else 1
+    elif command == "summary" and len(args) >= 2:
+        total, bad, _, seconds = counts([Path(a) for a in args[1:]])
         estimate = PROCESS_S + _chunk(args[0]).tpu_s
         print(f"chunk {args[0]}/{len(plan())}: {line(total, seconds)} (estimated {estimate:.0f} s)", *bad, sep="\n")
     elif command == "tally" and args:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import lazyxla as lx
-from helpers import check_op
+from helpers import check_op, skip_if_narrowed
 
 S = torch.special
 INF, NAN = math.inf, math.nan
@@ -43,6 +43,7 @@ UNARY = [torch.erfc, S.erfcx, S.log_ndtr, S.bessel_j0, S.bessel_j1, S.bessel_y0,
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("fn", UNARY, ids=lambda f: f.__name__)
 def test_unary_wide_range(fn, dtype):
+    skip_if_narrowed(dtype)
     # float32 tails (huge |x| in Y0/Y1/Ai, the phase rounding) stay within a few ulp of eager
     check_traced(fn, wide(dtype), rtol=1e-5, atol=1e-6 if dtype == torch.float64 else 1e-5)
 
@@ -54,12 +55,14 @@ def test_unary_int64_promotes_to_float32(fn):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_ndtri(dtype):
+    skip_if_narrowed(dtype)
     p = torch.cat([torch.linspace(-0.5, 1.5, 2001, dtype=torch.float64),
                    torch.tensor([0, 1, 1e-30, 1e-300, 1 - 1e-7, NAN, INF], dtype=torch.float64)])
     check_traced(S.ndtri, p.to(dtype), atol=1e-5)
 
 
 def test_erfcx_tail_and_negative_overflow():
+    skip_if_narrowed(torch.float64)
     # jax's erfcx (exp(x^2) * erfc(x)) is 0 past x ~ 26.5 in float64; eager's is ~1/(sqrt(pi) x)
     x = torch.tensor([20.0, 25.0, 25.5, 26.6, 30.0, 49.9, 50.1, 1e3, 4e7, 6e7, 1e300, -6.0, -6.2, -26.6, -26.8],
                      dtype=torch.float64)
@@ -85,6 +88,7 @@ ZETA_EDGES = [  # (x, q): poles, x = inf, x < 1, negative q with integer and non
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_zeta(dtype):
+    skip_if_narrowed(dtype)
     gen = torch.Generator().manual_seed(0)
     x = torch.cat([torch.rand(400, generator=gen, dtype=torch.float64) * 20 - 10,
                    torch.tensor([e[0] for e in ZETA_EDGES], dtype=torch.float64)]).to(dtype)
@@ -123,6 +127,7 @@ def polynomial_grid(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("fn", POLYNOMIALS, ids=lambda f: f.__name__)
 def test_polynomial_branches(fn, dtype):
+    skip_if_narrowed(dtype)
     x, n = polynomial_grid(dtype)
     # float32 closed forms at n ~ 500 (cos(n acos x): an argument ~ 400, ulp 3e-5) carry
     # eager's own rounding; OpInfo's atol there
