@@ -6,6 +6,7 @@ or not, each compile timed in its own process (a slow one is cut by the caller's
     python scripts/tpu/compile_compare.py jax-opt[+grads][+steps] bert|gpt2 [highest|high|default]
     python scripts/tpu/compile_compare.py mlir FILE asis|f64|i64|f64i64
     python scripts/tpu/compile_compare.py mlir-pair FILE FILE   (both at once, two threads)
+    python scripts/tpu/compile_compare.py jax-split bert|gpt2 [PRECISION]   (the step in two halves, compiled at once)
 
 `bert` is BERT-base for sequence classification (batch 8, seq 128); `gpt2` GPT-2 small as an
 LM (batch 8, seq 128); both random-init, AdamW, float32, the shapes the Trainer runs.
@@ -97,7 +98,7 @@ def gpt2_loss(p, ids, mask, labels):   # pre-norm decoder, tied LM head, shifted
     return cross_entropy(logits[:, :-1], labels[:, 1:])
 
 
-def jax_compile(model: str) -> float:
+def _step_and_args(model: str):
     vocab, loss = (30522, bert_loss) if model == "bert" else (50257, gpt2_loss)
     p = params(model, vocab)
 
@@ -108,10 +109,67 @@ def jax_compile(model: str) -> float:
 
     ids = jnp.zeros((BATCH, SEQ), jnp.int32)
     labels = jnp.zeros((BATCH,), jnp.int32) if model == "bert" else ids
-    lowered = jax.jit(step, donate_argnums=(0, 1)).lower(p, adamw_init(p), ids, jnp.ones_like(ids), labels)
+    return step, (p, adamw_init(p), ids, jnp.ones_like(ids), labels)
+
+
+def jax_compile(model: str) -> float:
+    step, args = _step_and_args(model)
+    lowered = jax.jit(step, donate_argnums=(0, 1)).lower(*args)
     started = time.perf_counter()
     lowered.compile()
     return time.perf_counter() - started
+
+
+def _halves(closed, k: int):
+    """`closed` (a closed jaxpr) cut after its k-th equation: (first half, its inputs; second
+    half, its inputs from the original ones; the values the first hands the second)."""
+    from jax.extend import core as jcore
+    jaxpr = closed.jaxpr
+    first, rest = jaxpr.eqns[:k], jaxpr.eqns[k:]
+    made_first, originals = {v for e in first for v in e.outvars}, set(jaxpr.invars)
+
+    def reads(eqns, extra=()):
+        seen: dict = {}
+        for v in [v for e in eqns for v in e.invars] + list(extra):
+            if isinstance(v, jcore.Var):
+                seen.setdefault(v, None)
+        return list(seen)
+
+    second_reads = reads(rest, jaxpr.outvars)
+    handed = [v for v in second_reads if v in made_first]
+    first_in = [v for v in reads(first) if v in originals]
+    second_in = [v for v in second_reads if v not in made_first and v in originals]
+    return (jcore.Jaxpr(jaxpr.constvars, first_in, handed, first), first_in,
+            jcore.Jaxpr([], second_in + handed, list(jaxpr.outvars), rest), second_in, handed)
+
+
+def jax_split_compile(model: str) -> float:
+    """Wall seconds to compile the JAX step cut in two halves of equal equation count, one
+    thread each; the two halves' results are checked against the whole step's."""
+    from concurrent.futures import ThreadPoolExecutor
+    from jax._src.core import eval_jaxpr
+    step, args = _step_and_args(model)
+    flat, tree = jax.tree.flatten(args)
+
+    def flat_step(*leaves):
+        return jax.tree.leaves(step(*jax.tree.unflatten(tree, leaves)))
+
+    closed = jax.make_jaxpr(flat_step)(*flat)
+    first, first_in, second, second_in, handed = _halves(closed, len(closed.jaxpr.eqns) // 2)
+    position = {v: i for i, v in enumerate(closed.jaxpr.invars)}
+    first_args, second_args = [flat[position[v]] for v in first_in], [flat[position[v]] for v in second_in]
+    lowered = (jax.jit(lambda *xs: eval_jaxpr(first, closed.consts, *xs)).lower(*first_args),
+               jax.jit(lambda *xs: eval_jaxpr(second, [], *xs)).lower(
+                   *second_args, *[jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in handed]))
+    started = time.perf_counter()
+    with ThreadPoolExecutor(2) as pool:
+        run_first, run_second = pool.map(lambda low: low.compile(), lowered)
+    seconds = time.perf_counter() - started
+    got = run_second(*second_args, *run_first(*first_args))
+    error = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(got, jax.jit(flat_step)(*flat)))
+    print(f"{len(closed.jaxpr.eqns)} equations, {len(handed)} values handed over; max difference "
+          f"from the whole step {error:.2g}", flush=True)
+    return seconds
 
 
 def _adamw_per_parameter_steps(p, grads, state, lr=1e-4, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01):
@@ -198,6 +256,6 @@ if __name__ == "__main__":
             if kind.startswith("jax-opt"):   # jax-opt, jax-opt+grads, jax-opt+steps, jax-opt+grads+steps
                 seconds = jax_opt_compile(sys.argv[2], kind[len("jax-opt"):])
             else:
-                seconds = {"jax": jax_compile}[kind](sys.argv[2])
+                seconds = {"jax": jax_compile, "jax-split": jax_split_compile}[kind](sys.argv[2])
     print(f"COMPILE {kind} {' '.join(sys.argv[2:])} {seconds:.1f} s on {jax.devices()[0].device_kind}"
           f" (process CPU {time.process_time() - cpu_started:.1f} s)", flush=True)
