@@ -32,6 +32,7 @@ from ..ir.node import OPT_BARRIER
 from .explain import explain
 from ..ir.scalars import scalar_avals
 from .program import build
+from .split import compile_in_halves
 
 
 class LastCompile:
@@ -210,6 +211,7 @@ class _Jitted(NamedTuple):
     avals to lower it for and its number of parameters. Building it raises lazyxla's
     own errors (placements on several meshes) as they are; lowering comes after."""
     fn: Any
+    program: Any    # the function `fn` jits
     avals: list
     n_params: int
     matmul_precision: str
@@ -222,7 +224,7 @@ class _Jitted(NamedTuple):
                  for d, s in zip(graph.params, in_shardings)]
         avals += [jax.ShapeDtypeStruct(shape, dt, sharding=scalar_sharding) for shape, dt in scalar_avals(graph)]
         fn = jax.jit(program, donate_argnums=donors, keep_unused=True, out_shardings=out_shardings)
-        return _Jitted(fn, avals, n_params, graph.matmul_precision)
+        return _Jitted(fn, program, avals, n_params, graph.matmul_precision)
 
     def lower(self) -> jax.stages.Lowered:
         with precision.lowering(self.matmul_precision):
@@ -245,6 +247,14 @@ def hlo_text(graph: Graph, donors: tuple) -> str:
     return computation.as_hlo_module().to_string(options)
 
 
+def _in_halves(graph: Graph) -> bool:
+    """Whether `graph` compiles as two programs at once (compile/split.py): large enough for
+    the backend's or the user's threshold, and on one device (a cut of an SPMD program
+    would fix its shardings at the cut)."""
+    least = backend.setting("split_compile_min_nodes")
+    return bool(least) and len(graph.order) >= least and not placement.spmd_enabled()
+
+
 def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
     jitted = _Jitted.of(graph, donors)
     n_params = jitted.n_params
@@ -257,7 +267,12 @@ def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
             # several blocks (runtime/backend/host_heap.py): such a graph is not written to the
             # persistent cache and compiles in each process; JAX warns on every write.
             warnings.filterwarnings("ignore", message="(?s).*Multiple temp buffer allocations")
-            compiled = jitted.lower().compile(compiler_options(graph) or None)
+            if _in_halves(graph):
+                compiled = compile_in_halves(jitted.program, jitted.avals, donors, compiler_options(graph) or None,
+                                             lambda: precision.lowering(jitted.matmul_precision))
+                metrics.counter_add("SplitCompile")
+            else:
+                compiled = jitted.lower().compile(compiler_options(graph) or None)
     except LoweringError:
         raise
     except Exception as e:

@@ -24,6 +24,10 @@ class TpuBackend(_Accelerator):
     # (docs/design.md, "64-bit types on the TPU"; LAZYXLA_STORAGE_DTYPES=none keeps them).
     storage_dtypes = {torch.float64: torch.float32, torch.int64: torch.int32, torch.uint64: torch.uint32,
                       torch.complex128: torch.complex64}
+    # XLA:TPU compiles a module with few of the host's cores and a real model's step for a
+    # minute or more; two halves compiled at once take about the larger one's time
+    # (docs/design.md, "A large graph compiled in two halves")
+    split_compile_min_nodes = 1500
 
 
 class GpuBackend(_Accelerator):

@@ -1,0 +1,142 @@
+"""A large graph compiled as two programs at once (compile/split.py): the same values as
+eager and as one program, one compile per kind of step, donation kept, the cut where the
+fewest values cross it, and only where the backend (the TPU) or the user asks for it."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+import torch
+
+import lazyxla as lx
+from lazyxla import config
+from lazyxla.compile import cache, split
+from lazyxla.runtime import backend
+
+from helpers import backend_as, counter
+
+
+def _train(dev, steps: int = 4):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
+                                torch.nn.Linear(32, 4)).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x, y = torch.randn(8, 16).to(dev), torch.randint(0, 4, (8,)).to(dev)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    return [float(v) for v in losses], [p.detach().cpu() for p in model.parameters()], \
+        [v.cpu() for state in opt.state.values() for v in state.values()]
+
+
+def test_a_step_in_two_halves_trains_as_eager_and_compiles_once(dev):
+    eager = _train("cpu")
+    cache.clear_cache()
+    with config.override(split_compile_min_nodes=20):
+        lazy = _train(dev)
+    assert counter("SplitCompile") == 1 and counter("UncachedCompile") == 1   # one kind of step
+    assert counter("ExecuteComputation") == 4
+    torch.testing.assert_close(lazy[0], eager[0], rtol=1e-6, atol=1e-6)
+    for got, expected in zip(lazy[1] + lazy[2], eager[1] + eager[2]):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    exe, = [e for e in cache._cache.values() if isinstance(e.compiled, split.Halves)]
+    # the parameters and AdamW's state are donated to the half that reads them last and
+    # their buffers reused for the new values
+    assert len(exe.donors) == 18 and exe.memory_analysis()["alias_size_in_bytes"] > 0
+    assert exe.compiled.handed > 0
+
+
+def test_a_donated_buffer_read_after_a_split_step_still_raises(dev):
+    with config.override(split_compile_min_nodes=5):
+        w = torch.ones(64).to(dev)
+        alias = w.detach()
+        lx.set_buffer_donation(w, True)
+        lx.set_explicit_donation(True)
+        w.mul_(2).add_(1).sin_()
+        lx.sync()
+        assert counter("SplitCompile") == 1
+        torch.testing.assert_close(w.cpu(), (torch.ones(64) * 2 + 1).sin())
+        torch.testing.assert_close(alias.cpu(), w.cpu())   # a view of the storage reads the new value
+
+
+def test_only_large_graphs_split_and_only_where_asked(dev):
+    assert backend.setting("split_compile_min_nodes") == 0   # CPU: a compile takes seconds
+    with backend_as("tpu"):
+        assert backend.setting("split_compile_min_nodes") == 1500
+    with config.override(split_compile_min_nodes=10_000):
+        _train(dev, steps=1)
+    assert counter("SplitCompile") == 0
+
+
+def _chain_jaxpr():
+    def f(x, y):
+        a = jnp.sin(x)
+        b = jnp.cos(a) * y       # a and y cross the cut anywhere before this
+        c = jnp.exp(b)
+        d = c + 1.0
+        e = d * 2.0
+        return e + a.sum(), jnp.tanh(d)
+    return jax.make_jaxpr(f)(jnp.ones(4), jnp.ones(4))
+
+
+def test_the_cut_is_where_the_fewest_values_cross():
+    closed = _chain_jaxpr()
+    k = split.cut_point(closed.jaxpr)
+    first, first_in, second, second_in, handed = split._halves(closed, k)
+    assert len(first.eqns) + len(second.eqns) == len(closed.jaxpr.eqns)
+    # any cut of this program hands over at least two values (the running value and `a`)
+    assert len(handed) == 2
+    x, y = jnp.arange(4.0), jnp.full(4, 0.5)
+    from jax._src.core import eval_jaxpr
+    args = {v: a for v, a in zip(closed.jaxpr.invars, (x, y))}
+    mid = eval_jaxpr(first, closed.consts, *[args[v] for v in first_in])
+    got = eval_jaxpr(second, [], *[args[v] for v in second_in], *mid)
+    for a, b in zip(got, eval_jaxpr(closed.jaxpr, closed.consts, x, y)):
+        assert jnp.allclose(a, b)
+
+
+def test_a_constant_read_after_the_cut_is_handed_over():
+    table = jnp.arange(8.0)   # closed over: a constant of the jaxpr
+
+    def f(x):
+        h = jnp.sin(x) * 2.0
+        h = jnp.cos(h) + 1.0
+        return h * table
+
+    closed = jax.make_jaxpr(f)(jnp.ones(8))
+    assert closed.jaxpr.constvars
+    first, first_in, second, second_in, handed = split._halves(closed, 1)
+    from jax._src.core import eval_jaxpr
+    mid = eval_jaxpr(first, closed.consts, jnp.ones(8))
+    got, = eval_jaxpr(second, [], *[jnp.ones(8) for _ in second_in], *mid)
+    assert jnp.allclose(got, f(jnp.ones(8)))
+
+
+@pytest.mark.parametrize("donate", [True, False])
+def test_halves_compile_and_run_as_the_program(donate):
+    def program(x, y):
+        a = jnp.sin(x) @ y
+        b = jnp.tanh(a) * 3.0
+        return b + 1.0, a.sum()
+
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    avals = [jax.ShapeDtypeStruct((4, 4), jnp.float32, sharding=sharding)] * 2
+    halves = split.compile_in_halves(program, avals, (0, 1) if donate else (), None, _no_context)
+    x, y = jnp.eye(4) * 0.5, jnp.ones((4, 4))
+    expected = program(x, y)
+    got = halves(jnp.array(x), jnp.array(y))
+    for a, b in zip(got, expected):
+        assert jnp.allclose(a, b, atol=1e-6)
+    assert halves.memory_analysis() is not None
+
+
+class _no_context:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
