@@ -72,6 +72,11 @@ def test_only_large_graphs_split_and_only_where_asked(dev):
     assert counter("SplitCompile") == 0
 
 
+def _run(jaxpr, consts, *args):
+    from jax.extend import core
+    return core.jaxpr_as_fun(core.ClosedJaxpr(jaxpr, consts))(*args)
+
+
 def _chain_jaxpr():
     def f(x, y):
         a = jnp.sin(x)
@@ -91,11 +96,10 @@ def test_the_cut_is_where_the_fewest_values_cross():
     # any cut of this program hands over at least two values (the running value and `a`)
     assert len(handed) == 2
     x, y = jnp.arange(4.0), jnp.full(4, 0.5)
-    from jax._src.core import eval_jaxpr
     args = {v: a for v, a in zip(closed.jaxpr.invars, (x, y))}
-    mid = eval_jaxpr(first, closed.consts, *[args[v] for v in first_in])
-    got = eval_jaxpr(second, [], *[args[v] for v in second_in], *mid)
-    for a, b in zip(got, eval_jaxpr(closed.jaxpr, closed.consts, x, y)):
+    mid = _run(first, closed.consts, *[args[v] for v in first_in])
+    got = _run(second, [], *[args[v] for v in second_in], *mid)
+    for a, b in zip(got, _run(closed.jaxpr, closed.consts, x, y)):
         assert jnp.allclose(a, b)
 
 
@@ -110,9 +114,8 @@ def test_a_constant_read_after_the_cut_is_handed_over():
     closed = jax.make_jaxpr(f)(jnp.ones(8))
     assert closed.jaxpr.constvars
     first, first_in, second, second_in, handed = split._halves(closed, 1)
-    from jax._src.core import eval_jaxpr
-    mid = eval_jaxpr(first, closed.consts, jnp.ones(8))
-    got, = eval_jaxpr(second, [], *[jnp.ones(8) for _ in second_in], *mid)
+    mid = _run(first, closed.consts, jnp.ones(8))
+    got, = _run(second, [], *[jnp.ones(8) for _ in second_in], *mid)
     assert jnp.allclose(got, f(jnp.ones(8)))
 
 
@@ -125,18 +128,10 @@ def test_halves_compile_and_run_as_the_program(donate):
 
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     avals = [jax.ShapeDtypeStruct((4, 4), jnp.float32, sharding=sharding)] * 2
-    halves = split.compile_in_halves(program, avals, (0, 1) if donate else (), None, _no_context)
+    halves = split.lower_in_halves(program, avals, (0, 1) if donate else ()).compile()
     x, y = jnp.eye(4) * 0.5, jnp.ones((4, 4))
     expected = program(x, y)
     got = halves(jnp.array(x), jnp.array(y))
     for a, b in zip(got, expected):
         assert jnp.allclose(a, b, atol=1e-6)
     assert halves.memory_analysis() is not None
-
-
-class _no_context:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False

@@ -32,7 +32,7 @@ from ..ir.node import OPT_BARRIER
 from .explain import explain
 from ..ir.scalars import scalar_avals
 from .program import build
-from .split import compile_in_halves
+from .split import lower_in_halves
 
 
 class LastCompile:
@@ -268,8 +268,9 @@ def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
             # persistent cache and compiles in each process; JAX warns on every write.
             warnings.filterwarnings("ignore", message="(?s).*Multiple temp buffer allocations")
             if _in_halves(graph):
-                compiled = compile_in_halves(jitted.program, jitted.avals, donors, compiler_options(graph) or None,
-                                             lambda: precision.lowering(jitted.matmul_precision))
+                compiled = lower_in_halves(jitted.program, jitted.avals, donors,
+                                           lambda: precision.lowering(jitted.matmul_precision)
+                                           ).compile(compiler_options(graph) or None)
                 metrics.counter_add("SplitCompile")
             else:
                 compiled = jitted.lower().compile(compiler_options(graph) or None)

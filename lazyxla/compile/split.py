@@ -9,13 +9,13 @@ this way (docs/design.md, "A large graph compiled in two halves").
 """
 from __future__ import annotations
 
+import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
-from typing import Callable, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import jax
 from jax.extend import core as jcore
-from jax._src.core import eval_jaxpr   # no public evaluator of a jaxpr in JAX 0.10
 
 # the cut is chosen where the fewest values cross it, within this share of the equations
 # around the middle (equal halves compile in about equal times)
@@ -113,27 +113,40 @@ def _halves(closed, k: int):
             half("second", [], second_in + handed, list(jaxpr.outvars), rest), second_in, handed)
 
 
-def compile_in_halves(program: Callable, avals: Sequence, donors: tuple, options: Optional[dict],
-                      lowering) -> Halves:
-    """`program` (a function of arrays of `avals`, one device) compiled as two halves at once.
-    A donated argument is donated to the last half that reads it. `lowering`: the context
-    the program lowers in (its matmul precision)."""
+class Lowered(NamedTuple):
+    """A program's two halves lowered: compile() gives the `Halves`."""
+    first: jax.stages.Lowered
+    second: jax.stages.Lowered
+    first_in: list
+    second_in: list
+    handed: int
+
+    def compile(self, options: Optional[dict] = None) -> Halves:
+        """Both halves compiled at once, one thread each (XLA's compile holds no Python lock)."""
+        with ThreadPoolExecutor(2, thread_name_prefix="lazyxla-compile") as pool:
+            first, second = pool.map(lambda low: low.compile(options), (self.first, self.second))
+        return Halves(first, second, self.first_in, self.second_in, self.handed)
+
+
+def lower_in_halves(program: Callable, avals: Sequence, donors: tuple = (), lowering=contextlib.nullcontext) -> Lowered:
+    """`program` (a function of arrays of `avals`, one device) cut in two halves and each
+    lowered; a donated argument (position in `donors`) is donated to the last half that
+    reads it. `lowering`: the context the program lowers in (its matmul precision)."""
     with lowering():
         closed = jax.make_jaxpr(program)(*avals)
     first, first_vars, second, second_vars, handed = _halves(closed, cut_point(closed.jaxpr))
     position = {v: i for i, v in enumerate(closed.jaxpr.invars)}
     first_in, second_in = [position[v] for v in first_vars], [position[v] for v in second_vars]
-    donated = set(donors)
+    donated, read_later = set(donors), set(second_in)
     second_donors = tuple(j for j, i in enumerate(second_in) if i in donated)
-    first_donors = tuple(j for j, i in enumerate(first_in) if i in donated and i not in set(second_in))
-    handed_avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, sharding=avals[0].sharding if avals else None)
-                    for v in handed]
-    consts = closed.consts
-    first_fn = jax.jit(lambda *xs: eval_jaxpr(first, consts, *xs), donate_argnums=first_donors, keep_unused=True)
-    second_fn = jax.jit(lambda *xs: eval_jaxpr(second, [], *xs), donate_argnums=second_donors, keep_unused=True)
+    first_donors = tuple(j for j, i in enumerate(first_in) if i in donated and i not in read_later)
+    sharding = avals[0].sharding if avals else None
+    handed_avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, sharding=sharding) for v in handed]
+    first_fn = jax.jit(jcore.jaxpr_as_fun(jcore.ClosedJaxpr(first, closed.consts)),
+                       donate_argnums=first_donors, keep_unused=True)
+    second_fn = jax.jit(jcore.jaxpr_as_fun(jcore.ClosedJaxpr(second, [])),
+                        donate_argnums=second_donors, keep_unused=True)
     with lowering():
-        lowered = (first_fn.lower(*[avals[i] for i in first_in]),
-                   second_fn.lower(*[avals[i] for i in second_in], *handed_avals))
-    with ThreadPoolExecutor(2, thread_name_prefix="lazyxla-compile") as pool:
-        compiled = list(pool.map(lambda low: low.compile(options), lowered))
-    return Halves(compiled[0], compiled[1], first_in, second_in, len(handed))
+        return Lowered(first_fn.lower(*[avals[i] for i in first_in]),
+                       second_fn.lower(*[avals[i] for i in second_in], *handed_avals),
+                       first_in, second_in, len(handed))

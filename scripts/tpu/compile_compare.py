@@ -120,55 +120,24 @@ def jax_compile(model: str) -> float:
     return time.perf_counter() - started
 
 
-def _halves(closed, k: int):
-    """`closed` (a closed jaxpr) cut after its k-th equation: (first half, its inputs; second
-    half, its inputs from the original ones; the values the first hands the second)."""
-    from jax.extend import core as jcore
-    jaxpr = closed.jaxpr
-    first, rest = jaxpr.eqns[:k], jaxpr.eqns[k:]
-    made_first, originals = {v for e in first for v in e.outvars}, set(jaxpr.invars)
-
-    def reads(eqns, extra=()):
-        seen: dict = {}
-        for v in [v for e in eqns for v in e.invars] + list(extra):
-            if isinstance(v, jcore.Var):
-                seen.setdefault(v, None)
-        return list(seen)
-
-    second_reads = reads(rest, jaxpr.outvars)
-    handed = [v for v in second_reads if v in made_first]
-    first_in = [v for v in reads(first) if v in originals]
-    second_in = [v for v in second_reads if v not in made_first and v in originals]
-    return (jcore.Jaxpr(jaxpr.constvars, first_in, handed, first), first_in,
-            jcore.Jaxpr([], second_in + handed, list(jaxpr.outvars), rest), second_in, handed)
-
-
 def jax_split_compile(model: str) -> float:
-    """Wall seconds to compile the JAX step cut in two halves of equal equation count, one
-    thread each; the two halves' results are checked against the whole step's."""
-    from concurrent.futures import ThreadPoolExecutor
-    from jax._src.core import eval_jaxpr
+    """Wall seconds to compile the JAX step cut in two as lazyxla cuts a large graph
+    (lazyxla/compile/split.py), both halves at once; their results checked against the
+    whole step's."""
+    from lazyxla.compile.split import lower_in_halves
     step, args = _step_and_args(model)
     flat, tree = jax.tree.flatten(args)
 
     def flat_step(*leaves):
         return jax.tree.leaves(step(*jax.tree.unflatten(tree, leaves)))
 
-    closed = jax.make_jaxpr(flat_step)(*flat)
-    first, first_in, second, second_in, handed = _halves(closed, len(closed.jaxpr.eqns) // 2)
-    position = {v: i for i, v in enumerate(closed.jaxpr.invars)}
-    first_args, second_args = [flat[position[v]] for v in first_in], [flat[position[v]] for v in second_in]
-    lowered = (jax.jit(lambda *xs: eval_jaxpr(first, closed.consts, *xs)).lower(*first_args),
-               jax.jit(lambda *xs: eval_jaxpr(second, [], *xs)).lower(
-                   *second_args, *[jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in handed]))
+    lowered = lower_in_halves(flat_step, [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding) for x in flat])
     started = time.perf_counter()
-    with ThreadPoolExecutor(2) as pool:
-        run_first, run_second = pool.map(lambda low: low.compile(), lowered)
+    halves = lowered.compile()
     seconds = time.perf_counter() - started
-    got = run_second(*second_args, *run_first(*first_args))
+    got = halves(*flat)
     error = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(got, jax.jit(flat_step)(*flat)))
-    print(f"{len(closed.jaxpr.eqns)} equations, {len(handed)} values handed over; max difference "
-          f"from the whole step {error:.2g}", flush=True)
+    print(f"{lowered.handed} values handed over; max difference from the whole step {error:.2g}", flush=True)
     return seconds
 
 
