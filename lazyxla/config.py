@@ -45,10 +45,11 @@ class Config:
     op and only scalars as device inputs is computed by eager PyTorch on the host, without
     a device graph (sync/host_eval.py); 0 turns that off; unset: the backend's
     (runtime/backend/)."""
-    split_compile_min_nodes: Optional[int] = None
-    """A graph of at least this many IR nodes compiles as two programs at once, run one after
-    the other (compile/split.py: the first step's compile in about the time of the larger
-    half); 0 turns that off; unset: the backend's (the TPU's 1500, elsewhere off)."""
+    split_compile_min_equations: Optional[int] = None
+    """A graph whose JAX program has at least this many equations compiles as two programs at
+    once, run one after the other (compile/split.py: the first step's compile in about the
+    time of the larger half); 0 turns that off; unset: the backend's (the TPU's 3000,
+    elsewhere off)."""
     host_bookkeeping_max_elements: Optional[int] = None
     """In a host read's graph, integer and boolean values of at most this many elements
     computed from host-known values or small device results (generate()'s growing

@@ -36,7 +36,7 @@ def _train(dev, steps: int = 4):
 def test_a_step_in_two_halves_trains_as_eager_and_compiles_once(dev):
     eager = _train("cpu")
     cache.clear_cache()
-    with config.override(split_compile_min_nodes=20):
+    with config.override(split_compile_min_equations=20):
         lazy = _train(dev)
     assert counter("SplitCompile") == 1 and counter("UncachedCompile") == 1   # one kind of step
     assert counter("ExecuteComputation") == 4
@@ -51,7 +51,7 @@ def test_a_step_in_two_halves_trains_as_eager_and_compiles_once(dev):
 
 
 def test_a_donated_buffer_read_after_a_split_step_still_raises(dev):
-    with config.override(split_compile_min_nodes=5):
+    with config.override(split_compile_min_equations=5):
         w = torch.ones(64).to(dev)
         alias = w.detach()
         lx.set_buffer_donation(w, True)
@@ -64,10 +64,10 @@ def test_a_donated_buffer_read_after_a_split_step_still_raises(dev):
 
 
 def test_only_large_graphs_split_and_only_where_asked(dev):
-    assert backend.setting("split_compile_min_nodes") == 0   # CPU: a compile takes seconds
+    assert backend.setting("split_compile_min_equations") == 0   # CPU: a compile takes seconds
     with backend_as("tpu"):
-        assert backend.setting("split_compile_min_nodes") == 1500
-    with config.override(split_compile_min_nodes=10_000):
+        assert backend.setting("split_compile_min_equations") == 3000
+    with config.override(split_compile_min_equations=100_000):
         _train(dev, steps=1)
     assert counter("SplitCompile") == 0
 

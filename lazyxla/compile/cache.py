@@ -247,12 +247,15 @@ def hlo_text(graph: Graph, donors: tuple) -> str:
     return computation.as_hlo_module().to_string(options)
 
 
-def _in_halves(graph: Graph) -> bool:
-    """Whether `graph` compiles as two programs at once (compile/split.py): large enough for
-    the backend's or the user's threshold, and on one device (a cut of an SPMD program
-    would fix its shardings at the cut)."""
-    least = backend.setting("split_compile_min_nodes")
-    return bool(least) and len(graph.order) >= least and not placement.spmd_enabled()
+def _in_halves(jitted: "_Jitted", donors: tuple):
+    """The graph's program lowered as two halves (compile/split.py) where the backend or the
+    user asks for it and it has enough equations, on one device (a cut of an SPMD program
+    would fix its shardings at the cut); None otherwise."""
+    least = backend.setting("split_compile_min_equations")
+    if not least or placement.spmd_enabled():
+        return None
+    return lower_in_halves(jitted.program, jitted.avals, donors,
+                           lambda: precision.lowering(jitted.matmul_precision), least)
 
 
 def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
@@ -267,10 +270,9 @@ def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
             # several blocks (runtime/backend/host_heap.py): such a graph is not written to the
             # persistent cache and compiles in each process; JAX warns on every write.
             warnings.filterwarnings("ignore", message="(?s).*Multiple temp buffer allocations")
-            if _in_halves(graph):
-                compiled = lower_in_halves(jitted.program, jitted.avals, donors,
-                                           lambda: precision.lowering(jitted.matmul_precision)
-                                           ).compile(compiler_options(graph) or None)
+            halves = _in_halves(jitted, donors)
+            if halves is not None:
+                compiled = halves.compile(compiler_options(graph) or None)
                 metrics.counter_add("SplitCompile")
             else:
                 compiled = jitted.lower().compile(compiler_options(graph) or None)

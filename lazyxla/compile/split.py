@@ -4,8 +4,8 @@ each lowered and compiled on a thread of its own, run one after the other.
 Why: XLA:TPU compiles a module with a few of the host's cores, so two modules compile in
 about the time of the larger one (docs/benchmarks.md, "The chip's split of the optimizer
 graph": BERT-base's two Trainer graphs, 47.8 s at once against 82.4 s one after the
-other). A backend that sets `split_compile_min_nodes` gets its largest graphs compiled
-this way (docs/design.md, "A large graph compiled in two halves").
+other). A backend that sets `split_compile_min_equations` gets its largest graphs compiled
+this way (docs/design.md, "compile/split.py: a large graph compiled in two halves").
 """
 from __future__ import annotations
 
@@ -128,12 +128,16 @@ class Lowered(NamedTuple):
         return Halves(first, second, self.first_in, self.second_in, self.handed)
 
 
-def lower_in_halves(program: Callable, avals: Sequence, donors: tuple = (), lowering=contextlib.nullcontext) -> Lowered:
+def lower_in_halves(program: Callable, avals: Sequence, donors: tuple = (), lowering=contextlib.nullcontext,
+                    min_equations: int = 0) -> Optional[Lowered]:
     """`program` (a function of arrays of `avals`, one device) cut in two halves and each
-    lowered; a donated argument (position in `donors`) is donated to the last half that
-    reads it. `lowering`: the context the program lowers in (its matmul precision)."""
+    lowered, or None where it has fewer than `min_equations` equations; a donated argument
+    (position in `donors`) is donated to the last half that reads it. `lowering`: the
+    context the program lowers in (its matmul precision)."""
     with lowering():
         closed = jax.make_jaxpr(program)(*avals)
+    if len(closed.jaxpr.eqns) < max(min_equations, 2):
+        return None
     first, first_vars, second, second_vars, handed = _halves(closed, cut_point(closed.jaxpr))
     position = {v: i for i, v in enumerate(closed.jaxpr.invars)}
     first_in, second_in = [position[v] for v in first_vars], [position[v] for v in second_vars]

@@ -37,10 +37,10 @@ class Backend:
     # device), so a decode step runs on the device on every platform; the values are the
     # CPU's, not yet measured per platform.
     host_read_max_elements = 4096
-    # Graphs of at least this many IR nodes compile as two halves at once (compile/split.py;
-    # LAZYXLA_SPLIT_COMPILE_MIN_NODES overrides; `setting`); 0: never. Off where a compile
-    # takes seconds, not minutes.
-    split_compile_min_nodes = 0
+    # Graphs whose JAX program has at least this many equations compile as two halves at once
+    # (compile/split.py; LAZYXLA_SPLIT_COMPILE_MIN_EQUATIONS overrides; `setting`); 0: never.
+    # Off where a compile takes seconds, not minutes.
+    split_compile_min_equations = 0
     host_bookkeeping_max_elements = 65536
     # The storage dtype policy while the user sets none (runtime/storage_dtypes.py): logical
     # dtype -> the dtype it is held and computed in on this platform. Empty: every dtype
