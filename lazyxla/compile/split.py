@@ -1,11 +1,9 @@
 """One large graph compiled as two programs at once: its JAX program cut in two halves,
-each lowered and compiled on a thread of its own, run one after the other.
+each lowered and compiled on a thread of its own, run one after the other as one
+executable. Used for the graphs of a backend that sets `split_compile_min_equations`
+(compile/cache.py).
 
-Why: XLA:TPU compiles a module with a few of the host's cores, so two modules compile in
-about the time of the larger one (docs/benchmarks.md, "The chip's split of the optimizer
-graph": BERT-base's two Trainer graphs, 47.8 s at once against 82.4 s one after the
-other). A backend that sets `split_compile_min_equations` gets its largest graphs compiled
-this way (docs/design.md, "compile/split.py: a large graph compiled in two halves").
+Design: docs/design.md, "compile/split.py: a large graph compiled in two halves".
 """
 from __future__ import annotations
 
