@@ -135,3 +135,27 @@ def test_halves_compile_and_run_as_the_program(donate):
     for a, b in zip(got, expected):
         assert jnp.allclose(a, b, atol=1e-6)
     assert halves.memory_analysis() is not None
+
+
+def test_the_tpu_backend_splits_a_deep_model_step_and_trains_as_one_program(dev):
+    # W2's GPT at 8 small layers: over the TPU's 3,000 equations a step (4 layers: 2,478)
+    from lazyxla import workloads
+    cfg = workloads.GPTConfig(vocab=128, d=32, heads=2, layers=8, seq=16)
+
+    def losses():
+        model, x, y, opt, loss_of = workloads.gpt_training(cfg, 2, dev)
+        out = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = loss_of(x, y)
+            loss.backward()
+            opt.step()
+            out.append(loss.detach())
+        return [float(v) for v in out]
+
+    whole = losses()
+    assert counter("SplitCompile") == 0
+    with backend_as("tpu"):
+        halves = losses()
+    assert counter("SplitCompile") == 1
+    torch.testing.assert_close(halves, whole, rtol=2e-5, atol=2e-6)
