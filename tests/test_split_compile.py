@@ -128,7 +128,7 @@ def test_halves_compile_and_run_as_the_program(donate):
 
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     avals = [jax.ShapeDtypeStruct((4, 4), jnp.float32, sharding=sharding)] * 2
-    halves = split.lower_in_halves(program, avals, (0, 1) if donate else ()).compile()
+    halves = split.lower_in_halves(jax.make_jaxpr(program)(*avals), avals, (0, 1) if donate else ()).compile()
     x, y = jnp.eye(4) * 0.5, jnp.ones((4, 4))
     expected = program(x, y)
     got = halves(jnp.array(x), jnp.array(y))

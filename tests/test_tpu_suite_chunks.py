@@ -75,6 +75,8 @@ def test_record_durations_and_count_results(chunks, tmp_path):
 
 DIES = """import os, pytest
 def test_a(): pass
+@pytest.mark.parametrize("x", ["a b"])   # a node id with a space
+def test_a2(x): pass
 def test_b(): os.abort()   # as XLA:TPU's compiler does on some graphs
 class TestK:
     def test_c(self): assert False
@@ -103,6 +105,6 @@ def test_a_chunk_goes_on_after_a_test_kills_its_process(chunks, tmp_path):
     assert run(2) == 1                                          # test_c fails; test_a and test_b not run again
     assert not chunks.aborted(record, tmp_path / "chunk-1.aborted2.xml")   # the second process ended its tests
     total, bad, reasons, _ = chunks.counts(sorted(tmp_path.glob("chunk-1.*.xml")))
-    assert dict(total) == {"passed": 1, "failed": 2, "skipped": 1}
+    assert dict(total) == {"passed": 2, "failed": 2, "skipped": 1}
     assert bad == ["FAILED tests.test_dies::test_b", "FAILED tests.test_dies.TestK::test_c"]
     assert list(reasons) == ["no chip"]

@@ -32,7 +32,7 @@ from ..ir.node import OPT_BARRIER
 from .explain import explain
 from ..ir.scalars import scalar_avals
 from .program import build
-from .split import lower_in_halves
+from . import split
 
 
 class LastCompile:
@@ -211,7 +211,6 @@ class _Jitted(NamedTuple):
     avals to lower it for and its number of parameters. Building it raises lazyxla's
     own errors (placements on several meshes) as they are; lowering comes after."""
     fn: Any
-    program: Any    # the function `fn` jits
     avals: list
     n_params: int
     matmul_precision: str
@@ -224,7 +223,7 @@ class _Jitted(NamedTuple):
                  for d, s in zip(graph.params, in_shardings)]
         avals += [jax.ShapeDtypeStruct(shape, dt, sharding=scalar_sharding) for shape, dt in scalar_avals(graph)]
         fn = jax.jit(program, donate_argnums=donors, keep_unused=True, out_shardings=out_shardings)
-        return _Jitted(fn, program, avals, n_params, graph.matmul_precision)
+        return _Jitted(fn, avals, n_params, graph.matmul_precision)
 
     def lower(self) -> jax.stages.Lowered:
         with precision.lowering(self.matmul_precision):
@@ -247,15 +246,17 @@ def hlo_text(graph: Graph, donors: tuple) -> str:
     return computation.as_hlo_module().to_string(options)
 
 
-def _in_halves(jitted: "_Jitted", donors: tuple):
-    """The graph's program lowered as two halves (compile/split.py) where the backend or the
-    user asks for it and it has enough equations, on one device (a cut of an SPMD program
-    would fix its shardings at the cut); None otherwise."""
+def _lowered(jitted: "_Jitted", donors: tuple):
+    """The graph's program lowered, traced once: whole, or as two halves (compile/split.py)
+    where the backend or the user asks for it and the program has enough equations, on one
+    device (a cut of an SPMD program would fix its shardings at the cut)."""
     least = backend.setting("split_compile_min_equations")
-    if not least or placement.spmd_enabled():
-        return None
-    return lower_in_halves(jitted.program, jitted.avals, donors,
-                           lambda: precision.lowering(jitted.matmul_precision), least)
+    with precision.lowering(jitted.matmul_precision):
+        traced = jitted.fn.trace(*jitted.avals)
+        if least and not placement.spmd_enabled() and len(traced.jaxpr.jaxpr.eqns) >= max(least, 2):
+            metrics.counter_add("SplitCompile")
+            return split.lower_in_halves(traced.jaxpr, jitted.avals, donors)
+        return traced.lower()
 
 
 def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
@@ -270,12 +271,7 @@ def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
             # several blocks (runtime/backend/host_heap.py): such a graph is not written to the
             # persistent cache and compiles in each process; JAX warns on every write.
             warnings.filterwarnings("ignore", message="(?s).*Multiple temp buffer allocations")
-            halves = _in_halves(jitted, donors)
-            if halves is not None:
-                compiled = halves.compile(compiler_options(graph) or None)
-                metrics.counter_add("SplitCompile")
-            else:
-                compiled = jitted.lower().compile(compiler_options(graph) or None)
+            compiled = _lowered(jitted, donors).compile(compiler_options(graph) or None)
     except LoweringError:
         raise
     except Exception as e:

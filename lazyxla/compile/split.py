@@ -7,10 +7,9 @@ Design: docs/design.md, "compile/split.py: a large graph compiled in two halves"
 """
 from __future__ import annotations
 
-import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
-from typing import Callable, NamedTuple, Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import jax
 from jax.extend import core as jcore
@@ -103,6 +102,7 @@ def _halves(closed, k: int):
     handed = [v for v in second_reads if v in made_first]
     first_in = [v for v in reads(first) if v in originals]
     second_in = [v for v in second_reads if v not in made_first and v in originals]
+
     def half(name: str, constvars, invars, outvars, eqns):
         info = jcore.DebugInfo(f"lazyxla graph, {name} half", None, None, None)
         return jcore.Jaxpr(constvars, invars, outvars, eqns, jaxpr.effects, info)
@@ -126,16 +126,11 @@ class Lowered(NamedTuple):
         return Halves(first, second, self.first_in, self.second_in, self.handed)
 
 
-def lower_in_halves(program: Callable, avals: Sequence, donors: tuple = (), lowering=contextlib.nullcontext,
-                    min_equations: int = 0) -> Optional[Lowered]:
-    """`program` (a function of arrays of `avals`, one device) cut in two halves and each
-    lowered, or None where it has fewer than `min_equations` equations; a donated argument
-    (position in `donors`) is donated to the last half that reads it. `lowering`: the
-    context the program lowers in (its matmul precision)."""
-    with lowering():
-        closed = jax.make_jaxpr(program)(*avals)
-    if len(closed.jaxpr.eqns) < max(min_equations, 2):
-        return None
+def lower_in_halves(closed, avals: Sequence, donors: tuple = ()) -> Lowered:
+    """A program (`closed`, its closed jaxpr, of at least two equations, over arrays of
+    `avals` on one device) cut in two halves and each lowered, in the caller's lowering
+    context (its matmul precision); a donated argument (position in `donors`) is donated to
+    the last half that reads it."""
     first, first_vars, second, second_vars, handed = _halves(closed, cut_point(closed.jaxpr))
     position = {v: i for i, v in enumerate(closed.jaxpr.invars)}
     first_in, second_in = [position[v] for v in first_vars], [position[v] for v in second_vars]
@@ -148,7 +143,6 @@ def lower_in_halves(program: Callable, avals: Sequence, donors: tuple = (), lowe
                        donate_argnums=first_donors, keep_unused=True)
     second_fn = jax.jit(jcore.jaxpr_as_fun(jcore.ClosedJaxpr(second, [])),
                         donate_argnums=second_donors, keep_unused=True)
-    with lowering():
-        return Lowered(first_fn.lower(*[avals[i] for i in first_in]),
-                       second_fn.lower(*[avals[i] for i in second_in], *handed_avals),
-                       first_in, second_in, len(handed))
+    return Lowered(first_fn.lower(*[avals[i] for i in first_in]),
+                   second_fn.lower(*[avals[i] for i in second_in], *handed_avals),
+                   first_in, second_in, len(handed))

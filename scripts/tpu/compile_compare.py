@@ -131,7 +131,8 @@ def jax_split_compile(model: str) -> float:
     def flat_step(*leaves):
         return jax.tree.leaves(step(*jax.tree.unflatten(tree, leaves)))
 
-    lowered = lower_in_halves(flat_step, [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding) for x in flat])
+    avals = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding) for x in flat]
+    lowered = lower_in_halves(jax.make_jaxpr(flat_step)(*avals), avals)
     started = time.perf_counter()
     halves = lowered.compile()
     seconds = time.perf_counter() - started

@@ -28,7 +28,8 @@ class _Record:
         self.outcomes: dict = {}
         if os.path.exists(path):
             with open(path, encoding="utf-8") as record:
-                self.ran = {entry.split(" ")[1].rstrip("\n") for entry in record if entry.startswith("START ")}
+                # a node id may hold spaces (a parameter's id): all after the mark
+                self.ran = {entry[len("START "):].rstrip("\n") for entry in record if entry.startswith("START ")}
         self._write("PROCESS", str(os.getpid()))
 
     def _write(self, mark: str, nodeid: str) -> None:
