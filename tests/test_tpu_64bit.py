@@ -13,7 +13,7 @@ import lazyxla as lx
 from lazyxla import config
 from lazyxla.runtime import storage_dtypes
 
-from helpers import backend_as, inexact_division
+from helpers import backend_as, inexact_float32_math
 
 _WIDE = re.compile(r"\b(f64|s64|u64)\[")
 
@@ -52,8 +52,8 @@ def test_a_training_step_has_no_64_bit_type_on_the_tpu(dev, fused):
         hlo: list = []
         lazy = _steps(_model().to(dev), ids.to(dev), labels.to(dev), fused, steps=4, hlo=hlo)
         assert hlo and not any(_WIDE.search(text) for text in hlo), "a 64-bit type in a TPU step graph"
-    # on a TPU the float32 division of AdamW's update is an approximation (inexact_division)
-    tol = dict(rtol=2e-4, atol=2e-5) if inexact_division() else dict(rtol=2e-5, atol=2e-6)
+    # on a TPU the float32 division of AdamW's update is an approximation (inexact_float32_math)
+    tol = dict(rtol=2e-4, atol=2e-5) if inexact_float32_math() else dict(rtol=2e-5, atol=2e-6)
     torch.testing.assert_close(lazy, eager, **tol)
 
 

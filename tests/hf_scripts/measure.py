@@ -1,7 +1,8 @@
 """Test driver: runs a Hugging Face script under a lazyxla launcher and prints, after it,
 `STEPS [...]`: the lazyxla counters of each optimizer step after the first (graphs,
-compiles, traced ops, host-replayed reads, persistent compile cache hits) and its wall time
-in seconds ("s"; scripts/hf_bench.py reads it, the tests do not); `FIRST {...}`: the same
+compiles, traced ops, host-replayed reads, persistent compile cache hits), its wall time
+in seconds ("s") and the seconds spent compiling ("compile_s"; scripts/hf_bench.py and the
+TPU scripts read those two, the tests do not); `FIRST {...}`: the same
 from the start of the script to the end of its first step; `REST {...}`: from the end of
 its last step to its end.
 
@@ -19,11 +20,13 @@ COUNTERS = ("ExecuteComputation", "UncachedCompile", "TracedOps", "HostEvaluated
 
 
 def _counters() -> dict:
-    return {name: lx.metrics.counter_value(name) or 0 for name in COUNTERS} | {"s": time.perf_counter()}
+    compile_ns = (lx.metrics.metric_data("CompileTime") or (0, 0))[1]
+    return {name: lx.metrics.counter_value(name) or 0 for name in COUNTERS} | {
+        "s": time.perf_counter(), "compile_s": compile_ns / 1e9}
 
 
 def _delta(a: dict, b: dict) -> dict:
-    return {k: b[k] - a[k] for k in (*COUNTERS, "s")}
+    return {k: round(b[k] - a[k], 3) if isinstance(b[k], float) else b[k] - a[k] for k in b}
 
 
 def _snapshot(optimizer, args, kwargs):

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import check_op, host_fallbacks, inexact_division, rand
+from helpers import check_op, host_fallbacks, inexact_float32_math, rand
 
 
 def _grad(*shape, dtype=torch.float32, seed=None):
@@ -179,8 +179,8 @@ def test_embedding_max_norm(norm_type, dtype, tol):
     w[7] = 0.1  # under max_norm: untouched
     check_op(fn, w.requires_grad_(), idx, atol=tol, rtol=tol)
     # the renormalised weight itself: bit for bit in bf16 (to one bf16 ulp where the scale's
-    # float32 division may be an ulp off: helpers.inexact_division)
-    exact = (2 ** -8 if inexact_division() else 0) if dtype == torch.bfloat16 else tol
+    # float32 division may be an ulp off: helpers.inexact_float32_math)
+    exact = (2 ** -8 if inexact_float32_math() else 0) if dtype == torch.bfloat16 else tol
     with torch.no_grad():
         check_op(fn, w.detach() * 8, idx, atol=exact, rtol=exact)
     assert host_fallbacks() == []
