@@ -1,6 +1,7 @@
-"""A large graph compiled as two programs at once (compile/split.py): the same values as
-eager and as one program, one compile per kind of step, donation kept, the cut where the
-fewest values cross it, and only where the backend (the TPU) or the user asks for it."""
+"""A large graph compiled as several programs at once (compile/split.py): the same values
+as eager and as one program, one compile per kind of step, donation kept, the cut where the
+fewest values cross it, a large half cut again, and only where the backend (the TPU) or the
+user asks for it."""
 from __future__ import annotations
 
 import jax
@@ -128,13 +129,39 @@ def test_halves_compile_and_run_as_the_program(donate):
 
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     avals = [jax.ShapeDtypeStruct((4, 4), jnp.float32, sharding=sharding)] * 2
-    halves = split.lower_in_halves(jax.make_jaxpr(program)(*avals), avals, (0, 1) if donate else ()).compile()
+    halves = split.lower_in_pieces(jax.make_jaxpr(program)(*avals), avals, (0, 1) if donate else ()).compile()
     x, y = jnp.eye(4) * 0.5, jnp.ones((4, 4))
     expected = program(x, y)
     got = halves(jnp.array(x), jnp.array(y))
     for a, b in zip(got, expected):
         assert jnp.allclose(a, b, atol=1e-6)
     assert halves.memory_analysis() is not None
+
+
+def test_a_large_half_is_cut_again_and_the_pieces_run_as_the_program():
+    def program(x, y, z):
+        for _ in range(6):
+            x = jnp.sin(x) * y + z
+            y = jnp.cos(y) - x
+        return x + y, (x * z).sum()
+
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    avals = [jax.ShapeDtypeStruct((8,), jnp.float32, sharding=sharding)] * 3
+    closed = jax.make_jaxpr(program)(*avals)
+    n = len(closed.jaxpr.eqns)
+    assert n >= 30
+    once = split.lower_in_pieces(closed, avals, (0, 1))
+    assert len(once.pieces()) == 2
+    # a piece with n // 4 equations or more is cut again: both halves (40-60% of n) are
+    pieces = split.lower_in_pieces(closed, avals, (0, 1), min_equations=n // 4)
+    assert isinstance(pieces.first, split.Lowered) and isinstance(pieces.second, split.Lowered)
+    assert len(pieces.pieces()) >= 4
+    x, y, z = jnp.linspace(0, 1, 8), jnp.full(8, 0.5), jnp.arange(8.0)
+    expected = program(x, y, z)
+    got = pieces.compile()(jnp.array(x), jnp.array(y), z)   # x and y donated
+    for a, b in zip(got, expected):
+        assert jnp.allclose(a, b, atol=1e-6)
+    assert pieces.compile().memory_analysis() is not None
 
 
 def test_the_tpu_backend_splits_a_deep_model_step_and_trains_as_one_program(dev):

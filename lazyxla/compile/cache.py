@@ -247,7 +247,7 @@ def hlo_text(graph: Graph, donors: tuple) -> str:
 
 
 def _lowered(jitted: "_Jitted", donors: tuple):
-    """The graph's program lowered, traced once: whole, or as two halves (compile/split.py)
+    """The graph's program lowered, traced once: whole, or in pieces (compile/split.py)
     where the backend or the user asks for it and the program has enough equations, on one
     device (a cut of an SPMD program would fix its shardings at the cut)."""
     least = backend.setting("split_compile_min_equations")
@@ -255,7 +255,7 @@ def _lowered(jitted: "_Jitted", donors: tuple):
         traced = jitted.fn.trace(*jitted.avals)
         if least and not placement.spmd_enabled() and len(traced.jaxpr.jaxpr.eqns) >= max(least, 2):
             metrics.counter_add("SplitCompile")
-            return split.lower_in_halves(traced.jaxpr, jitted.avals, donors)
+            return split.lower_in_pieces(traced.jaxpr, jitted.avals, donors, least)
         return traced.lower()
 
 

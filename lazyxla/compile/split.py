@@ -1,15 +1,16 @@
-"""One large graph compiled as two programs at once: its JAX program cut in two halves,
-each lowered and compiled on a thread of its own, run one after the other as one
-executable. Used for the graphs of a backend that sets `split_compile_min_equations`
-(compile/cache.py).
+"""One large graph compiled as several programs at once: its JAX program cut in two
+halves, and each half again while it is large, each piece lowered and compiled on a thread
+of its own, run one after the other as one executable. Used for the graphs of a backend
+that sets `split_compile_min_equations` (compile/cache.py).
 
-Design: docs/design.md, "compile/split.py: a large graph compiled in two halves".
+Design: docs/design.md, "compile/split.py: a large graph compiled in pieces".
 """
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
-from typing import NamedTuple, Optional, Sequence
+from typing import NamedTuple, Optional, Sequence, Union
 
 import jax
 from jax.extend import core as jcore
@@ -22,7 +23,7 @@ _CUT_WINDOW = (0.4, 0.6)
 class Halves:
     """A program cut in two: the first half reads `first_in` (positions of the program's
     arguments) and hands its results to the second, which reads `second_in` and them, and
-    returns the program's outputs."""
+    returns the program's outputs. Either half may be a `Halves` itself."""
 
     def __init__(self, first, second, first_in: list, second_in: list, handed: int) -> None:
         self.first, self.second = first, second
@@ -112,25 +113,39 @@ def _halves(closed, k: int):
 
 
 class Lowered(NamedTuple):
-    """A program's two halves lowered: compile() gives the `Halves`."""
-    first: jax.stages.Lowered
-    second: jax.stages.Lowered
+    """A program's two halves lowered (each a `jax.stages.Lowered`, or a `Lowered` where it
+    was cut again): compile() gives the `Halves`."""
+    first: Union[jax.stages.Lowered, "Lowered"]
+    second: Union[jax.stages.Lowered, "Lowered"]
     first_in: list
     second_in: list
     handed: int
 
+    def pieces(self) -> list:
+        """The `jax.stages.Lowered` programs this is made of, in the order they run."""
+        return [p for half in (self.first, self.second)
+                for p in (half.pieces() if isinstance(half, Lowered) else [half])]
+
     def compile(self, options: Optional[dict] = None) -> Halves:
-        """Both halves compiled at once, one thread each (XLA's compile holds no Python lock)."""
-        with ThreadPoolExecutor(2, thread_name_prefix="lazyxla-compile") as pool:
-            first, second = pool.map(lambda low: low.compile(options), (self.first, self.second))
-        return Halves(first, second, self.first_in, self.second_in, self.handed)
+        """Every piece compiled at once, a thread each up to the machine's cores (XLA's
+        compile holds no Python lock)."""
+        pieces = self.pieces()
+        with ThreadPoolExecutor(min(len(pieces), os.cpu_count() or 2), thread_name_prefix="lazyxla-compile") as pool:
+            compiled = iter(list(pool.map(lambda low: low.compile(options), pieces)))
+        return self._assemble(compiled)
+
+    def _assemble(self, compiled) -> Halves:
+        take = lambda half: half._assemble(compiled) if isinstance(half, Lowered) else next(compiled)   # noqa: E731
+        first = take(self.first)
+        return Halves(first, take(self.second), self.first_in, self.second_in, self.handed)
 
 
-def lower_in_halves(closed, avals: Sequence, donors: tuple = ()) -> Lowered:
+def lower_in_pieces(closed, avals: Sequence, donors: tuple = (), min_equations: int = 0):
     """A program (`closed`, its closed jaxpr, of at least two equations, over arrays of
-    `avals` on one device) cut in two halves and each lowered, in the caller's lowering
-    context (its matmul precision); a donated argument (position in `donors`) is donated to
-    the last half that reads it."""
+    `avals` on one device) cut in two halves, each cut again while it has at least
+    `min_equations` equations (0: cut once), and each piece lowered, in the caller's
+    lowering context (its matmul precision); a donated argument (position in `donors`) is
+    donated to the last piece that reads it."""
     first, first_vars, second, second_vars, handed = _halves(closed, cut_point(closed.jaxpr))
     position = {v: i for i, v in enumerate(closed.jaxpr.invars)}
     first_in, second_in = [position[v] for v in first_vars], [position[v] for v in second_vars]
@@ -139,10 +154,13 @@ def lower_in_halves(closed, avals: Sequence, donors: tuple = ()) -> Lowered:
     first_donors = tuple(j for j, i in enumerate(first_in) if i in donated and i not in read_later)
     sharding = avals[0].sharding if avals else None
     handed_avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, sharding=sharding) for v in handed]
-    first_fn = jax.jit(jcore.jaxpr_as_fun(jcore.ClosedJaxpr(first, closed.consts)),
-                       donate_argnums=first_donors, keep_unused=True)
-    second_fn = jax.jit(jcore.jaxpr_as_fun(jcore.ClosedJaxpr(second, [])),
-                        donate_argnums=second_donors, keep_unused=True)
-    return Lowered(first_fn.lower(*[avals[i] for i in first_in]),
-                   second_fn.lower(*[avals[i] for i in second_in], *handed_avals),
+
+    def lower(jaxpr, consts, half_avals: list, half_donors: tuple):
+        if min_equations and len(jaxpr.eqns) >= max(min_equations, 2):
+            return lower_in_pieces(jcore.ClosedJaxpr(jaxpr, consts), half_avals, half_donors, min_equations)
+        fn = jax.jit(jcore.jaxpr_as_fun(jcore.ClosedJaxpr(jaxpr, consts)), donate_argnums=half_donors, keep_unused=True)
+        return fn.lower(*half_avals)
+
+    return Lowered(lower(first, closed.consts, [avals[i] for i in first_in], first_donors),
+                   lower(second, [], [avals[i] for i in second_in] + handed_avals, second_donors),
                    first_in, second_in, len(handed))

@@ -121,10 +121,11 @@ def jax_compile(model: str) -> float:
 
 
 def jax_split_compile(model: str) -> float:
-    """Wall seconds to compile the JAX step cut in two as lazyxla cuts a large graph
-    (lazyxla/compile/split.py), both halves at once; their results checked against the
-    whole step's."""
-    from lazyxla.compile.split import lower_in_halves
+    """Wall seconds to compile the JAX step cut as lazyxla cuts a large graph
+    (lazyxla/compile/split.py: halves, each cut again while it has at least
+    $LAZYXLA_SPLIT_COMPILE_MIN_EQUATIONS equations; unset or 0: once), the pieces at once;
+    their results checked against the whole step's."""
+    from lazyxla.compile.split import lower_in_pieces
     step, args = _step_and_args(model)
     flat, tree = jax.tree.flatten(args)
 
@@ -132,13 +133,16 @@ def jax_split_compile(model: str) -> float:
         return jax.tree.leaves(step(*jax.tree.unflatten(tree, leaves)))
 
     avals = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding) for x in flat]
-    lowered = lower_in_halves(jax.make_jaxpr(flat_step)(*avals), avals)
+    least = int(os.environ.get("LAZYXLA_SPLIT_COMPILE_MIN_EQUATIONS") or 0)
+    closed = jax.make_jaxpr(flat_step)(*avals)
+    lowered = lower_in_pieces(closed, avals, min_equations=least)
     started = time.perf_counter()
     halves = lowered.compile()
     seconds = time.perf_counter() - started
     got = halves(*flat)
     error = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(got, jax.jit(flat_step)(*flat)))
-    print(f"{lowered.handed} values handed over; max difference from the whole step {error:.2g}", flush=True)
+    print(f"{len(closed.jaxpr.eqns)} equations in {len(lowered.pieces())} pieces; max difference from the "
+          f"whole step {error:.2g}", flush=True)
     return seconds
 
 
