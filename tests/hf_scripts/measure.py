@@ -1,8 +1,10 @@
 """Test driver: runs a Hugging Face script under a lazyxla launcher and prints, after it,
 `STEPS [...]`: the lazyxla counters of each optimizer step after the first (graphs,
 compiles, traced ops, host-replayed reads, persistent compile cache hits), its wall time
-in seconds ("s") and the seconds spent compiling ("compile_s"; scripts/hf_bench.py and the
-TPU scripts read those two, the tests do not); `FIRST {...}`: the same
+in seconds ("s"), the seconds spent compiling ("compile_s") and those spent in the Trainer's
+own host work ("trainer_s": fetching and uploading the batch, logging with its reads, the LR
+scheduler, the callbacks); scripts/hf_bench.py and the TPU scripts read the times, the tests
+do not. `FIRST {...}`: the same
 from the start of the script to the end of its first step; `REST {...}`: from the end of
 its last step to its end.
 
@@ -22,7 +24,7 @@ COUNTERS = ("ExecuteComputation", "UncachedCompile", "TracedOps", "HostEvaluated
 def _counters() -> dict:
     compile_ns = (lx.metrics.metric_data("CompileTime") or (0, 0))[1]
     return {name: lx.metrics.counter_value(name) or 0 for name in COUNTERS} | {
-        "s": time.perf_counter(), "compile_s": compile_ns / 1e9}
+        "s": time.perf_counter(), "compile_s": compile_ns / 1e9, "trainer_s": trainer_s[0]}
 
 
 def _delta(a: dict, b: dict) -> dict:
@@ -34,6 +36,28 @@ def _snapshot(optimizer, args, kwargs):
     steps.append(_counters())
 
 
+def _timed(fn):
+    def call(*args, **kwargs):
+        if inside[0]:   # a callback from inside a timed call: counted once
+            return fn(*args, **kwargs)
+        inside[0], started = True, time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            inside[0] = False
+            trainer_s[0] += time.perf_counter() - started
+    return call
+
+
+trainer_s, inside = [0.0], [False]
+try:   # the Trainer's own per-step host work (issue 49 item 4)
+    import transformers
+    from torch.optim.lr_scheduler import LRScheduler
+    for cls, name in ((transformers.Trainer, "get_batch_samples"), (transformers.Trainer, "_maybe_log_save_evaluate"),
+                      (transformers.trainer_callback.CallbackHandler, "call_event"), (LRScheduler, "step")):
+        setattr(cls, name, _timed(getattr(cls, name)))
+except ImportError:   # a script without transformers: trainer_s stays 0
+    pass
 start = _counters()
 steps = []
 register_optimizer_step_post_hook(_snapshot)
