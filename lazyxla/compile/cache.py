@@ -254,8 +254,10 @@ def _lowered(jitted: "_Jitted", donors: tuple):
     with precision.lowering(jitted.matmul_precision):
         traced = jitted.fn.trace(*jitted.avals)
         if least and not placement.spmd_enabled() and len(traced.jaxpr.jaxpr.eqns) >= max(least, 2):
+            lowered = split.lower_in_pieces(traced.jaxpr, jitted.avals, donors, least)
             metrics.counter_add("SplitCompile")
-            return split.lower_in_pieces(traced.jaxpr, jitted.avals, donors, least)
+            metrics.counter_add("SplitCompilePieces", len(lowered.pieces()))
+            return lowered
         return traced.lower()
 
 
