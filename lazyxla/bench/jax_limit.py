@@ -14,7 +14,8 @@ from .jax_models import OPTIMIZERS, make_train_step, train_step_fn
 from .plan import AMP_DTYPES
 
 
-def _memory(compiled) -> dict:
+def compiled_memory(compiled) -> dict:
+    """XLA's memory figures for a compiled step, with the peak they imply."""
     stats = compiled.memory_analysis()
     if stats is None:
         return {}
@@ -99,7 +100,7 @@ def train(cell, settings) -> dict:
     rec["params_per_graph"] = len(leaves) + 2
     jaxpr = jax.make_jaxpr(train_step_fn(cell.workload, **hyper))(params, state, x, y)
     rec["traced_ops_per_step"] = len(jaxpr.jaxpr.eqns)
-    rec["memory"] = _memory(step.lower(params, state, x, y).compile())
+    rec["memory"] = compiled_memory(step.lower(params, state, x, y).compile())
     return rec
 
 
@@ -138,7 +139,7 @@ def donate(cell, settings) -> dict:
             "first_step_s": round(iter_s[0], 4), "step_ms": M.summary(iter_s[1:]),
             "value_ok": abs(got - expected) < 1e-6, "value": got,
             "compiles_per_step": 0.0, "graphs_per_step": 1.0, "donors_per_graph": 1 if cell.aliasing else 0,
-            "memory": _memory(update.lower(w).compile())}
+            "memory": compiled_memory(update.lower(w).compile())}
 
 
 _CHAIN = (lambda t: t * 0.5, lambda t: t + 1.0, jnp.negative, lambda t: t - 0.25)  # = torch_loops._op_chain
