@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import NamedTuple, Optional, Sequence, Union
 
 import jax
+import numpy as np
 from jax.extend import core as jcore
 
 # the cut is chosen where the fewest values cross it, within this share of the equations
@@ -22,34 +23,42 @@ _CUT_WINDOW = (0.4, 0.6)
 
 class Halves:
     """A program cut in two: the first half reads `first_in` (positions of the program's
-    arguments) and hands its results to the second, which reads `second_in` and them, and
-    returns the program's outputs. Either half may be a `Halves` itself."""
+    arguments) and returns the values the second reads (its first `handed` results), then
+    the program's outputs it made; the second reads `second_in` and those values and returns
+    the other outputs. `outputs` says where each program output comes from: `(0, i)`, the
+    first's result i, `(1, i)`, the second's. Either half may be a `Halves` itself."""
 
-    def __init__(self, first, second, first_in: list, second_in: list, handed: int) -> None:
+    def __init__(self, first, second, first_in: list, second_in: list, handed: int,
+                 outputs: list, handed_bytes: int) -> None:
         self.first, self.second = first, second
         self.first_in, self.second_in, self.handed = first_in, second_in, handed
+        self.outputs, self.handed_bytes = outputs, handed_bytes
 
     def __call__(self, *args):
-        handed = self.first(*[args[i] for i in self.first_in])
-        return self.second(*[args[i] for i in self.second_in], *handed)
+        made_first = self.first(*[args[i] for i in self.first_in])
+        made_second = self.second(*[args[i] for i in self.second_in], *made_first[:self.handed])
+        parts = (made_first, made_second)
+        return [parts[half][i] for half, i in self.outputs]
 
     def memory_analysis(self) -> Optional[SimpleNamespace]:
-        """XLA's figures for the two runs as one: the outputs are the second's, the
-        temporaries the larger need of the two runs (the first's results are live through
-        the second)."""
+        """XLA's figures for the two runs as one: the outputs are both halves' less what the
+        first hands the second, the temporaries the larger need of the two runs (the first's
+        results are live through the second)."""
         a, b = self.first.memory_analysis(), self.second.memory_analysis()
         if a is None or b is None:
             return None
         field = lambda stats, name: int(getattr(stats, name, 0) or 0)   # noqa: E731
-        extra_first = field(a, "output_size_in_bytes") - field(a, "alias_size_in_bytes") + field(a, "temp_size_in_bytes")
-        extra_second = (field(b, "output_size_in_bytes") - field(b, "alias_size_in_bytes")
-                        + field(b, "temp_size_in_bytes") + field(a, "output_size_in_bytes"))
-        outputs = field(b, "output_size_in_bytes") - field(b, "alias_size_in_bytes")
+        new_first = field(a, "output_size_in_bytes") - field(a, "alias_size_in_bytes")
+        extra_first = new_first + field(a, "temp_size_in_bytes")
+        extra_second = (new_first + field(b, "output_size_in_bytes") - field(b, "alias_size_in_bytes")
+                        + field(b, "temp_size_in_bytes"))
+        outputs = field(a, "output_size_in_bytes") - self.handed_bytes + field(b, "output_size_in_bytes")
+        aliased = field(a, "alias_size_in_bytes") + field(b, "alias_size_in_bytes")
         return SimpleNamespace(
             argument_size_in_bytes=field(a, "argument_size_in_bytes") + field(b, "argument_size_in_bytes")
-            - field(a, "output_size_in_bytes"),
-            output_size_in_bytes=field(b, "output_size_in_bytes"), alias_size_in_bytes=field(b, "alias_size_in_bytes"),
-            temp_size_in_bytes=max(extra_first, extra_second) - outputs,
+            - self.handed_bytes,
+            output_size_in_bytes=outputs, alias_size_in_bytes=aliased,
+            temp_size_in_bytes=max(extra_first, extra_second) - (outputs - aliased),
             generated_code_size_in_bytes=field(a, "generated_code_size_in_bytes") + field(b, "generated_code_size_in_bytes"))
 
 
@@ -84,13 +93,27 @@ def cut_point(jaxpr) -> int:
     return best_k
 
 
-def _halves(closed, k: int):
-    """(first jaxpr, its inputs, second jaxpr, its inputs from the original ones, the
-    values the first hands the second) of `closed` cut before equation k."""
+class Cut(NamedTuple):
+    """A jaxpr cut in two (`_halves`): each half's jaxpr and the original inputs it reads,
+    the values the first hands the second (its first results), and where each of the
+    program's outputs comes from (`Halves.outputs`)."""
+    first: object
+    first_in: list
+    second: object
+    second_in: list
+    handed: list
+    outputs: list
+
+
+def _halves(closed, k: int) -> Cut:
+    """`closed` cut before equation k. A program output the first half makes is its result
+    (not handed through the second, whose copy of it would cost memory and time, and whose
+    output could not alias the donated input the first read)."""
     jaxpr = closed.jaxpr
     first, rest = jaxpr.eqns[:k], jaxpr.eqns[k:]
     made_first = {v for e in first for v in e.outvars} | set(jaxpr.constvars)   # constants live in the first
     originals = set(jaxpr.invars)
+    from_first = lambda v: isinstance(v, jcore.Var) and v in made_first   # noqa: E731
 
     def reads(eqns, extra=()) -> list:
         seen: dict = {}
@@ -99,17 +122,27 @@ def _halves(closed, k: int):
                 seen.setdefault(v, None)
         return list(seen)
 
-    second_reads = reads(rest, jaxpr.outvars)
+    second_out = [v for v in jaxpr.outvars if not from_first(v)]
+    second_reads = reads(rest, second_out)
     handed = [v for v in second_reads if v in made_first]
+    first_out = list(dict.fromkeys(handed + [v for v in jaxpr.outvars if from_first(v)]))
     first_in = [v for v in reads(first) if v in originals]
     second_in = [v for v in second_reads if v not in made_first and v in originals]
+    position = {v: i for i, v in enumerate(first_out)}
+    outputs, j = [], 0
+    for v in jaxpr.outvars:
+        if from_first(v):
+            outputs.append((0, position[v]))
+        else:
+            outputs.append((1, j))
+            j += 1
 
     def half(name: str, constvars, invars, outvars, eqns):
         info = jcore.DebugInfo(f"lazyxla graph, {name} half", None, None, None)
         return jcore.Jaxpr(constvars, invars, outvars, eqns, jaxpr.effects, info)
 
-    return (half("first", jaxpr.constvars, first_in, handed, first), first_in,
-            half("second", [], second_in + handed, list(jaxpr.outvars), rest), second_in, handed)
+    return Cut(half("first", jaxpr.constvars, first_in, first_out, first), first_in,
+               half("second", [], second_in + handed, second_out, rest), second_in, handed, outputs)
 
 
 class Lowered(NamedTuple):
@@ -120,6 +153,8 @@ class Lowered(NamedTuple):
     first_in: list
     second_in: list
     handed: int
+    outputs: list
+    handed_bytes: int
 
     def pieces(self) -> list:
         """The `jax.stages.Lowered` programs this is made of, in the order they run."""
@@ -137,7 +172,8 @@ class Lowered(NamedTuple):
     def _assemble(self, compiled) -> Halves:
         take = lambda half: half._assemble(compiled) if isinstance(half, Lowered) else next(compiled)   # noqa: E731
         first = take(self.first)
-        return Halves(first, take(self.second), self.first_in, self.second_in, self.handed)
+        return Halves(first, take(self.second), self.first_in, self.second_in, self.handed,
+                      self.outputs, self.handed_bytes)
 
 
 def lower_in_pieces(closed, avals: Sequence, donors: tuple = (), min_equations: int = 0):
@@ -146,14 +182,15 @@ def lower_in_pieces(closed, avals: Sequence, donors: tuple = (), min_equations: 
     `min_equations` equations (0: cut once), and each piece lowered, in the caller's
     lowering context (its matmul precision); a donated argument (position in `donors`) is
     donated to the last piece that reads it."""
-    first, first_vars, second, second_vars, handed = _halves(closed, cut_point(closed.jaxpr))
+    cut = _halves(closed, cut_point(closed.jaxpr))
     position = {v: i for i, v in enumerate(closed.jaxpr.invars)}
-    first_in, second_in = [position[v] for v in first_vars], [position[v] for v in second_vars]
+    first_in, second_in = [position[v] for v in cut.first_in], [position[v] for v in cut.second_in]
     donated, read_later = set(donors), set(second_in)
     second_donors = tuple(j for j, i in enumerate(second_in) if i in donated)
     first_donors = tuple(j for j, i in enumerate(first_in) if i in donated and i not in read_later)
     sharding = avals[0].sharding if avals else None
-    handed_avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, sharding=sharding) for v in handed]
+    handed_avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, sharding=sharding) for v in cut.handed]
+    handed_bytes = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in handed_avals)
 
     def lower(jaxpr, consts, half_avals: list, half_donors: tuple):
         if min_equations and len(jaxpr.eqns) >= max(min_equations, 2):
@@ -161,6 +198,6 @@ def lower_in_pieces(closed, avals: Sequence, donors: tuple = (), min_equations: 
         fn = jax.jit(jcore.jaxpr_as_fun(jcore.ClosedJaxpr(jaxpr, consts)), donate_argnums=half_donors, keep_unused=True)
         return fn.lower(*half_avals)
 
-    return Lowered(lower(first, closed.consts, [avals[i] for i in first_in], first_donors),
-                   lower(second, [], [avals[i] for i in second_in] + handed_avals, second_donors),
-                   first_in, second_in, len(handed))
+    return Lowered(lower(cut.first, closed.consts, [avals[i] for i in first_in], first_donors),
+                   lower(cut.second, [], [avals[i] for i in second_in] + handed_avals, second_donors),
+                   first_in, second_in, len(cut.handed), cut.outputs, handed_bytes)
