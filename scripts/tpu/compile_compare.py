@@ -141,9 +141,13 @@ def jax_split_compile(model: str) -> float:
     seconds = time.perf_counter() - started
     print(f"pieces compiled in {seconds:.1f} s", flush=True)   # before the check, which compiles the whole step
     got = halves(*flat)
-    error = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(got, jax.jit(flat_step)(*flat)))
+    pairs = list(zip(got, jax.jit(flat_step)(*flat)))
+    error = max(float(jnp.max(jnp.abs(a - b))) for a, b in pairs)
+    # float32 rounding: XLA fuses and orders reductions differently in the pieces (the whole
+    # step's own error against a float64 run is as large, checked on CPU for BERT-base)
+    largest = max(float(jnp.max(jnp.abs(b))) for _, b in pairs)
     print(f"{len(closed.jaxpr.eqns)} equations in {len(lowered.pieces())} pieces; max difference from the "
-          f"whole step {error:.2g}", flush=True)
+          f"whole step {error:.2g}, the outputs' largest value {largest:.2g}", flush=True)
     return seconds
 
 
