@@ -46,6 +46,16 @@ def test_second_process_loads_from_the_cache(tmp_path):
     assert second["hits"] >= 1 and second["entries"] == first["entries"]   # nothing new compiled
 
 
+def test_a_graph_compiled_in_pieces_loads_every_piece_from_the_cache(tmp_path):
+    # compile/split.py: each piece is an entry of its own (the TPU's large graphs)
+    root, split = str(tmp_path / "cache"), {"LAZYXLA_SPLIT_COMPILE_MIN_EQUATIONS": "2"}
+    first = _run(LAZYXLA_CACHE_DIR=root, **split)
+    whole = _run(LAZYXLA_CACHE_DIR=str(tmp_path / "whole"))
+    assert first["hits"] == 0 and first["entries"] > whole["entries"]
+    second = _run(LAZYXLA_CACHE_DIR=root, **split)
+    assert second["hits"] == first["entries"] and second["entries"] == first["entries"]
+
+
 def test_empty_dir_setting_turns_it_off(tmp_path):
     out = _run(LAZYXLA_CACHE_DIR="", XDG_CACHE_HOME=str(tmp_path))
     assert out["dir"] is None and out["hits"] == 0
