@@ -3,7 +3,7 @@
 compiles, traced ops, host-replayed reads, persistent compile cache hits), its wall time
 in seconds ("s"), the seconds spent compiling ("compile_s") and those spent in the Trainer's
 own host work ("trainer_s": fetching and uploading the batch, logging with its reads, the LR
-scheduler, the callbacks); scripts/hf_bench.py and the TPU scripts read the times, the tests
+scheduler, the callbacks; from the first optimizer step on); scripts/hf_bench.py and the TPU scripts read the times, the tests
 do not. `FIRST {...}`: the same
 from the start of the script to the end of its first step; `REST {...}`: from the end of
 its last step to its end.
@@ -14,7 +14,7 @@ import json
 import sys
 import time
 
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 import lazyxla as lx
 
@@ -29,6 +29,10 @@ def _counters() -> dict:
 
 def _delta(a: dict, b: dict) -> dict:
     return {k: round(b[k] - a[k], 3) if isinstance(b[k], float) else b[k] - a[k] for k in b}
+
+
+def _step_started(optimizer, args, kwargs):
+    _time_the_trainer()
 
 
 def _snapshot(optimizer, args, kwargs):
@@ -49,17 +53,24 @@ def _timed(fn):
     return call
 
 
-trainer_s, inside = [0.0], [False]
-try:   # the Trainer's own per-step host work (issue 49 item 4)
-    import transformers
+def _time_the_trainer() -> None:
+    """Wrap the Trainer's own per-step host work (issue 49 item 4) once the script has
+    imported transformers: importing it here, before the launcher, would hide the compat
+    launcher's torch_xla from it. Counted from the first optimizer step on."""
+    transformers = sys.modules.get("transformers")
+    if wrapped or transformers is None:
+        return
     from torch.optim.lr_scheduler import LRScheduler
     for cls, name in ((transformers.Trainer, "get_batch_samples"), (transformers.Trainer, "_maybe_log_save_evaluate"),
                       (transformers.trainer_callback.CallbackHandler, "call_event"), (LRScheduler, "step")):
         setattr(cls, name, _timed(getattr(cls, name)))
-except ImportError:   # a script without transformers: trainer_s stays 0
-    pass
+    wrapped.append(True)
+
+
+trainer_s, inside, wrapped = [0.0], [False], []
 start = _counters()
 steps = []
+register_optimizer_step_pre_hook(_step_started)
 register_optimizer_step_post_hook(_snapshot)
 launcher, argv = sys.argv[1], sys.argv[2:]
 if launcher == "run":
