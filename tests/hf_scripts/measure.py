@@ -3,10 +3,9 @@
 compiles, traced ops, host-replayed reads, persistent compile cache hits), its wall time
 in seconds ("s"), the seconds spent compiling ("compile_s") and those spent in the Trainer's
 own host work ("trainer_s": fetching and uploading the batch, logging with its reads, the LR
-scheduler, the callbacks; from the first optimizer step on); scripts/hf_bench.py and the TPU scripts read the times, the tests
-do not. `FIRST {...}`: the same
-from the start of the script to the end of its first step; `REST {...}`: from the end of
-its last step to its end.
+scheduler, the callbacks; from the first optimizer step on); scripts/hf_bench.py and the
+TPU scripts read the times, the tests do not. `FIRST {...}`: the same from the start of the
+script to the end of its first step; `REST {...}`: from the end of its last step to its end.
 
     python measure.py run|compat SCRIPT [ARGS...]
 """
@@ -31,10 +30,6 @@ def _delta(a: dict, b: dict) -> dict:
     return {k: round(b[k] - a[k], 3) if isinstance(b[k], float) else b[k] - a[k] for k in b}
 
 
-def _step_started(optimizer, args, kwargs):
-    _time_the_trainer()
-
-
 def _snapshot(optimizer, args, kwargs):
     # Registered after lazyxla's own post hook (the implied barrier), so it sees the step done.
     steps.append(_counters())
@@ -53,10 +48,10 @@ def _timed(fn):
     return call
 
 
-def _time_the_trainer() -> None:
-    """Wrap the Trainer's own per-step host work (issue 49 item 4) once the script has
-    imported transformers: importing it here, before the launcher, would hide the compat
-    launcher's torch_xla from it. Counted from the first optimizer step on."""
+def _time_the_trainer(optimizer, args, kwargs) -> None:
+    """An optimizer step's pre-hook: wrap the Trainer's own per-step host work (issue 49
+    item 4) once the script has imported transformers (importing it here, before the
+    launcher, would hide the compat launcher's torch_xla from it)."""
     transformers = sys.modules.get("transformers")
     if wrapped or transformers is None:
         return
@@ -70,7 +65,7 @@ def _time_the_trainer() -> None:
 trainer_s, inside, wrapped = [0.0], [False], []
 start = _counters()
 steps = []
-register_optimizer_step_pre_hook(_step_started)
+register_optimizer_step_pre_hook(_time_the_trainer)
 register_optimizer_step_post_hook(_snapshot)
 launcher, argv = sys.argv[1], sys.argv[2:]
 if launcher == "run":
