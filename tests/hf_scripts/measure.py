@@ -5,7 +5,9 @@ in seconds ("s"), the seconds spent compiling ("compile_s") and those spent in t
 own host work ("trainer_s": fetching and uploading the batch, logging with its reads, the LR
 scheduler, the callbacks; from the first optimizer step on); scripts/hf_bench.py and the
 TPU scripts read the times, the tests do not. `FIRST {...}`: the same from the start of the
-script to the end of its first step; `REST {...}`: from the end of its last step to its end.
+script to the end of its first step; `STEP1 {...}`: the same from the first module call (the
+first step's forward: after the imports, the model's construction and the device's start) to
+the end of the first step; `REST {...}`: from the end of its last step to its end.
 
     python measure.py run|compat SCRIPT [ARGS...]
 """
@@ -13,6 +15,7 @@ import json
 import sys
 import time
 
+from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 import lazyxla as lx
@@ -62,9 +65,15 @@ def _time_the_trainer(optimizer, args, kwargs) -> None:
     wrapped.append(True)
 
 
+def _first_forward(module, args) -> None:
+    first_forward.append(_counters())
+    first_forward_hook.remove()
+
+
 trainer_s, inside, wrapped = [0.0], [False], []
 start = _counters()
-steps = []
+steps, first_forward = [], []
+first_forward_hook = register_module_forward_pre_hook(_first_forward)
 register_optimizer_step_pre_hook(_time_the_trainer)
 register_optimizer_step_post_hook(_snapshot)
 launcher, argv = sys.argv[1], sys.argv[2:]
@@ -75,4 +84,5 @@ else:
 main(argv)
 print("STEPS", json.dumps([_delta(a, b) for a, b in zip(steps, steps[1:])]))
 print("FIRST", json.dumps(_delta(start, steps[0])))
+print("STEP1", json.dumps(_delta(first_forward[0], steps[0])))
 print("REST", json.dumps(_delta(steps[-1], _counters())))
