@@ -7,17 +7,19 @@ SYSTEM: `lazyxla` (lazy mode, donation on), `lazyxla-nodonate` (`LAZYXLA_ALIASIN
 `jax` (the hand-written `jax.jit` step, parameters and optimizer state donated: the bench's
 JAX limit), `jax-nodonate`. The model is W2's GPT (lazyxla/workloads.py) at the bench's
 "gpt2" size (d 768, 12 heads, seq 512, batch 8, vocab 50,304; `gpt2-seq1024` the same at
-1,024 tokens; `--size proxy` to try the script on a CPU), AdamW, `--amp bf16` under autocast (JAX: the same casts written out),
-with as many layers as the probe asks.
+1,024 tokens; `--size proxy` to try the script on a CPU), AdamW, `--amp bf16` under
+autocast (JAX: the same casts written out), with as many layers as the probe asks.
 
 A probe is a child process that builds the model with L layers and trains two steps; it
-prints `PROBE L ok PEAK` or `PROBE L oom`. PEAK is lazyxla's ledger peak, or for JAX XLA's
-memory analysis of the step (arguments, outputs and temporaries, less what aliases). Memory grows linearly in depth, so two shallow probes (2 and 4 layers)
-give bytes a layer and bytes for the rest; the search starts at the depth that estimate
-fits in the device's limit and steps by one towards the boundary (L trains, L + 1 runs out
-of memory) while the budget lasts. `--near L` skips the estimate and starts there. Each
-probe's line is printed as it ends; the last line says what was found:
-`LARGEST SYSTEM AMP L` with the first depth that did not fit, or what is still open.
+prints `PROBE L ok PEAK` or `PROBE L oom SOURCE` (`check`: lazyxla's check before
+running; `xla`: XLA's refusal). PEAK is lazyxla's ledger peak, or for JAX XLA's memory
+analysis of the step (arguments, outputs and temporaries, less what aliases). Memory grows
+linearly in depth, so two shallow probes (2 and 4 layers) give bytes a layer and bytes for
+the rest; the search starts at the depth that estimate fits in the device's limit and steps
+by one towards the boundary (L trains, L + 1 runs out of memory) while the budget lasts.
+`--near L` skips the estimate and starts there. Each probe's line is printed as it ends;
+the last line says what was found: `LARGEST SYSTEM AMP L` with the first depth that did
+not fit, or what is still open.
 `--limit-gib` pretends the device holds that much: the estimate uses it, and lazyxla's
 probes refuse a graph beyond it as they would on a full device (the script's own test runs
 the search that way on a CPU); JAX's probes know only the real limit.
@@ -72,11 +74,14 @@ def _train_lazyxla(model, opt, x, y, amp: str) -> None:
     import torch
     import torch.nn.functional as F
     import lazyxla as lx
+    def loss_of(x, y):   # the logits die here, as in W2's step: live at the barrier, they
+        logits = model(x)   # would be one more output of the step (batch x seq x vocab)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+
     for _ in range(2):
         opt.zero_grad(set_to_none=True)
         with torch.autocast("lazyxla", dtype=torch.bfloat16) if amp == "bf16" else contextlib.nullcontext():
-            logits = model(x)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+            loss = loss_of(x, y)
         loss.backward()
         opt.step()
         lx.sync()
@@ -112,7 +117,9 @@ def probe(system: str, layers: int, amp: str) -> None:
     except Exception as e:   # noqa: BLE001 - any other error is the probe's answer too
         if not is_out_of_memory(e):
             raise
-        print(f"PROBE {layers} oom", flush=True)
+        # lazyxla's own check before running (XLA's figures against the limit) or XLA's refusal
+        source = "check" if str(e).startswith("lazyxla: out of memory") else "xla"
+        print(f"PROBE {layers} oom {source}", flush=True)
         return
     print(f"PROBE {layers} ok {peak}", flush=True)
 
@@ -138,7 +145,7 @@ def _child(system: str, layers: int, amp: str, timeout: float):
     parts = line.split()
     fits = parts[2] == "ok"
     peak = int(parts[3]) if fits else None
-    print(f"  {layers} layers: {'trains, peak %.2f GiB' % (peak / 2**30) if fits else 'out of memory'} "
+    print(f"  {layers} layers: {'trains, peak %.2f GiB' % (peak / 2**30) if fits else 'out of memory (%s)' % parts[3]} "
           f"({time.time() - started:.0f} s)", flush=True)
     return fits, peak
 
