@@ -6,16 +6,17 @@ fatal line, so an abort ends only its case.
     python scripts/tpu/svd_abort.py            # every case
     python scripts/tpu/svd_abort.py CASE       # one, in this process
 
-On the TPU v5e (JAX 0.10.2, 2026-12-07) the JAX cases at JAX's default precision compiled
-and lazyxla's forward aborted; the cases at "highest" and with the diagonal product are
-the next to run (docs/compat-matrix.md).
+On the TPU v5e (JAX 0.10.2, 2026-12-07) every JAX case compiled (default and "highest"
+precision, the diagonal product too) and lazyxla's forward and backward aborted; the lazy
+cases of one output each (`lazy_s`, `lazy_scaled`, `lazy_diag`) come next
+(docs/compat-matrix.md).
 """
 import subprocess
 import sys
 import time
 
 CASES = ["jax_s", "jax_products", "jax_products_highest", "jax_diag_highest", "jax_grad",
-         "lazy_forward", "lazy_backward"]
+         "lazy_forward", "lazy_backward", "lazy_s", "lazy_scaled", "lazy_diag"]
 
 
 def _products(jnp, a, precision=None, diagonal=False):
@@ -41,7 +42,9 @@ def run(case: str) -> None:
         import lazyxla as lx
         t = torch.randn(2, 5, 3).to(lx.device()).requires_grad_(case == "lazy_backward")
         u, s, vh = torch.linalg.svd(t, full_matrices=False)
-        outs = (s, u @ torch.diag_embed(s) @ vh, (u * s.unsqueeze(-2)) @ vh)
+        outs = {"lazy_s": (s,), "lazy_scaled": ((u * s.unsqueeze(-2)) @ vh,),
+                "lazy_diag": (u @ torch.diag_embed(s) @ vh,)}.get(
+            case, (s, u @ torch.diag_embed(s) @ vh, (u * s.unsqueeze(-2)) @ vh))
         if case == "lazy_backward":
             sum(o.sum() for o in outs).backward()
             t.grad.cpu()
