@@ -230,6 +230,44 @@ def test_bf16_steady_state_compiles_nothing(dev):
     assert host_fallbacks() == []
 
 
+def test_bf16_casts_take_the_cast_path_and_change_no_value(dev, monkeypatch):
+    """Autocast's casts and their gradients' casts back (frontend/handlers.py `_cast`): in a
+    steady step each is one shape-inference hit, with no pass of `convert_call` over its
+    arguments, and the results are bit for bit those of the generic path."""
+    from lazyxla.frontend import handlers, primitives, tracing
+
+    ref = _mlp()
+    x, y = rand(16, 16).to(dev), (torch.arange(16) % 5).to(dev)
+
+    def train(model, opt):
+        losses = _train(model, opt, x, y, 3, torch.bfloat16, sync=lx.sync)
+        return losses, [p.detach().cpu() for p in model.parameters()]
+
+    fast = copy.deepcopy(ref).to(dev)
+    fast_opt = torch.optim.AdamW(fast.parameters(), lr=1e-2)
+    fast_losses, fast_params = train(fast, fast_opt)
+    converted = []
+    generic_convert = tracing.convert_call
+    monkeypatch.setattr(tracing, "convert_call",
+                        lambda info, *rest: converted.append(info.name) or generic_convert(info, *rest))
+    entries = len(tracing.META_CACHE)
+    lx.metrics.clear_counters()
+    lx.metrics.set_op_records(True)
+    try:
+        train(fast, fast_opt)
+    finally:
+        lx.metrics.set_op_records(False)
+    assert counter("xla::_to_copy") >= 3 * 6   # each step: 3 weights and the input cast, 2 grads back
+    assert "_to_copy" not in converted and len(tracing.META_CACHE) == entries
+
+    monkeypatch.setattr(handlers, "_cast", lambda func, info, t, kwargs:
+                        primitives.functional(func, info, (t,), kwargs))
+    generic = copy.deepcopy(ref).to(dev)
+    generic_losses, generic_params = train(generic, torch.optim.AdamW(generic.parameters(), lr=1e-2))
+    assert fast_losses == generic_losses
+    assert all(torch.equal(a, b) for a, b in zip(fast_params, generic_params))
+
+
 # -- GradScaler ----------------------------------------------------------------------------
 
 def _poison(inf_step):

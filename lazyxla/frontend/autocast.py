@@ -33,18 +33,32 @@ def _is_autocast_eligible(t: Any) -> bool:
     return isinstance(t, LazyTensor) and t.is_floating_point()
 
 
+# at::autocast::is_eligible's dtypes: floating, and not float64 (never cast down)
+_ELIGIBLE_DTYPES = frozenset(d for d in vars(torch).values()
+                             if isinstance(d, torch.dtype) and d.is_floating_point and d is not torch.float64)
+
+
 def _is_eligible(t: Any) -> bool:
-    # at::autocast::is_eligible: ... and not float64 (never cast down)
-    return _is_autocast_eligible(t) and t.dtype is not torch.float64
+    return isinstance(t, LazyTensor) and t.dtype in _ELIGIBLE_DTYPES
 
 
 def _cast(value: Any, dtype: torch.dtype) -> Any:
     """cached_cast without the cache: eligible tensors, also inside Tensor[] / Tensor?[]."""
+    if type(value) is LazyTensor:   # an operand, the usual argument: `_is_eligible` without its frame
+        have = value.dtype
+        return value.to(dtype) if have is not dtype and have in _ELIGIBLE_DTYPES else value
     if isinstance(value, torch.Tensor):
         return value.to(dtype) if _is_eligible(value) and value.dtype is not dtype else value
     if isinstance(value, (list, tuple)):
-        return type(value)(_cast(v, dtype) for v in value)
+        return type(value)([_cast(v, dtype) for v in value])
     return value
+
+
+def _cast_call(args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple:
+    """`_cast` of every argument of an autocast kernel's call: (args, kwargs). One frame per
+    argument (an op's kernel runs this at every call under autocast)."""
+    return (tuple([_cast(a, dtype) for a in args]),
+            {k: _cast(v, dtype) for k, v in kwargs.items()} if kwargs else kwargs)
 
 
 def _tensors(values) -> list:
@@ -89,21 +103,21 @@ def _redispatch(op, args: tuple, kwargs: dict):
 def _lower_precision_fp(op) -> Callable:
     def kernel(*args, **kwargs):
         dtype = _lower_dtype()
-        return _redispatch(op, _cast(args, dtype), {k: _cast(v, dtype) for k, v in kwargs.items()})
+        return _redispatch(op, *_cast_call(args, kwargs, dtype))
     return kernel
 
 
 def _fp32(op) -> Callable:
     def kernel(*args, **kwargs):
         f32 = torch.float32
-        return _redispatch(op, _cast(args, f32), {k: _cast(v, f32) for k, v in kwargs.items()})
+        return _redispatch(op, *_cast_call(args, kwargs, f32))
     return kernel
 
 
 def _promote(op) -> Callable:
     def kernel(*args, **kwargs):
         dtype = _promote_type(args, kwargs)
-        return _redispatch(op, _cast(args, dtype), {k: _cast(v, dtype) for k, v in kwargs.items()})
+        return _redispatch(op, *_cast_call(args, kwargs, dtype))
     return kernel
 
 

@@ -16,7 +16,8 @@ from .sync_hooks import host_value
 from .primitives import alias, assign, functional, host_fallback, identity, run_op, view
 from ..ir.ops import register_fact
 from .tensor import LazyTensor
-from .tracing import contiguous_strides, convert_call, lookup, wrap_outputs
+from . import tracing
+from .tracing import contiguous_strides, convert_call, lookup, offset_free_key, wrap_outputs
 
 aten = torch.ops.aten
 
@@ -68,7 +69,8 @@ def _copy(func, info, args, kwargs):
 def _to_copy(func, info, args, kwargs):
     x = args[0]
     device = kwargs.get("device")
-    if device is not None:
+    if device is not None and not (type(device) is torch.device and device.type == DEVICE_TYPE
+                                   and (device.index or 0) == x._st.device):
         device = torch.device(device)
         if device.type != DEVICE_TYPE:
             host = host_value(x)
@@ -79,7 +81,23 @@ def _to_copy(func, info, args, kwargs):
             out = torch.empty(host.shape, dtype=host.dtype, device=device)
             copy_from_host(host, out)
             return out
+    if type(x) is LazyTensor:
+        return _cast(func, info, x, kwargs)
     return functional(func, info, args, kwargs)
+
+
+def _cast(func, info, x: LazyTensor, kwargs: dict) -> LazyTensor:
+    """`_to_copy` on `x`'s own device: a dtype (and layout) change, the casts autocast adds
+    around its ops and the casts back of their gradients (which name the device and
+    layout). Its shape-inference key is `x`'s key (offset-free: the output aliases nothing)
+    and the call's keyword arguments as given, so a cast met before is one dict hit and
+    one node, without `convert_call`'s pass over the arguments. The lowering reads only
+    the node's dtype, which the entry holds."""
+    mkey = x._mkey
+    key = (info, offset_free_key(mkey) if mkey[2] else mkey, tuple(kwargs.items()))
+    entry = tracing.META_CACHE.get(key) or lookup(key, func, (x,), kwargs)
+    node = x.checked_value()
+    return wrap_outputs(traced_node(func, (node,), dict(kwargs) or None, (node,), entry), entry, x._st.device)
 
 
 # fill value of each factory, from its arguments

@@ -82,13 +82,13 @@ def _tensor_operand(t: LazyTensor, parts: list, inputs: list, devs: list, offset
     if node.op is DATA and (node.data.donated_in is not None or node.data.failure is not None):
         raise unusable_error(node.data)
     key = t._mkey
-    parts.append(_offset_free_key(key) if offset_free and key[2] else key)
+    parts.append(offset_free_key(key) if offset_free and key[2] else key)
     inputs.append(node)
     devs.append(t._st.device)
     return node
 
 
-def _offset_free_key(key: tuple) -> tuple:
+def offset_free_key(key: tuple) -> tuple:
     """`key` of a view read by an op whose outputs alias nothing: no storage offset, and
     stride 1 for dimensions of size 1, whose strides no layout depends on (`ids[:, -1]`
     of a growing `ids` has stride (length,): one key for every length)."""
@@ -122,7 +122,7 @@ def _host_scalar_tensor(t: torch.Tensor, parts: list, inputs: list) -> Node:
 
 def convert(value, scalar_slot: bool, parts: list, inputs: list, devs: list, offset_free: bool = False):
     """One argument: returns its node-argument form, appending key parts and operands
-    (`offset_free`: OpInfo's; then views are keyed by `_offset_free_key`)."""
+    (`offset_free`: OpInfo's; then views are keyed by `offset_free_key`)."""
     tp = type(value)
     if tp is LazyTensor:
         return _tensor_operand(value, parts, inputs, devs, offset_free)
