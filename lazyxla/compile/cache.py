@@ -5,7 +5,9 @@ compile token). Config switches are not part of it: two syncs that end with the 
 share one executable. XLA compiler
 options are the backend's (`compiler_options`): what they take from the graph, the graph
 key covers; the rest, the compile token; JAX's persistent cache keys on them itself. Size bound:
-LAZYXLA_COMPILE_CACHE_SIZE (default 1024), least recently used evicted.
+LAZYXLA_COMPILE_CACHE_SIZE (default 1024), least recently used evicted. A miss first asks
+the executable store on disk (compile/exe_store.py), which loads a graph another process
+compiled without tracing or lowering it.
 """
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ from ..ir.node import OPT_BARRIER
 from .explain import explain
 from ..ir.scalars import scalar_avals
 from .program import build
-from . import split
+from . import disk_cache, exe_store, split
+from .stable_key import stable_digest
 
 
 class LastCompile:
@@ -261,10 +264,41 @@ def _lowered(jitted: "_Jitted", donors: tuple):
         return traced.lower()
 
 
+def _stored_digest(graph: Graph, donors: tuple, options: Optional[dict]) -> Optional[str]:
+    """The process-stable digest the executable store keys `graph` by (compile/stable_key.py),
+    or None where the store is off (no persistent cache, SPMD) or the key has no such form."""
+    if disk_cache.directory() is None or placement.spmd_enabled():
+        return None
+    device = jax_devices()[graph.device]
+    context = (tuple(sorted((options or {}).items())), backend.current().compile_token,
+               backend.setting("split_compile_min_equations"), device.platform, device.device_kind)
+    return stable_digest(graph, donors, context)
+
+
 def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
     jitted = _Jitted.of(graph, donors)
     n_params = jitted.n_params
     start = time.perf_counter_ns()
+    options = compiler_options(graph) or None
+    digest = _stored_digest(graph, donors, options)
+    compiled = exe_store.load(digest, [jax_devices()[graph.device]]) if digest else None
+    if compiled is None:
+        loaded_before = metrics.counter_value("PersistentCacheHit") or 0
+        compiled = _lower_and_compile(graph, jitted, donors, options)
+        # only a fresh compile is stored: an executable JAX loaded from its own cache
+        # serializes again without its code on XLA:CPU (it then fails to run: "Function
+        # ... not found"); a hit of another thread's compile here skips a store, no more
+        if digest and (metrics.counter_value("PersistentCacheHit") or 0) == loaded_before:
+            exe_store.store(digest, compiled)
+    elapsed = time.perf_counter_ns() - start
+    metrics.metric_add(metric, elapsed)
+    metrics.metric_add("InputOutputAliasCount", len(donors))
+    metrics.counter_add("CreateCompileHandles")
+    backend.current().after_compile()
+    return Executable(key_hex(graph.key + (donors,)), donors, compiled, n_params, elapsed)
+
+
+def _lower_and_compile(graph: Graph, jitted: _Jitted, donors: tuple, options: Optional[dict]):
     try:
         with warnings.catch_warnings():
             # Explicit donors without a matching output are freed, not reused; JAX warns.
@@ -273,15 +307,9 @@ def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
             # several blocks (runtime/backend/host_heap.py): such a graph is not written to the
             # persistent cache and compiles in each process; JAX warns on every write.
             warnings.filterwarnings("ignore", message="(?s).*Multiple temp buffer allocations")
-            compiled = _lowered(jitted, donors).compile(compiler_options(graph) or None)
+            return _lowered(jitted, donors).compile(options)
     except LoweringError:
         raise
     except Exception as e:
         raise LoweringError(f"lazyxla: compiling graph {key_hex(graph.key)} "
                             f"({len(graph.order)} nodes) failed: {type(e).__name__}: {e}") from e
-    elapsed = time.perf_counter_ns() - start
-    metrics.metric_add(metric, elapsed)
-    metrics.metric_add("InputOutputAliasCount", len(donors))
-    metrics.counter_add("CreateCompileHandles")
-    backend.current().after_compile()
-    return Executable(key_hex(graph.key + (donors,)), donors, compiled, n_params, elapsed)
