@@ -59,7 +59,9 @@ def _run(tmp_path, mode: str, cache: str, **env) -> dict:
 
 
 def _stored(cache: str) -> list:
-    return [name for _, _, files in os.walk(cache) for name in files if name.endswith("-lazyxla-exe")]
+    """Paths of the store's entries under `cache`."""
+    return [os.path.join(folder, name) for folder, _, files in os.walk(cache)
+            for name in files if name.endswith("-lazyxla-exe")]
 
 
 @pytest.mark.parametrize("mode, env", [("plain", {}), ("attention", {}),
@@ -104,11 +106,9 @@ def test_a_users_jax_function_keeps_its_graph_off_disk(tmp_path):
 def test_a_torn_entry_is_a_miss(tmp_path):
     cache = str(tmp_path / "cache")
     first = _run(tmp_path, "plain", cache)
-    for folder, _, files in os.walk(cache):
-        for name in files:
-            if name.endswith("-lazyxla-exe"):
-                with open(os.path.join(folder, name), "r+b") as f:
-                    f.truncate(10)
+    for path in _stored(cache):
+        with open(path, "r+b") as f:
+            f.truncate(10)
     second = _run(tmp_path, "plain", cache)
     assert second["ExecutableStoreError"] == len(_stored(cache)) > 0 and second["ExecutableStoreHit"] == 0
     assert second["losses"] == first["losses"] and second["params"] == first["params"]
@@ -118,10 +118,8 @@ def test_an_executable_jax_loaded_from_its_cache_is_not_stored(tmp_path):
     # re-serialized, such an executable lacked its code on XLA:CPU and failed to run
     cache = str(tmp_path / "cache")
     first = _run(tmp_path, "plain", cache)
-    for folder, _, files in os.walk(cache):
-        for name in files:
-            if name.endswith("-lazyxla-exe"):
-                os.remove(os.path.join(folder, name))
+    for path in _stored(cache):
+        os.remove(path)
     second = _run(tmp_path, "plain", cache)   # JAX's cache answers
     assert second["ExecutableStoreWrite"] == 0 and not _stored(cache)
     third = _run(tmp_path, "plain", cache)
