@@ -1,13 +1,14 @@
 """Test driver: runs a Hugging Face script under a lazyxla launcher and prints, after it,
 `STEPS [...]`: the lazyxla counters of each optimizer step after the first (graphs,
-compiles, traced ops, host-replayed reads, persistent compile cache hits), its wall time
-in seconds ("s"), the seconds spent compiling ("compile_s") and those spent in the Trainer's
-own host work ("trainer_s": fetching and uploading the batch, logging with its reads, the LR
-scheduler, the callbacks; from the first optimizer step on); scripts/hf_bench.py and the
-TPU scripts read the times, the tests do not. `FIRST {...}`: the same from the start of the
-script to the end of its first step; `STEP1 {...}`: the same from the first module call (the
-first step's forward: after the imports, the model's construction and the device's start) to
-the end of the first step; `REST {...}`: from the end of its last step to its end.
+compiles, traced ops, host-replayed reads, persistent compile cache and executable store
+hits), its wall time in seconds ("s"), the seconds spent compiling ("compile_s") and those
+spent in the Trainer's own host work ("trainer_s": fetching and uploading the batch,
+logging with its reads, the LR scheduler, the callbacks; from the first optimizer step
+on); scripts/hf_bench.py and the TPU scripts read the times, the tests do not.
+`FIRST {...}`: the same from the start of the script to the end of its first step;
+`STEP1 {...}`: the same from the first module call (the first step's forward: after the
+imports, the model's construction and the device's start) to the end of the first step;
+`REST {...}`: from the end of its last step to its end.
 
     python measure.py run|compat SCRIPT [ARGS...]
 """
@@ -20,7 +21,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 import lazyxla as lx
 
-COUNTERS = ("ExecuteComputation", "UncachedCompile", "TracedOps", "HostEvaluatedRead", "PersistentCacheHit")
+COUNTERS = ("ExecuteComputation", "UncachedCompile", "TracedOps", "HostEvaluatedRead", "PersistentCacheHit",
+            "ExecutableStoreHit")
 
 
 def _counters() -> dict:
