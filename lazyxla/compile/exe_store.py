@@ -53,10 +53,10 @@ def load(digest: str, devices: list):
     try:
         with open(path, "rb") as f:
             compiled = _unpack(pickle.load(f), devices)
-    except Exception:  # noqa: BLE001 - a torn, stale or foreign entry is a miss
+        os.utime(path)   # recently used: pruned last
+    except Exception:  # noqa: BLE001 - a torn, stale or foreign entry (or one pruned meanwhile) is a miss
         metrics.counter_add("ExecutableStoreError")
         return None
-    os.utime(path)   # recently used: pruned last
     metrics.counter_add("ExecutableStoreHit")
     return compiled
 
