@@ -211,22 +211,21 @@ def compile_graph(graph: Graph, donors: tuple, metric: str = "CompileTime") -> E
 
 class _Jitted(NamedTuple):
     """`graph`'s program as a jax.jit function for its placements and donors, with the
-    avals to lower it for and its number of parameters. Building it raises lazyxla's
-    own errors (placements on several meshes) as they are; lowering comes after."""
+    avals to lower it for. Building it raises lazyxla's own errors (placements on several
+    meshes) as they are; lowering comes after."""
     fn: Any
     avals: list
-    n_params: int
     matmul_precision: str
 
     @staticmethod
     def of(graph: Graph, donors: tuple) -> "_Jitted":
-        program, n_params = build(graph)
+        program, _ = build(graph)
         in_shardings, scalar_sharding, out_shardings = _placements(graph)
         avals = [jax.ShapeDtypeStruct(d.shape, jax_dtype(d.stored_dtype), sharding=s)
                  for d, s in zip(graph.params, in_shardings)]
         avals += [jax.ShapeDtypeStruct(shape, dt, sharding=scalar_sharding) for shape, dt in scalar_avals(graph)]
         fn = jax.jit(program, donate_argnums=donors, keep_unused=True, out_shardings=out_shardings)
-        return _Jitted(fn, avals, n_params, graph.matmul_precision)
+        return _Jitted(fn, avals, graph.matmul_precision)
 
     def lower(self) -> jax.stages.Lowered:
         with precision.lowering(self.matmul_precision):
@@ -264,27 +263,26 @@ def _lowered(jitted: "_Jitted", donors: tuple):
         return traced.lower()
 
 
-def _stored_digest(graph: Graph, donors: tuple, options: Optional[dict]) -> Optional[str]:
-    """The process-stable digest the executable store keys `graph` by (compile/stable_key.py),
-    or None where the store is off (no persistent cache, SPMD) or the key has no such form."""
+def _stored_digest(graph: Graph, donors: tuple, options: Optional[dict], device) -> Optional[str]:
+    """The process-stable digest the executable store keys `graph` (run on JAX `device`) by
+    (compile/stable_key.py), or None where the store is off (no persistent cache, SPMD) or
+    the key has no such form."""
     if disk_cache.directory() is None or placement.spmd_enabled():
         return None
-    device = jax_devices()[graph.device]
     context = (tuple(sorted((options or {}).items())), backend.current().compile_token,
                backend.setting("split_compile_min_equations"), device.platform, device.device_kind)
     return stable_digest(graph, donors, context)
 
 
 def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
-    jitted = _Jitted.of(graph, donors)
-    n_params = jitted.n_params
     start = time.perf_counter_ns()
     options = compiler_options(graph) or None
-    digest = _stored_digest(graph, donors, options)
-    compiled = exe_store.load(digest, [jax_devices()[graph.device]]) if digest else None
-    if compiled is None:
+    device = jax_devices()[graph.device]
+    digest = _stored_digest(graph, donors, options, device)
+    compiled = exe_store.load(digest, [device]) if digest else None
+    if compiled is None:   # the program is built, traced and lowered only here
         loaded_before = metrics.counter_value("PersistentCacheHit") or 0
-        compiled = _lower_and_compile(graph, jitted, donors, options)
+        compiled = _lower_and_compile(graph, _Jitted.of(graph, donors), donors, options)
         # only a fresh compile is stored: an executable JAX loaded from its own cache
         # serializes again without its code on XLA:CPU (it then fails to run: "Function
         # ... not found"); a hit of another thread's compile here skips a store, no more
@@ -295,7 +293,7 @@ def _compile(graph: Graph, donors: tuple, metric: str) -> Executable:
     metrics.metric_add("InputOutputAliasCount", len(donors))
     metrics.counter_add("CreateCompileHandles")
     backend.current().after_compile()
-    return Executable(key_hex(graph.key + (donors,)), donors, compiled, n_params, elapsed)
+    return Executable(key_hex(graph.key + (donors,)), donors, compiled, len(graph.params), elapsed)
 
 
 def _lower_and_compile(graph: Graph, jitted: _Jitted, donors: tuple, options: Optional[dict]):

@@ -119,24 +119,20 @@ _MEMO: dict = {}   # signature id -> its text (ids are never reused)
 _MEMO_CAP = 1 << 16
 
 
+@functools.cache
 def _source_digest() -> str:
     """sha256 of lazyxla's own Python source, read once."""
-    if _SOURCE[0] is None:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        h = hashlib.sha256()
-        for folder, dirs, files in sorted(os.walk(root)):
-            dirs.sort()
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    path = os.path.join(folder, name)
-                    h.update(os.path.relpath(path, root).encode() + b"\x00")
-                    with open(path, "rb") as f:
-                        h.update(f.read())
-        _SOURCE[0] = h.hexdigest()
-    return _SOURCE[0]
-
-
-_SOURCE: list = [None]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    h = hashlib.sha256()
+    for folder, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                h.update(os.path.relpath(path, root).encode() + b"\x00")
+                with open(path, "rb") as f:
+                    h.update(f.read())
+    return h.hexdigest()
 
 
 def stable_digest(graph: Graph, donors: tuple, context: tuple) -> Optional[str]:
