@@ -28,12 +28,8 @@ from .torch_compat import below_autocast
 _LIBS: list = []
 
 
-def _is_autocast_eligible(t: Any) -> bool:
-    # at::autocast::is_autocast_eligible for PrivateUse1: a floating tensor on our device
-    return isinstance(t, LazyTensor) and t.is_floating_point()
-
-
-# at::autocast::is_eligible's dtypes: floating, and not float64 (never cast down)
+# at::autocast::is_eligible: a floating tensor on our device (is_autocast_eligible for
+# PrivateUse1), and not float64 (never cast down)
 _ELIGIBLE_DTYPES = frozenset(d for d in vars(torch).values()
                              if isinstance(d, torch.dtype) and d.is_floating_point and d is not torch.float64)
 
@@ -79,7 +75,7 @@ def _promote_type(args: tuple, kwargs: dict) -> torch.dtype:
     """at::autocast::promote_type: the widest of the eligible inputs, doubles ignored."""
     lower = current = _lower_dtype()
     for t in _tensors(args) + _tensors(kwargs.values()):
-        if not _is_autocast_eligible(t) or t.dtype is torch.float64:
+        if not _is_eligible(t):
             continue
         if current is torch.float32 or t.dtype is torch.float32:
             current = torch.float32
