@@ -65,23 +65,26 @@ def test_fresh_optimizer_state_gives_the_later_steps_graph(name, dev, host_repla
         torch.testing.assert_close(state_lazy["exp_avg_sq"].cpu(), state_ref["exp_avg_sq"], rtol=1e-5, atol=1e-8)
 
 
-def _logged_loop(device, steps: int, log_every: int, read_before_reset: bool) -> tuple[list, list]:
-    """The Trainer's pattern: a loss sum on the device, a nan check reading each step's loss,
-    the sum logged and reset with `total -= total` every `log_every` steps. Returns the
+def _logged_loop(device, steps: int, log_every: int, read_before_reset: bool,
+                 micro_batches: int = 1) -> tuple[list, list]:
+    """The Trainer's pattern: a loss sum on the device, a nan check reading each micro-batch's
+    loss, the sum logged and reset with `total -= total` every `log_every` steps. Returns the
     logged sums and the compiles of each step."""
     torch.manual_seed(1)
     model = _model().to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    data = [(torch.randn(8, 6).to(device), torch.randn(8, 3).to(device)) for _ in range(steps)]
+    data = [[(torch.randn(8, 6).to(device), torch.randn(8, 3).to(device)) for _ in range(micro_batches)]
+            for _ in range(steps)]
     total = torch.tensor(0.0, device=device)
     logged, compiles = [], []
-    for step, (x, y) in enumerate(data, 1):
+    for step, batches in enumerate(data, 1):
         before = _compiles()
         opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        if not bool(torch.isnan(loss)):   # a host read between the reset and the sum
-            total += loss.detach()
+        for x, y in batches:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            if not bool(torch.isnan(loss)):   # a host read between the reset and the sum
+                total += loss.detach()
         opt.step()
         if step % log_every == 0:
             logged.append(total.item() if read_before_reset else total.clone())
@@ -99,6 +102,21 @@ def test_a_reset_the_host_read_gives_the_steps_graph(dev, host_replay):
     # step 1: the read's graph (forward) and the step's graph; the host computes each
     # reset (its value read at logging) and the step after it runs the same graph
     assert compiles == [2, 0, 0, 0, 0, 0, 0]
+
+
+def test_a_reset_summed_across_reads_gives_the_steps_graph(dev, host_replay):
+    # Two micro-batches a step, a read before each one's sum: after a reset the sum crosses
+    # two reads before the barrier. The entry is the reset (the value at the first read the
+    # chain of writes crossed), as the steady steps' sum enters as last step's buffer; the
+    # value at the second read (reset plus the first loss) made the step after each log a
+    # graph of its own.
+    logged, compiles = _logged_loop(dev, 7, 3, read_before_reset=True, micro_batches=2)
+    assert metrics.counter_value("HostEntryValue") == 2
+    expected, _ = _logged_loop("cpu", 7, 3, read_before_reset=True, micro_batches=2)
+    assert logged == pytest.approx(expected, rel=1e-5)
+    # step 1: each micro-batch's read (the second one's graph also reads the first's
+    # gradients) and the step's graph
+    assert compiles == [3, 0, 0, 0, 0, 0, 0]
 
 
 def test_a_reset_the_host_does_not_hold_stays_in_the_graph(dev, host_replay):

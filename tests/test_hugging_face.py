@@ -89,15 +89,16 @@ def test_trainer_with_evaluation_compiles_each_kind_once(tmp_path):
     # A fine-tune as usually written (trainer_bert.py --eval): two micro-batches a step, warmup
     # and cosine schedule, an evaluation every 6 steps with a metric. Each kind compiles once:
     # step 1 the two micro-batches' reads (the nan/inf filter's) and the optimizer step; the
-    # first step after a log once (its running loss was reset); the evaluation once (its
-    # batches' logits and losses stay on the device until the end: one graph for all three);
-    # the second evaluation (after the last step) nothing.
+    # evaluation once (its batches' logits and losses stay on the device until the end: one
+    # graph for all three); nothing else. The first step after a log is the steady kind: its
+    # running loss, reset, enters as device data although two reads cross its sum
+    # (frontend/storage.py `Storage.entry`).
     lazy = _lazy("run", "trainer_bert.py", 12, "--eval", tmp_path=tmp_path)
     cpu = _cpu("trainer_bert.py", 12, "--eval", tmp_path=tmp_path)
     assert len(lazy["losses"]) == 6 and lazy["losses"] == pytest.approx(cpu, rel=2e-4)  # loss, eval loss, accuracy
     steps = lazy["steps"]   # steps 2..12
-    assert lazy["first"]["UncachedCompile"] == 3 and _total(lazy, "UncachedCompile") == 5
-    assert [s["UncachedCompile"] for s in steps] == [0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0]
+    assert lazy["first"]["UncachedCompile"] == 3 and _total(lazy, "UncachedCompile") == 4
+    assert [s["UncachedCompile"] for s in steps] == [0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0]
     assert lazy["rest"]["UncachedCompile"] == 0 and lazy["rest"]["ExecuteComputation"] == 1
     assert [s["ExecuteComputation"] for s in steps] == [3] * 5 + [4] + [3] * 5
     # the steps that neither follow a log nor hold an evaluation trace the same ops

@@ -48,11 +48,11 @@ class Storage:
         # failed sync returns it to (sync/failures.py), while anything (the pending update
         # reading it, as every in-place update does) still holds the buffer
         self.last_data = None
-        # The pending value this storage held when its in-place writes since the last sync
-        # point began, or the value of a write that started it afresh (None: device data),
-        # and the STATE.sync_epoch of that write: a barrier reads a small one as device
-        # data, so fresh state gives the later steps' graph (sync/entries.py). It never
-        # holds a node the value does not reach.
+        # The pending value this storage held at the first sync point its chain of
+        # in-place writes crossed, or the value of a write that started it afresh (None:
+        # device data), and the STATE.sync_epoch of the first write after that point: a
+        # barrier reads a small one as device data, so fresh state gives the later steps'
+        # graph (sync/entries.py). It never holds a node the value does not reach.
         self.entry = None
         self.entry_epoch = -1
         # (shape, stride, offset, dtype) of the base tensor, set by LazyTensor.wrap: how
@@ -90,7 +90,11 @@ class Storage:
                 # its shape (a fill: `torch.zeros(..., device=...)` is an allocation, then
                 # zero_()). An in-place op's functional node reads the old value first.
                 self.entry, self.entry_epoch = value, STATE.sync_epoch
-            elif self.entry_epoch != STATE.sync_epoch:
+            elif self.entry is None and self.entry_epoch != STATE.sync_epoch:
+                # the first sync point the chain crosses sets it, later ones keep it: a
+                # running sum reset after a log and added to once per micro-batch (a read
+                # between each) then enters as the reset, as the steady steps' sum enters
+                # as last step's buffer (docs/design.md, "Compile once per kind of step")
                 self.entry_epoch = STATE.sync_epoch
                 self.entry = old if old.op is not DATA else None
         self.value = value

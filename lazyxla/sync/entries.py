@@ -8,7 +8,7 @@ reset by `tr_loss -= tr_loss` after it logs. Folded into the step's graph, that 
 value makes another graph, and on a TPU another compile of the whole step.
 
 So each storage remembers its entry value (frontend/storage.py `Storage.write`): the
-pending value it held when its in-place writes since the last sync point began. At a step
+pending value it held at the first sync point its chain of in-place writes crossed. At a step
 barrier an entry value small enough to compute on the host (sync/host_eval.py's rules:
 at most `host_read_max_elements` elements, deterministic ops, device inputs only scalars
 whose host copies the host already holds, so nothing waits for the device) is computed
