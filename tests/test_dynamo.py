@@ -372,6 +372,27 @@ def test_compiled_training_step_matches_eager_and_donates_all_state(dev, kind):
           f"donors {steps[-1]['donors']}, donated bytes {steps[-1]['donated_bytes']}")
 
 
+def test_a_compiled_optimizer_step_skips_aot_autograd(dev):
+    # An optimizer step has no gradient to derive: its graph (autograd off, the parameters
+    # and state held by the graph) is traced lazily over placeholders, not through
+    # AOTAutograd (dynamo/direct.py); the model's forward and backward keep AOTAutograd,
+    # and so does a module's forward compiled under no_grad (its parameters are inputs).
+    torch.manual_seed(0)
+    net = _Net().to(dev)
+    with torch.no_grad():
+        _compile(net)(_batches(1)[0][0].to(dev))
+    assert counter("DynamoWithoutAutograd") == 0 and counter("DynamoCompile") == 1
+    lx.metrics.clear_all()
+    torch.manual_seed(0)
+    ref = _Net()
+    batches = _batches(3)
+    eager, _, _ = _train("adamw", copy.deepcopy(ref), batches, None, compiled=False)
+    losses, _, _ = _train("adamw", copy.deepcopy(ref).to(dev), batches, dev, compiled=True)
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(eager), rtol=1e-4, atol=1e-6)
+    assert counter("DynamoWithoutAutograd") == 1   # the step; forward and backward: AOTAutograd
+    assert counter("DynamoCompile") == 2
+
+
 # -- donation inside compiled functions (SPEC-donation §4 E) ----------------------
 
 def test_e39_donor_op_in_place(dev, fresh_compile_cache):

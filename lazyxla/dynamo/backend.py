@@ -4,7 +4,8 @@ dynamo hands the backend a torch-level FX graph (and real example inputs). The b
 rewrites `torch.ops.lazyxla.set_buffer_donor_` calls (donor.py) and tensors made from
 data on the lazyxla device, runs AOTAutograd on it with lazy tensors seen as plain
 tensors on the lazyxla device (plain.py), and turns each ATen graph it produces
-(forward, backward, inference) into a `CompiledGraph` (replay.py). Graph breaks need
+(forward, backward, inference) into a `CompiledGraph` (replay.py); a graph compiled with
+autograd off (a compiled optimizer step) skips AOTAutograd (direct.py). Graph breaks need
 nothing here: dynamo runs the code between graphs as ordinary Python, i.e. lazy tracing.
 Option `execute_at_call` (`options={"execute_at_call": True}`, the `"openxla"` backend of
 lazyxla.compat) runs each graph when it is called, by a partial sync right after its CALL
@@ -25,6 +26,7 @@ from ..frontend.device import DEVICE_TYPE
 from ..frontend.tensor import LazyTensor
 from ..ir.node import DATA
 from ..sync.api import sync_tensors
+from . import direct
 from .donor import MARK_DONOR, is_donor_call
 from .plain import treat_as_plain
 from .replay import CompiledGraph
@@ -86,7 +88,10 @@ def lazyxla_backend(gm: torch.fx.GraphModule, example_inputs, options: Optional[
     _materialise_example_values(gm)
     _rewrite_donor_calls(gm)
     _rewrite_data_tensors(gm)
-    return _aot[bool(options.get("execute_at_call", False))](gm, example_inputs)
+    execute_at_call = bool(options.get("execute_at_call", False))
+    if direct.applies(gm):   # autograd off (a compiled optimizer step): no AOTAutograd
+        return direct.compile_without_autograd(gm, _compiler("inference", execute_at_call))
+    return _aot[execute_at_call](gm, example_inputs)
 
 
 def _materialise_example_values(gm: torch.fx.GraphModule) -> None:
