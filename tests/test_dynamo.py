@@ -393,6 +393,45 @@ def test_a_compiled_optimizer_step_skips_aot_autograd(dev):
     assert counter("DynamoCompile") == 2
 
 
+def _update_graph(result):
+    """An FX graph holding a parameter, whose output is `result(weight)`, with the example
+    values dynamo would record (fake tensors)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    class Holder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(3, 2))
+
+        def forward(self):
+            return (result(self.weight),)
+
+    gm = torch.fx.symbolic_trace(Holder())
+    with FakeTensorMode() as mode:
+        values = {}
+        for node in gm.graph.nodes:
+            if node.op == "get_attr":
+                values[node] = mode.from_tensor(gm.weight)
+            elif node.op in ("call_method", "call_function"):
+                values[node] = node.target(values[node.args[0]], *node.args[1:]) if node.op == "call_function" \
+                    else getattr(values[node.args[0]], node.target)(*node.args[1:])
+            if node in values:
+                node.meta["example_value"] = values[node]
+    return gm
+
+
+def test_an_update_graph_whose_output_aliases_keeps_aot_autograd():
+    # AOTAutograd regenerates an output that aliases a tensor of the graph as a view; a
+    # lazily traced capture would return a copy, so such a graph keeps AOTAutograd
+    # (dynamo/direct.py `applies`, judged from the example values).
+    from lazyxla.dynamo import direct
+    with torch.no_grad():
+        assert direct.applies(_update_graph(lambda w: w * 2))
+        assert not direct.applies(_update_graph(lambda w: w.t()))      # a view of the parameter
+        assert not direct.applies(_update_graph(lambda w: w))          # the parameter itself
+    assert not direct.applies(_update_graph(lambda w: w * 2))          # autograd on
+
+
 # -- donation inside compiled functions (SPEC-donation §4 E) ----------------------
 
 def test_e39_donor_op_in_place(dev, fresh_compile_cache):

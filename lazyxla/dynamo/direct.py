@@ -46,12 +46,12 @@ def applies(gm: torch.fx.GraphModule) -> bool:
     seen: set = set()
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "get_attr"):
-            value = node.meta.get("example_value") if node.op == "placeholder" else _attr(gm, node.target)
+            value = node.meta.get("example_value")
             if isinstance(value, torch.Tensor):
                 seen.add(_storage(value))
         elif node.op == "output":
-            for value in torch.utils._pytree.tree_leaves([a.meta.get("example_value") if isinstance(a, torch.fx.Node)
-                                                           else a for a in torch.utils._pytree.tree_leaves(node.args)]):
+            for arg in torch.utils._pytree.tree_leaves(node.args):
+                value = arg.meta.get("example_value") if isinstance(arg, torch.fx.Node) else arg
                 if isinstance(value, torch.Tensor):
                     storage = _storage(value)
                     if storage is None or storage in seen or value._is_view():
@@ -60,19 +60,13 @@ def applies(gm: torch.fx.GraphModule) -> bool:
     return None not in seen
 
 
-def _attr(gm: torch.fx.GraphModule, target: str):
-    owner = gm
-    for part in target.split("."):
-        owner = getattr(owner, part, None)
-    return owner
-
-
 def _storage(t: torch.Tensor):
+    """`t`'s storage as a comparable key (dynamo's example values are fake tensors, which
+    have one), or None."""
     try:
         return StorageWeakRef(t.untyped_storage())
-    except (RuntimeError, NotImplementedError):   # a lazy tensor has no storage: judge by its own
-        st = getattr(t, "_st", None)
-        return None if st is None else id(st)
+    except (RuntimeError, NotImplementedError):
+        return None
 
 
 def compile_without_autograd(gm: torch.fx.GraphModule, compiler: Callable) -> Callable:
