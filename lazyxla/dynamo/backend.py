@@ -4,8 +4,9 @@ dynamo hands the backend a torch-level FX graph (and real example inputs). The b
 rewrites `torch.ops.lazyxla.set_buffer_donor_` calls (donor.py) and tensors made from
 data on the lazyxla device, runs AOTAutograd on it with lazy tensors seen as plain
 tensors on the lazyxla device (plain.py), and turns each ATen graph it produces
-(forward, backward, inference) into a `CompiledGraph` (replay.py); a graph compiled with
-autograd off (a compiled optimizer step) skips AOTAutograd (direct.py). Graph breaks need
+(forward, backward, inference) into a `CompiledGraph` (replay.py); an update step (a
+compiled `optimizer.step()`: autograd off, the parameters held by the graph) skips
+AOTAutograd (direct.py). Graph breaks need
 nothing here: dynamo runs the code between graphs as ordinary Python, i.e. lazy tracing.
 Option `execute_at_call` (`options={"execute_at_call": True}`, the `"openxla"` backend of
 lazyxla.compat) runs each graph when it is called, by a partial sync right after its CALL
@@ -89,7 +90,7 @@ def lazyxla_backend(gm: torch.fx.GraphModule, example_inputs, options: Optional[
     _rewrite_donor_calls(gm)
     _rewrite_data_tensors(gm)
     execute_at_call = bool(options.get("execute_at_call", False))
-    if direct.applies(gm):   # autograd off (a compiled optimizer step): no AOTAutograd
+    if direct.applies(gm):   # an update step (a compiled optimizer step): no AOTAutograd
         return direct.compile_without_autograd(gm, _compiler("inference", execute_at_call))
     return _aot[execute_at_call](gm, example_inputs)
 
