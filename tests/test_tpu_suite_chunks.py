@@ -108,3 +108,38 @@ def test_a_chunk_goes_on_after_a_test_kills_its_process(chunks, tmp_path):
     assert dict(total) == {"passed": 2, "failed": 2, "skipped": 1}
     assert bad == ["FAILED tests.test_dies::test_b", "FAILED tests.test_dies.TestK::test_c"]
     assert list(reasons) == ["no chip"]
+
+
+HANGS = """
+import time
+def test_a(): pass
+def test_b(): time.sleep(60)   # as an XLA:TPU compile that never returns
+def test_c(): pass
+"""
+
+
+def test_a_test_past_its_limit_is_killed_and_counted_failed(chunks, tmp_path):
+    import os
+    import signal
+    import subprocess
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_hangs.py").write_text(HANGS)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    record = tmp_path / "chunk-1.record"
+    env = dict(os.environ, PYTHONPATH=str(PATH.parent))
+
+    def run(part: int) -> int:
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suite_resume",
+                               "--resume-record", str(record), "--test-limit", "2",
+                               f"--junitxml={tmp_path}/chunk-1.part{part}.xml", "tests/test_hangs.py"],
+                              cwd=tmp_path, env=env, capture_output=True, timeout=50).returncode
+
+    assert run(1) == -signal.SIGKILL                              # killed in test_b, long before its 60 s
+    text = record.read_text()
+    assert "HUNG tests/test_hangs.py::test_b" in text and "test_b" in text.split("HUNG", 1)[1]   # its stacks
+    assert chunks.aborted(record, tmp_path / "chunk-1.aborted1.xml", "signal 9")
+    assert "per-test limit" in (tmp_path / "chunk-1.aborted1.xml").read_text()
+    assert run(2) == 0                                            # test_c passes in a new process
+    total, bad, _, _ = chunks.counts(sorted(tmp_path.glob("chunk-1.*.xml")))
+    assert dict(total) == {"passed": 2, "failed": 1}
+    assert bad == ["FAILED tests.test_hangs::test_b"]

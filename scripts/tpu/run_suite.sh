@@ -13,7 +13,9 @@
 # the ids that failed); without $OUT, ./suite_out/. A test that kills its process (an abort
 # in XLA's compiler) counts as failed and the chunk goes on from the next test in a new
 # process (scripts/tpu/suite_resume.py). A chunk still running after
-# SUITE_CHUNK_TIMEOUT_S (default 570) is interrupted: pytest then writes what it has.
+# SUITE_CHUNK_TIMEOUT_S (default 570) is interrupted: pytest then writes what it has. A test
+# still running after SUITE_TEST_LIMIT_S (default 150) counts as failed, and the chunk goes on
+# in a new process as after an abort (a compile that never returns cannot be interrupted).
 # The plan (scripts/tpu/suite_chunks.py) is the same on every call unless
 # SUITE_TPU_FACTOR or SUITE_CHUNK_BUDGET_S change; keep them equal across the calls.
 set -uo pipefail
@@ -32,9 +34,11 @@ run_chunk() {
     while :; do
         left=$(( ${SUITE_CHUNK_TIMEOUT_S:-570} - (SECONDS - start) ))
         if [ "$left" -le 15 ]; then rc=124; break; fi
-        # on timeout SIGINT: pytest stops as on Ctrl-C and still writes the junit xml
-        PYTHONPATH="scripts/tpu${PYTHONPATH:+:$PYTHONPATH}" timeout -s INT "$left" "$python" -m pytest \
+        # on timeout SIGINT: pytest stops as on Ctrl-C and still writes the junit xml; killed
+        # 10 s later where a test holds its thread in XLA (then counted as an abort)
+        PYTHONPATH="scripts/tpu${PYTHONPATH:+:$PYTHONPATH}" timeout -s INT -k 10 "$left" "$python" -m pytest \
             -p no:cacheprovider -p suite_resume --resume-record "$out/chunk-$k.record" -q -rfEs \
+            --test-limit "${SUITE_TEST_LIMIT_S:-150}" \
             --junitxml="$out/chunk-$k.part$part.xml" $items >>"$out/chunk-$k.log" 2>&1
         rc=$?
         # killed by a signal inside a test (XLA:TPU's compiler aborts the process on some

@@ -157,10 +157,13 @@ def aborted(record: Path, junit: Path, why: str = "") -> bool:
     xml, written to `junit`: its tests with their outcomes, the one it died in (started,
     never ended) as failed with `why`. False where that process ended every test it began."""
     tests: dict = {}   # node id -> outcome, or None while it runs
+    hung: set = set()   # killed by suite_resume.py's per-test limit
     for entry in record.read_text(encoding="utf-8").splitlines():
         mark, _, rest = entry.partition(" ")
         if mark == "PROCESS":
-            tests = {}
+            tests, hung = {}, set()
+        elif mark == "HUNG":
+            hung.add(rest)
         elif mark == "START":
             tests[rest] = None
         elif mark == "END":
@@ -169,6 +172,8 @@ def aborted(record: Path, junit: Path, why: str = "") -> bool:
     dead = [nodeid for nodeid, outcome in tests.items() if outcome is None]
     if not dead:
         return False
+    if dead[-1] in hung:
+        why = "it ran past the per-test limit (--test-limit), its stacks are in the record"
     message = f"the process died in this test{': ' + why if why else ''}"
     suite = ET.Element("testsuite", name="pytest", time="0")
     for nodeid, outcome in tests.items():

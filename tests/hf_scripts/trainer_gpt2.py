@@ -1,10 +1,11 @@
 """An ordinary Hugging Face Trainer script (it never names lazyxla or torch_xla).
 
-    python trainer_gpt2.py STEPS ACCUMULATION [--cpu] [--bf16] [--124m]
+    python trainer_gpt2.py STEPS ACCUMULATION [--cpu] [--bf16] [--124m] [--no-nan-inf-filter]
 
 Trains a tiny random-init GPT-2 on synthetic tokens, logging every step (with `--124m`:
 GPT-2 small's shape, batches of 2 x 128 tokens as the bench's `gpt2-124m`, logging every
-10 steps), and prints
+10 steps; with `--no-nan-inf-filter`: the Trainer's `logging_nan_inf_filter` off, so that no
+loss is read at each micro-batch), and prints
 the logged losses as `LOSSES [...]` and the model's device as `DEVICE ...`.
 """
 import json
@@ -46,7 +47,8 @@ class KeepLosses(TrainerCallback):
 args = TrainingArguments(output_dir="trainer-out", max_steps=steps, per_device_train_batch_size=batch,
                          gradient_accumulation_steps=accumulation, logging_steps=log_every, report_to=[],
                          save_strategy="no", learning_rate=1e-3, seed=0, disable_tqdm=True,
-                         use_cpu="--cpu" in flags, bf16="--bf16" in flags)
+                         use_cpu="--cpu" in flags, bf16="--bf16" in flags,
+                         logging_nan_inf_filter="--no-nan-inf-filter" not in flags)
 Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=[KeepLosses()]).train()
 print("DEVICE", next(model.parameters()).device)
 print("LOSSES", json.dumps(losses))

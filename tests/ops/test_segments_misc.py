@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import lazyxla as lx
-from helpers import check_op, host_fallbacks, skip_if_narrowed
+from helpers import check_op, float32_math_tolerance, host_fallbacks, inexact_float32_math, skip_if_narrowed
 
 NAN, INF = float("nan"), float("inf")
 
@@ -148,6 +148,10 @@ def test_linspace_with_tensor_ends_like_eager_cpu(dtype, start, end, steps):
     # integers (truncated doubles) and bfloat16 exactly; float32 to the last bit or so,
     # where eager's vectorised chunks round differently
     tol = 0 if dtype in (torch.int64, torch.bfloat16) else 1e-6
+    if tol == 0 and steps > 1 and (end - start) % (steps - 1) and inexact_float32_math():
+        # an inexact step: the value at an exact integer, truncated or rounded to bfloat16,
+        # lands on the neighbouring value when the division is an ulp off
+        pytest.skip(inexact_float32_math())
     check_op(lambda s, e: torch.linspace(s, e, steps, dtype=dtype, device=s.device), torch.tensor(start),
              torch.tensor(float(end)), rtol=tol, atol=tol)
     check_op(lambda s: torch.linspace(s, end, steps, dtype=dtype, device=s.device), torch.tensor(start),
@@ -191,8 +195,9 @@ def test_ctc_loss_and_gradient_like_eager(reduction, concatenated, zero_infinity
     # lengths as lists, and as tensors (read to the host: log-alpha's shape depends on them)
     check_op(lambda lp, tg: torch.nn.functional.ctc_loss(lp, tg, [6, 3, 5, 4], target_lengths, blank=0,
                                                          reduction=reduction, zero_infinity=zero_infinity),
-             log_probs, targets, rtol=1e-4, atol=1e-5)
+             log_probs, targets, **float32_math_tolerance(1e-4, 1e-5))
     check_op(lambda lp, tg, il, tl: torch.nn.functional.ctc_loss(lp, tg, il, tl, reduction=reduction,
                                                                  zero_infinity=zero_infinity),
-             log_probs, targets, torch.tensor([6, 3, 5, 4]), torch.tensor(target_lengths), rtol=1e-4, atol=1e-5)
+             log_probs, targets, torch.tensor([6, 3, 5, 4]), torch.tensor(target_lengths),
+             **float32_math_tolerance(1e-4, 1e-5))
     assert host_fallbacks() == []

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import lazyxla as lx
-from helpers import check_op, skip_if_narrowed
+from helpers import check_op, float32_math_tolerance, skip_if_narrowed
 
 S = torch.special
 INF, NAN = math.inf, math.nan
@@ -31,7 +31,9 @@ def wide(dtype):
 
 def check_traced(fn, *inputs, rtol=1e-5, atol=1e-6):
     lx.metrics.clear_all()
-    check_op(fn, *inputs, rtol=rtol, atol=atol)
+    # on the TPU these series and continued fractions are built from its approximate float32
+    # exp, log and division (a float64 input computes in float32 there too)
+    check_op(fn, *inputs, **float32_math_tolerance(rtol, atol))
     assert host_ops() == []
 
 
@@ -86,9 +88,16 @@ ZETA_EDGES = [  # (x, q): poles, x = inf, x < 1, negative q with integer and non
     (2, 1e-30), (1.5, 1e8), (4, -1e6), (2, 1e-200), (1.0001, 50)]
 
 
+def skip_zeta_on_tpu() -> None:
+    if lx.platform() == "tpu":
+        pytest.skip("XLA:TPU's compile of zeta's graph did not return within 200 s, and SIGINT "
+                    "could not stop it (2026-12-07, JAX 0.10.2): to reduce and report upstream")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_zeta(dtype):
     skip_if_narrowed(dtype)
+    skip_zeta_on_tpu()
     gen = torch.Generator().manual_seed(0)
     x = torch.cat([torch.rand(400, generator=gen, dtype=torch.float64) * 20 - 10,
                    torch.tensor([e[0] for e in ZETA_EDGES], dtype=torch.float64)]).to(dtype)
@@ -98,6 +107,7 @@ def test_zeta(dtype):
 
 
 def test_zeta_scalars_int64_and_gradient():
+    skip_zeta_on_tpu()
     n = torch.arange(1, 7)
     check_traced(lambda t: S.zeta(t, 2.0), n)
     check_traced(lambda t: S.zeta(3.0, t), n)
