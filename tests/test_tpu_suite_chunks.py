@@ -84,21 +84,28 @@ class TestK:
 """
 
 
-def test_a_chunk_goes_on_after_a_test_kills_its_process(chunks, tmp_path):
+def chunk_runner(tmp_path, name: str, source: str, *options: str):
+    """(run(part) -> pytest's exit status, the record): one chunk of the test file `name`
+    made of `source`, run under suite_resume.py as run_suite.sh runs it."""
     import os
-    import signal
     import subprocess
     (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_dies.py").write_text(DIES)
+    (tmp_path / "tests" / name).write_text(source)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     record = tmp_path / "chunk-1.record"
     env = dict(os.environ, PYTHONPATH=str(PATH.parent))
 
     def run(part: int) -> int:
         return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suite_resume",
-                               "--resume-record", str(record), f"--junitxml={tmp_path}/chunk-1.part{part}.xml",
-                               "tests/test_dies.py"], cwd=tmp_path, env=env, capture_output=True).returncode
+                               "--resume-record", str(record), *options,
+                               f"--junitxml={tmp_path}/chunk-1.part{part}.xml", f"tests/{name}"],
+                              cwd=tmp_path, env=env, capture_output=True, timeout=120).returncode
+    return run, record
 
+
+def test_a_chunk_goes_on_after_a_test_kills_its_process(chunks, tmp_path):
+    import signal
+    run, record = chunk_runner(tmp_path, "test_dies.py", DIES)
     assert run(1) == -signal.SIGABRT                            # the first process dies in test_b
     assert not (tmp_path / "chunk-1.part1.xml").exists()
     assert chunks.aborted(record, tmp_path / "chunk-1.aborted1.xml", "signal 6")
@@ -119,21 +126,8 @@ def test_c(): pass
 
 
 def test_a_test_past_its_limit_is_killed_and_counted_failed(chunks, tmp_path):
-    import os
     import signal
-    import subprocess
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_hangs.py").write_text(HANGS)
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    record = tmp_path / "chunk-1.record"
-    env = dict(os.environ, PYTHONPATH=str(PATH.parent))
-
-    def run(part: int) -> int:
-        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suite_resume",
-                               "--resume-record", str(record), "--test-limit", "2",
-                               f"--junitxml={tmp_path}/chunk-1.part{part}.xml", "tests/test_hangs.py"],
-                              cwd=tmp_path, env=env, capture_output=True, timeout=50).returncode
-
+    run, record = chunk_runner(tmp_path, "test_hangs.py", HANGS, "--test-limit", "2")
     assert run(1) == -signal.SIGKILL                              # killed in test_b, long before its 60 s
     text = record.read_text()
     assert "HUNG tests/test_hangs.py::test_b" in text and "test_b" in text.split("HUNG", 1)[1]   # its stacks
