@@ -100,6 +100,12 @@ class Storage:
         self.value = value
         self.version += 1
 
+    def rebuild(self, value: Node, entry: Node | None) -> None:
+        """The same pending value (and entry value), rebuilt to read device data a read
+        computed for it (sync/crossing.py): not a write, so no version or entry change."""
+        self.value = value
+        self.entry = entry
+
 
 # Storages whose host read materialises all pending work of their device, not just
 # their own value (frontend/grad_scaler.py: GradScaler's found_inf, read by `.item()`

@@ -24,7 +24,7 @@ builder gives it, or a traced key, and that one signature always stands for one 
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
@@ -175,6 +175,29 @@ def getitem_node(node: Node, index: int) -> Node:
     shape, dtype = node.shape[index], node.dtype[index]
     args = (node, index)
     return Node(GETITEM, args, None, (node,), shape, dtype, intern_sig(signature(GETITEM, args, None, shape, dtype, 0, [])))
+
+
+def with_operands(node: Node, swap: Mapping[Node, Node]) -> Node:
+    """`node` reading `swap[operand]` in place of each of its operands found in `swap` (the
+    same value computed elsewhere: sync/crossing.py). The signature is `node`'s: it holds
+    the operands' shapes and dtypes, which the replacements share, not their identity."""
+    new = Node(node.op, _swapped(node.args, swap), _swapped(node.kwargs, swap),
+               tuple([swap.get(i, i) for i in node.inputs]), node.shape, node.dtype, node.sig, node.data, node.nout)
+    origin = getattr(node, "origin", None)   # set only while provenance is on
+    if origin is not None:
+        new.origin = origin
+    return new
+
+
+def _swapped(value: Any, swap: Mapping[Node, Node]) -> Any:
+    """`value` (a node's args or kwargs) with the nodes of `swap` replaced."""
+    if isinstance(value, Node):
+        return swap.get(value, value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_swapped(v, swap) for v in value)
+    if isinstance(value, dict):
+        return {k: _swapped(v, swap) for k, v in value.items()}
+    return value
 
 
 # (DATA, shape, dtype, storage dtype) -> its interned id: a DATA node is made for every

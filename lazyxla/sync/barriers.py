@@ -8,7 +8,8 @@ and computed once (docs/design.md "Real code places no barriers"):
   donation of `lx.sync()`. Not inside compiled code (dynamo traces the hook away), nor
   while a function is captured (gradient accumulation, scan, while_loop bodies).
 - a host read also materializes every live pending tensor that shares pending work with
-  what it reads (`sharing_items`), so that work is never computed twice.
+  what it reads (`sharing_items`), or what that tensor needs from the read
+  (sync/crossing.py), so that work is never computed twice.
 - the graph-size cap (`LAZYXLA_GRAPH_OP_LIMIT`) warns once, then cuts: never silent growth.
 
 One switch (`set_implied_barriers`, `LAZYXLA_IMPLIED_BARRIERS`) turns the first two off:
@@ -90,9 +91,10 @@ def has_lazy_params(optimizer) -> bool:
     return False
 
 
-def sharing_items(device: int, roots: list, own: set) -> list:
-    """`(value, storage)` for each live pending storage of `device`, other than those in
-    `own` (ids), whose pending IR shares a computed node with `roots`.
+def sharing_items(device: int, roots: list, own: set) -> tuple[dict, list]:
+    """(each computed node of `roots`' pending IR -> its position; `(value, storage)` for
+    each live pending storage of `device`, other than those in `own` (ids), whose pending
+    IR shares a computed node with `roots`).
 
     Leaves (device data, lifted scalars) do not count as shared work. One walk marks the
     read's nodes; `reaching` (ir/walk.py) then asks of each storage's IR whether it holds
@@ -100,10 +102,10 @@ def sharing_items(device: int, roots: list, own: set) -> list:
     size of the pending graph once, whatever the number of storages."""
     read = _computed_nodes(roots)
     if not read:
-        return []
+        return read, []
     shares = reaching(read, skip=is_leaf)
-    return [(st.value, st) for st in live_storages(device)
-            if st.value.op is not DATA and id(st) not in own and shares(st.value)]
+    return read, [(st.value, st) for st in live_storages(device)
+                  if st.value.op is not DATA and id(st) not in own and shares(st.value)]
 
 
 def pending_nodes(roots: list) -> int:

@@ -7,13 +7,17 @@ graph computes the read's pending storages and views; where that graph runs is d
 stay pending), else on the device with its integer bookkeeping on the host
 (sync/host_split.py), through the sync's stages (sync/pipeline.py) as a "host read".
 That graph also computes the live pending tensors that share work with the read
-(sync/barriers.py), or all of the device's for a wide read. Donors: none for what the
+(sync/barriers.py), or all of the device's for a wide read; of those whose values it does
+not compute itself (the gradients of a loss read), only what they need from it, leaving
+them pending (sync/crossing.py). Donors: none for what the
 read reads; the materialized extras' in-place updates as a partial sync's; explicit
 donors if enabled.
 
 Design: docs/design.md, "sync/pipeline.py, sync/api.py, sync/host_read.py".
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 
@@ -24,7 +28,7 @@ from ..frontend.storage import is_wide_read, live_devices, live_storages
 from ..ir.node import DATA
 from ..runtime.transfer import download
 from ..state import STATE
-from . import barriers, host_eval, host_split, read_capture
+from . import barriers, crossing, host_eval, host_split, read_capture
 from .entry import by_device, check_lazy, pending_items, runtime_lock, sync_begins, sync_ends
 from .pipeline import Request, run_graph
 from .view_read import read_view
@@ -105,17 +109,20 @@ def _read_device_data(tensors: list) -> dict:
     return hosts
 
 
-def _read_extra(device: int, storages: list, items: list) -> list:
+def _read_extra(device: int, storages: list, items: list) -> tuple[list, Optional[crossing.Split]]:
     """Other live pending storages a host read of `storages` materializes in its graph:
     all of the device's pending work for a wide read (frontend/storage.py
     `mark_wide_read`, GradScaler's found_inf), else those sharing pending work with the
-    read (sync/barriers.py), so no later sync computes that work again."""
+    read (sync/barriers.py), so no later sync computes that work again; and, where the
+    sharing work stays pending, what the read computes for it (sync/crossing.py)."""
     own = set(map(id, storages))
     if any(is_wide_read(st) for st in storages):
-        return [item for item in pending_items(live_storages(device)) if id(item[1]) not in own]
+        return [item for item in pending_items(live_storages(device)) if id(item[1]) not in own], None
     if not barriers.implied_barriers_enabled():
-        return []
-    return barriers.sharing_items(device, [node for node, _ in items], own)
+        return [], None
+    read, sharing = barriers.sharing_items(device, [node for node, _ in items], own)
+    plan = crossing.split(read, sharing) if sharing else None
+    return (sharing, None) if plan is None else (plan.materialize, plan)
 
 
 def _compute_read(device: int, storages: list, items: list, allow_explicit: bool) -> list:
@@ -123,17 +130,25 @@ def _compute_read(device: int, storages: list, items: list, allow_explicit: bool
     place: replayed on the host (sync/host_eval.py: small, and what it shares with live
     tensors is trivial to compute again; its storages stay pending), else the device
     graph's outputs, with its integer bookkeeping on the host beside it (`_run_read`)."""
-    extra = _read_extra(device, storages, items)
+    extra, plan = _read_extra(device, storages, items)
     if not any(is_wide_read(st) for st in storages):
-        values = host_eval.evaluate([node for node, _ in items], [node for node, _ in extra])
+        shared = [node for node, _ in extra] + ([node for node, _ in plan.pending] if plan else [])
+        values = host_eval.evaluate([node for node, _ in items], shared)
         if values is not None:
             return values
-    if extra:
+    if extra or plan:
         metrics.counter_add("WideRead")
     explicit = allow_explicit and switches.explicit_donation_enabled(device)
-    outs = _run_read(device, items, extra, explicit)
+    kept = [(node, None) for node in plan.crossing] if plan else []
+    # what the read installs, by the value it computes: a crossing value held by one of
+    # them is read from its storage (sync/crossing.py)
+    installed = {node: st for node, st in items + extra if st is not None}
+    outs = _run_read(device, items, extra + kept, explicit)
     distinct: dict = {}   # collect() dedupes equal roots: one output per distinct root
-    return [outs[distinct.setdefault(id(node), len(distinct))] for node, _ in items]
+    slots = [distinct.setdefault(id(node), len(distinct)) for node, _ in items + extra + kept]
+    if kept and len(outs) == len(distinct):   # not the fallback to the read's own roots
+        crossing.keep(plan, [outs[i] for i in slots[len(slots) - len(kept):]], device, installed)
+    return [outs[i] for i in slots[:len(items)]]
 
 
 def _run_read(device: int, items: list, extra: list, explicit: bool) -> tuple:
