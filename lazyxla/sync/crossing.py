@@ -9,9 +9,10 @@ barrier's graph. Live tensors whose value the read's graph computes anyway (a K/
 written before the logits read it, the detached loss) are materialized as before.
 
 Falls back to materializing the sharing work (sync/barriers.py) where the rule cannot
-hold or would hold too much: SPMD (device data made here carries no sharding), and pending
-work that already reads an earlier read's crossing values (gradient accumulation's next
-micro-batch: one micro-batch's activations are held at a time).
+hold, would hold too much or would not pay: SPMD (device data made here carries no
+sharding), pending work that already reads an earlier read's crossing values (gradient
+accumulation's next micro-batch: one micro-batch's activations are held at a time), and
+pending work much smaller than the read's graph (`SMALL_REMAINDER`).
 Counter `CrossingValue`: buffers a read kept for pending work (a crossing value a live
 tensor of the read holds, the loss itself, is read from that tensor).
 
@@ -33,6 +34,10 @@ from ..runtime.device_data import DeviceData
 from ..runtime.transfer import staged
 
 _made: "weakref.WeakSet[DeviceData]" = weakref.WeakSet()   # crossing values still held
+# Pending work outside the read smaller than 1/SMALL_REMAINDER of the read's graph is
+# computed with it: left pending it would cost a graph of its own for little device time (an
+# evaluation's logits concatenated after its loss read: 3 nodes beside 336)
+SMALL_REMAINDER = 4
 
 
 class Split(NamedTuple):
@@ -60,7 +65,9 @@ def split(read: dict, sharing: list) -> Optional[Split]:
         return None
     crossing: dict = {}   # node -> None, in the order met
     cheap: dict = {}
+    left = 0   # computed nodes of the pending work outside the read's graph
     for node in post_order(_roots(pending), stop=lambda n: is_leaf(n) or n in read):
+        left += 1
         for operand in node.inputs:
             if operand.op is DATA and operand.data in _made:
                 return None   # an earlier read's crossing values: not two micro-batches' held
@@ -70,6 +77,8 @@ def split(read: dict, sharing: list) -> Optional[Split]:
                 crossing[node] = None
             elif not _cheap(operand, cheap):
                 crossing[operand] = None
+    if left * SMALL_REMAINDER < len(read):
+        return None
     return Split(materialize, list(crossing), pending)
 
 
