@@ -64,8 +64,8 @@ def test_the_loss_read_leaves_the_gradients_pending(dev):
     # the activations the backward needs, kept for it
     assert counter("CrossingValue") > 0
     # a step's graphs as without the rule: the nan read's (the forward, now), the inf check's
-    # (one op on the loss) and the barrier's (the backward, now, and the update); no
-    # compile after step 2
+    # (one op on the loss: the suite turns host replay off, conftest.py) and the barrier's
+    # (the backward, now, and the update); no compile after step 2
     assert counter("ExecuteComputation") == 12 and compiles[-1] == compiles[-3]
 
 
