@@ -40,10 +40,11 @@ class Config:
     implied_barriers: bool = True
     """Value of `lx.implied_barriers_enabled()` until `lx.set_implied_barriers`: `optimizer.step()` ends a step and a
     host read materializes the pending work it shares with live tensors (sync/barriers.py)."""
-    crossing_reads: bool = True
+    crossing_reads: bool = False
     """A host read that shares work with pending tensors whose values it does not compute (the
     gradients, when the loss is read after `backward()`) computes only the values that work
-    needs from it and leaves it pending (sync/crossing.py); 0: it computes that work too."""
+    needs from it and leaves it pending (sync/crossing.py); off: it computes that work too.
+    Off until measured on an accelerator: on XLA:CPU the split step runs slower."""
     host_read_max_elements: Optional[int] = None
     """A host read whose pending graph has no value larger than this (elements), no random
     op and only scalars as device inputs is computed by eager PyTorch on the host, without

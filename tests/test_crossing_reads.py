@@ -1,5 +1,6 @@
-"""A host read computes what pending work outside it needs, not that work (sync/crossing.py):
-the loss read after `backward()` leaves the gradients pending, values as eager's."""
+"""With LAZYXLA_CROSSING_READS=1, a host read computes what pending work outside it needs, not
+that work (sync/crossing.py): the loss read after `backward()` leaves the gradients pending,
+values as eager's."""
 import dataclasses
 import gc
 
@@ -11,6 +12,12 @@ from lazyxla import config
 
 
 compiles: list = []   # UncachedCompile after each step of `train` (the caller clears it)
+
+
+@pytest.fixture(autouse=True)
+def crossing_on(monkeypatch):
+    """The rule is off by default (LAZYXLA_CROSSING_READS): these tests turn it on."""
+    monkeypatch.setattr(config, "SETTINGS", dataclasses.replace(config.SETTINGS, crossing_reads=True))
 
 
 def counter(name: str) -> int:

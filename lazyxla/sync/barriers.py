@@ -8,8 +8,8 @@ and computed once (docs/design.md "Real code places no barriers"):
   donation of `lx.sync()`. Not inside compiled code (dynamo traces the hook away), nor
   while a function is captured (gradient accumulation, scan, while_loop bodies).
 - a host read also materializes every live pending tensor that shares pending work with
-  what it reads (`sharing_items`), or what that tensor needs from the read
-  (sync/crossing.py), so that work is never computed twice.
+  what it reads (`sharing_items`), or (LAZYXLA_CROSSING_READS=1) what that tensor needs
+  from the read (sync/crossing.py), so that work is never computed twice.
 - the graph-size cap (`LAZYXLA_GRAPH_OP_LIMIT`) warns once, then cuts: never silent growth.
 
 One switch (`set_implied_barriers`, `LAZYXLA_IMPLIED_BARRIERS`) turns the first two off:

@@ -7,9 +7,9 @@ graph computes the read's pending storages and views; where that graph runs is d
 stay pending), else on the device with its integer bookkeeping on the host
 (sync/host_split.py), through the sync's stages (sync/pipeline.py) as a "host read".
 That graph also computes the live pending tensors that share work with the read
-(sync/barriers.py), or all of the device's for a wide read; of those whose values it does
-not compute itself (the gradients of a loss read), only what they need from it, leaving
-them pending (sync/crossing.py). Donors: none for what the
+(sync/barriers.py), or all of the device's for a wide read; with LAZYXLA_CROSSING_READS=1,
+of those whose values it does not compute itself (the gradients of a loss read), only what
+they need from it, leaving them pending (sync/crossing.py). Donors: none for what the
 read reads; the materialized extras' in-place updates as a partial sync's; explicit
 donors if enabled.
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Trainer's per-micro-batch nan/inf read on the TPU machine (about 4 minutes, one call):
 # GPT-2 124M (tests/hf_scripts/trainer_gpt2.py --124m, 25 steps) with the read that waits
-# for the forward only (LAZYXLA_CROSSING_READS=1, the default), with the old rule (=0), and
+# for the forward only (LAZYXLA_CROSSING_READS=1, off by default), with the default rule (=0), and
 # with the Trainer's `logging_nan_inf_filter` off; per run the median later step, the graphs
 # and compiles a step, and the losses:
 #
