@@ -9,6 +9,7 @@ import torch
 
 import lazyxla as lx
 from lazyxla import config
+from helpers import counter
 
 
 compiles: list = []   # UncachedCompile after each step of `train` (the caller clears it)
@@ -18,10 +19,6 @@ compiles: list = []   # UncachedCompile after each step of `train` (the caller c
 def crossing_on(monkeypatch):
     """The rule is off by default (LAZYXLA_CROSSING_READS): these tests turn it on."""
     monkeypatch.setattr(config, "SETTINGS", dataclasses.replace(config.SETTINGS, crossing_reads=True))
-
-
-def counter(name: str) -> int:
-    return lx.metrics.counter_value(name) or 0
 
 
 def mlp() -> torch.nn.Module:

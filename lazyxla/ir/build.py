@@ -181,7 +181,8 @@ def with_operands(node: Node, swap: Mapping[Node, Node]) -> Node:
     """`node` reading `swap[operand]` in place of each of its operands found in `swap` (the
     same value computed elsewhere: sync/crossing.py). The signature is `node`'s: it holds
     the operands' shapes and dtypes, which the replacements share, not their identity."""
-    new = Node(node.op, _swapped(node.args, swap), _swapped(node.kwargs, swap),
+    kwargs = {k: _swapped(v, swap) for k, v in node.kwargs.items()} if node.kwargs else node.kwargs
+    new = Node(node.op, _swapped(node.args, swap), kwargs,
                tuple([swap.get(i, i) for i in node.inputs]), node.shape, node.dtype, node.sig, node.data, node.nout)
     origin = getattr(node, "origin", None)   # set only while provenance is on
     if origin is not None:
@@ -190,13 +191,13 @@ def with_operands(node: Node, swap: Mapping[Node, Node]) -> Node:
 
 
 def _swapped(value: Any, swap: Mapping[Node, Node]) -> Any:
-    """`value` (a node's args or kwargs) with the nodes of `swap` replaced."""
-    if isinstance(value, Node):
+    """`value` (an argument) with the nodes of `swap` replaced, searched where `_keyed`
+    finds operands: the value itself and tuples."""
+    tp = type(value)
+    if tp is Node:
         return swap.get(value, value)
-    if isinstance(value, (tuple, list)):
-        return type(value)(_swapped(v, swap) for v in value)
-    if isinstance(value, dict):
-        return {k: _swapped(v, swap) for k, v in value.items()}
+    if tp is tuple:
+        return tuple([_swapped(v, swap) for v in value])
     return value
 
 
