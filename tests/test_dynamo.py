@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import lazyxla as lx
-from helpers import assert_close, child_env, counter, materialised, rand
+from helpers import assert_close, backend_as, child_env, counter, materialised, rand
 
 donor_ = torch.ops.lazyxla.set_buffer_donor_
 
@@ -232,6 +232,25 @@ def test_random_ops_draw_fresh_values_per_call(dev):
     a, b = fn(z).cpu(), fn(z).cpu()
     assert not torch.equal(a, b)
     assert set(a.unique().tolist()) == {0.0, 2.0} and abs(float((a == 0).float().mean()) - 0.5) < 0.05
+
+
+@pytest.mark.parametrize("platform", ["cpu", "tpu"])
+def test_random_ops_with_packed_scalars(dev, platform):
+    """A seed among packed scalar operands (the TPU's backend packs every graph's scalars; a
+    long chain packs them anywhere): each call puts its fresh seed into the pack."""
+    def many_scalars(x):
+        for i in range(300):   # 300 lifted floats: a long chain, packed on every platform
+            x = x * (1.0 + i * 1e-9)
+        return torch.nn.functional.dropout(x, 0.5, training=True)
+
+    with backend_as(platform):
+        for body in (lambda x: torch.nn.functional.dropout(x * 3.0, 0.5, training=True), many_scalars):
+            torch._dynamo.reset()
+            fn = _compile(body)
+            z = torch.ones(2000).to(dev)
+            a, b = fn(z).cpu(), fn(z).cpu()
+            assert not torch.equal(a, b)
+            assert (a == 0).any() and abs(float((a == 0).float().mean()) - 0.5) < 0.05
 
 
 # -- modules, backward, optimizers -----------------------------------------------

@@ -22,11 +22,12 @@ import itertools
 import weakref
 from typing import Callable, Optional, Sequence
 
+import jax.numpy as jnp
 import numpy as np
 import torch
 
 from ..compile.program import build
-from ..ir.scalars import scalar_args
+from ..ir.scalars import scalar_args, scalar_slots
 from ..frontend.device import DEVICES
 from ..frontend.handlers import draw_seed
 from ..frontend.storage import Storage, live_devices, live_storages
@@ -264,17 +265,17 @@ def _program(graph, params: list, seeds: list[int], positions: list[int]) -> Cal
     root_slots = [graph.root_slots[p] for p in positions]
     constants = {id(d): d.array for d in graph.params}
     values = [np.asarray(v) for v in scalar_args(graph)]   # constants: numpy, so .astype works
-    packed = len(values) != len(graph.scalars)
-    if packed and seeds:
-        raise CaptureError("lazyxla: a captured function with random ops and more than "
-                           f"{len(graph.scalars)} lifted scalars is not supported yet")
+    # where each seed sits among the scalar operands: its own operand, or an element of its
+    # kind's pack (the backend packs scalars, or a long chain does: ir/scalars.py)
+    slots = scalar_slots(graph, 0)
+    seed_slots = [slots[id(graph.scalars[i])] for i in seeds]
 
     def fn(*operands):
         args = [operands[k] if kind == "in" else constants[k] for kind, k in params]
         scalars = list(values)
         seed_operands = operands[len(operands) - len(seeds):] if seeds else ()
-        for i, s in zip(seeds, seed_operands):
-            scalars[i] = s
+        for (k, element), s in zip(seed_slots, seed_operands):
+            scalars[k] = s if element is None else jnp.asarray(scalars[k]).at[element].set(s)
         outs = program(*args, *scalars)
         return tuple(outs[slot] for slot in root_slots)   # collect's canonical order -> fn's order
 
