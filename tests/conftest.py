@@ -100,10 +100,13 @@ def host_replay():
 def torch_xla():
     """lazyxla's torch_xla compatibility layer installed for the test: the `torch_xla` module."""
     import lazyxla.compat as compat
+    from lazyxla.state import STATE
+    level = STATE.matmul_precision   # a test's own upstream level stays with that test
     compat.install()
     import torch_xla
     yield torch_xla
     compat.uninstall()
+    STATE.matmul_precision = level
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ STEPS = 12   # the closure of step 10 prints at step 11's opening barrier
 
 
 def _run(cwd, script, *args, pythonpath=(), timeout=900, **env):
-    path = os.pathsep.join([*pythonpath, REPO])
+    path = os.pathsep.join([*pythonpath, child_env()["PYTHONPATH"]])
     out = subprocess.run([sys.executable, "-m", "lazyxla.compat", os.path.join(EXAMPLES, script), *args],
                          capture_output=True, text=True, timeout=timeout, cwd=cwd,
                          env=child_env(PYTHONPATH=path, **env))

@@ -208,7 +208,7 @@ def test_override_reaches_every_reader(dev, tmp_path):
             assert not lx.aliasing_enabled() and not lx.aliasing_enabled(dev)
             assert not lx.implied_barriers_enabled()
             assert lx.storage_dtypes().storage(torch.float64) == torch.float32
-        with config.override(aliasing=True, implied_barriers=True, storage_dtypes=None):
+        with config.override(aliasing=True, implied_barriers=True, storage_dtypes="none"):
             assert lx.aliasing_enabled() and lx.implied_barriers_enabled() and lx.storage_dtypes() is None
     # the graph size cap: the dispatcher cuts, and a read recounts against half of it
     lx.sync()

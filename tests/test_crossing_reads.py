@@ -9,7 +9,7 @@ import torch
 
 import lazyxla as lx
 from lazyxla import config
-from helpers import counter
+from helpers import assert_close, counter
 
 
 compiles: list = []   # UncachedCompile after each step of `train` (the caller clears it)
@@ -53,9 +53,9 @@ def train(device, steps: int = 4, accumulation: int = 1, after_read=None) -> tup
 def assert_like_eager(device, **kwargs) -> None:
     losses, params = train("cpu", **kwargs)
     lazy_losses, lazy_params = train(device, **kwargs)
-    torch.testing.assert_close(torch.tensor(lazy_losses), torch.tensor(losses), rtol=1e-5, atol=1e-6)
+    assert_close(torch.tensor(lazy_losses), torch.tensor(losses), rtol=1e-5, atol=1e-6)
     for lazy, eager in zip(lazy_params, params):
-        torch.testing.assert_close(lazy, eager, rtol=1e-5, atol=1e-6)
+        assert_close(lazy, eager, rtol=1e-5, atol=1e-6)
 
 
 def test_the_loss_read_leaves_the_gradients_pending(dev):
@@ -111,7 +111,7 @@ def test_a_cache_written_before_the_read_is_materialized(dev):
     assert logits.argmax().item() == (cache.cpu().sum(0) @ w.cpu()).argmax().item()
     assert lx.debug.tensor_info(cache)["state"] == "device data"
     assert lx.debug.tensor_info(other)["state"] == "pending" and counter("CrossingValue") == 1
-    torch.testing.assert_close(other.cpu(), (w.cpu() * 6).exp())
+    assert_close(other, (w.cpu() * 6).exp())
     torch.testing.assert_close(cache.cpu()[1], w.cpu()[0] * 2)
 
 
@@ -134,5 +134,5 @@ def test_a_view_of_device_data_is_computed_again_not_held(dev):
     expected.backward()
     assert out.item() == pytest.approx(expected.item(), rel=1e-6)
     assert lx.debug.tensor_info(x.grad)["state"] == "pending" and counter("CrossingValue") == 1
-    torch.testing.assert_close(x.grad.cpu(), x_cpu.grad)
-    torch.testing.assert_close(lin.weight.grad.cpu(), lin_cpu.weight.grad)
+    assert_close(x.grad, x_cpu.grad)
+    assert_close(lin.weight.grad, lin_cpu.weight.grad)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import lazyxla as lx
+from helpers import assert_close
 from lazyxla import metrics
 from lazyxla.compile.cache import clear_cache
 
@@ -58,11 +59,11 @@ def test_fresh_optimizer_state_gives_the_later_steps_graph(name, dev, host_repla
     assert compiles == [1, 0, 0, 0]
     assert len(set(keys)) == 1 and len(set(donors)) == 1 and donors[0] > 0
     for pr, pl in zip(ref.parameters(), lazy.parameters()):
-        torch.testing.assert_close(pl.detach().cpu(), pr.detach(), rtol=1e-5, atol=1e-6)
+        assert_close(pl.detach(), pr.detach(), rtol=1e-5, atol=1e-6)
     for pr, pl in zip(ref.parameters(), lazy.parameters()):
         state_ref, state_lazy = ref_opt.state[pr], opt.state[pl]
         assert float(state_lazy["step"].cpu()) == float(state_ref["step"]) == 4.0
-        torch.testing.assert_close(state_lazy["exp_avg_sq"].cpu(), state_ref["exp_avg_sq"], rtol=1e-5, atol=1e-8)
+        assert_close(state_lazy["exp_avg_sq"], state_ref["exp_avg_sq"], rtol=1e-5, atol=1e-8)
 
 
 def _logged_loop(device, steps: int, log_every: int, read_before_reset: bool,

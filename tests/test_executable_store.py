@@ -13,6 +13,8 @@ import textwrap
 
 import pytest
 
+from helpers import child_env
+
 _CHILD = textwrap.dedent("""
     import json, sys
     import torch
@@ -50,8 +52,8 @@ _CHILD = textwrap.dedent("""
 def _run(tmp_path, mode: str, cache: str, **env) -> dict:
     script = tmp_path / "child.py"
     script.write_text(_CHILD)
-    environ = dict(os.environ, LAZYXLA_CACHE_DIR=cache, **env)
-    out = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, env=environ,
+    out = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True,
+                         env=child_env(LAZYXLA_CACHE_DIR=cache, **env),
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("RESULT "))

@@ -104,15 +104,17 @@ def reset_peak_memory_stats(device=None) -> None:
 
 def memory_stats(device=None) -> dict:
     """torch.cuda.memory_stats' names for the ledger's counters, plus `bytes_limit`;
-    `reserved_bytes` is what the backend's allocator holds where it says (GPU, TPU),
-    else the live bytes."""
+    `reserved_bytes` is what the device's allocator holds where it says: its pool on a GPU,
+    the bytes in use on a TPU (which keeps no cache of free blocks; its `bytes_reserved` is
+    the runtime's own share, not the pool), never below the live bytes."""
     index = memory_device(device)
     stats = memory.stats(index)
     backend = memory.backend_stats(index) or {}
-    reserved = int(backend.get("pool_bytes", backend.get("bytes_reserved", 0))) or stats[
-        "allocated_bytes.all.current"]
+    pooled = "pool_bytes" in backend
+    held, peak = ("pool_bytes", "peak_pool_bytes") if pooled else ("bytes_in_use", "peak_bytes_in_use")
+    reserved = max(int(backend.get(held, 0)), stats["allocated_bytes.all.current"])
     stats["reserved_bytes.all.current"] = reserved
-    stats["reserved_bytes.all.peak"] = max(reserved, int(backend.get("peak_pool_bytes", 0)))
+    stats["reserved_bytes.all.peak"] = max(reserved, int(backend.get(peak, 0)))
     return stats
 
 

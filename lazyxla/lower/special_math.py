@@ -149,15 +149,21 @@ _ISPI = 0.56418958354775628694807945156  # 1 / sqrt(pi)
 # below, exp(x^2) * erfc(x) is exact to float64 rounding; above, eager's 5-term
 # continued fraction is (its error there is under 1e-15)
 _ERFCX_CF_FROM = 25.0
+_ERFCX_CF_FROM_FLOAT32 = 5.0
 
 
 def _erfcx64(x):
-    """erfc(x) * exp(x^2) in float64 (x float64)."""
+    """erfc(x) * exp(x^2) in float64 (x float64, or float32 where the graph's storage
+    policy computes float64 in 32 bits: the TPU's 64-bit rule)."""
+    # in float32 the direct form fails from x ~ 9 (erfc(x) is subnormal there, which a TPU
+    # flushes to 0, and exp(x^2) overflows: 0 * inf) and is already 25 * 2^-24 off at x = 5
+    # from rounding x^2, where the continued fraction is 2.2e-7 off
+    cf_from = _ERFCX_CF_FROM if x.dtype == jnp.float64 else _ERFCX_CF_FROM_FLOAT32
     xx = x * x
-    direct = jnp.exp(xx) * lax.erfc(jnp.minimum(x, _ERFCX_CF_FROM))
+    direct = jnp.exp(xx) * lax.erfc(jnp.minimum(x, cf_from))
     cf = _ISPI * (xx * (xx + 4.5) + 2) / (x * (xx * (xx + 5) + 3.75))
     tail = jnp.where(x > 5e7, _ISPI / x, cf)  # 1-term expansion: xx overflows
-    return jnp.where(x > _ERFCX_CF_FROM, tail, direct)
+    return jnp.where(x > cf_from, tail, direct)
 
 
 @register(prims.erfcx.default, aten.special_erfcx.default)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import lazyxla as lx
-from helpers import check_op, float32_math_tolerance, skip_if_narrowed
+from helpers import check_op, float32_math_tolerance, inexact_float32_math, skip_if_narrowed
 
 S = torch.special
 INF, NAN = math.inf, math.nan
@@ -46,8 +46,13 @@ UNARY = [torch.erfc, S.erfcx, S.log_ndtr, S.bessel_j0, S.bessel_j1, S.bessel_y0,
 @pytest.mark.parametrize("fn", UNARY, ids=lambda f: f.__name__)
 def test_unary_wide_range(fn, dtype):
     skip_if_narrowed(dtype)
+    x = wide(dtype)
+    if fn is S.airy_ai and inexact_float32_math():
+        # Ai's tail below x = -2.09 is sin/cos of the phase (2/3)|x|^1.5, and an ulp of that
+        # phase (from the platform's own pow and sin) exceeds 2e-4 radians past x ~ -150
+        x = x[~(x < -150)]
     # float32 tails (huge |x| in Y0/Y1/Ai, the phase rounding) stay within a few ulp of eager
-    check_traced(fn, wide(dtype), rtol=1e-5, atol=1e-6 if dtype == torch.float64 else 1e-5)
+    check_traced(fn, x, rtol=1e-5, atol=1e-6 if dtype == torch.float64 else 1e-5)
 
 
 @pytest.mark.parametrize("fn", UNARY + [S.ndtri], ids=lambda f: f.__name__)
@@ -151,6 +156,11 @@ def test_polynomial_random_high_degree(fn):
     gen = torch.Generator().manual_seed(1)
     x = torch.cat([torch.rand(600, generator=gen) * 2 - 1, torch.rand(600, generator=gen) * 6 - 3])
     n = torch.randint(0, 700, (1200,), generator=gen).float()
+    if inexact_float32_math():
+        # where a value nears float32's largest (3.4e38), one rounding decides between finite
+        # and inf (then NaN, inf - inf, in later steps): compared only well inside the range
+        inside = fn(x, n).abs() < 1e36
+        x, n = x[inside], n[inside]
     check_traced(fn, x, n, rtol=1e-5, atol=1e-3)
 
 
