@@ -48,6 +48,17 @@ def pytest_terminal_summary(terminalreporter) -> None:
 def pytest_addoption(parser):
     parser.addoption("--check-ir", action="store_true",
                      help="check every graph a sync collects against the IR's rules (LAZYXLA_CHECK_IR)")
+    parser.addoption("--backend-policies", metavar="PLATFORM",
+                     help="run on JAX's CPU devices under PLATFORM's backend policies (e.g. tpu: the "
+                          "64-bit rule, packed scalars, split compiles), which finds their failures "
+                          "without the chip; tests then take the platform's tolerances and skips")
+
+
+def pytest_configure(config) -> None:
+    policies = config.getoption("--backend-policies", None)
+    if policies:
+        from lazyxla.runtime import backend
+        backend.select(policies)
 
 
 @pytest.fixture

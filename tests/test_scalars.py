@@ -87,10 +87,13 @@ def test_few_scalars_travel_as_separate_operands(dev):
     assert t.cpu().tolist() == [2.5] * 3
 
 
-def test_scalars_pack_only_for_long_chains(dev):
+def test_scalars_pack_only_for_long_chains(dev, monkeypatch):
     """Packed scalars make every fusion that reads one a different kernel: an
     optimizer-like graph (one small update per output, each with its own scalar)
-    keeps them separate; a long chain with few outputs packs them (ir/scalars.py)."""
+    keeps them separate; a long chain with few outputs packs them (ir/scalars.py).
+    Under a backend that does not pack every graph's scalars (CPU's; a TPU's packs them)."""
+    from lazyxla.runtime import backend
+    monkeypatch.setattr(backend.current(), "pack_scalars", False)
     n = scalars.SEPARATE_SCALARS_MAX + 44
     ts = [torch.ones(4).to(dev) for _ in range(n)]
     lx.sync()

@@ -217,6 +217,7 @@ def test_a_function_policy_is_asked_once_per_dtype(dev, policy):
 
 
 def test_bad_policies_are_refused_with_the_allowed_narrowings():
+    default = lx.storage_dtypes()   # none on CPU; the TPU's 64-bit rule there
     with pytest.raises(ValueError, match="float32 -> bfloat16/float16"):
         lx.set_storage_dtypes({torch.float32: torch.float64})
     with pytest.raises(ValueError, match="not a narrowing"):
@@ -226,7 +227,7 @@ def test_bad_policies_are_refused_with_the_allowed_narrowings():
         policy.storage(torch.int64)
     with pytest.raises(ValueError, match="float32=bfloat16"):
         storage_dtypes.parse("float32:bfloat16")
-    assert lx.storage_dtypes() is None
+    assert lx.storage_dtypes() is default
 
 
 def test_the_setting_gives_the_initial_policy():
@@ -268,6 +269,12 @@ def torch_xla(monkeypatch, policy):
     assert lx.storage_dtypes() is None
 
 
+def device_type() -> str:
+    """The device name upstream's IR text gives this platform's devices (CPU, TPU)."""
+    from lazyxla.compat.torch_xla.runtime import device_type as upstream_device_type
+    return upstream_device_type()
+
+
 def _device_line(torch_xla, dtype, op):
     t1 = torch.tensor([2, 3], dtype=dtype, device="xla")
     t2 = torch.tensor([2, 3], dtype=dtype, device="xla")
@@ -279,7 +286,7 @@ def test_upstream_use_bf16_is_read_at_the_first_tensor_and_kept(torch_xla, monke
     monkeypatch.setenv("XLA_USE_BF16", "1")            # after import, as upstream's test does
     lines = _device_line(torch_xla, torch.double, torch.floor_divide)
     assert lines[0] == "IR {" and lines[-2:] == ["}", ""]
-    assert lines[1] == "  %0 = bf16[2]{0} xla::device_data(), xla_shape=bf16[2]{0}, device=CPU:0"
+    assert lines[1] == f"  %0 = bf16[2]{{0}} xla::device_data(), xla_shape=bf16[2]{{0}}, device={device_type()}:0"
     assert lines[3].startswith("  %2 = bf16[2]{0} aten::div(%1, %0), xla_shape=bf16[2]{0}") \
         and lines[3].endswith("ROOT=0")
     monkeypatch.delenv("XLA_USE_BF16")                 # read once: still bf16, as upstream
@@ -315,10 +322,11 @@ def test_upstream_32bit_long_trains_w2_like_eager(torch_xla, monkeypatch):
 def test_ir_text_of_device_data_and_multi_output_nodes(torch_xla):
     w = torch.ones(10, 5, dtype=torch.bfloat16).to("xla")
     assert torch_xla._XLAC._get_xla_tensors_text([w]).split("\n")[-3] == \
-        "  %0 = bf16[10,5]{1,0} xla::device_data(), xla_shape=bf16[10,5]{1,0}, device=CPU:0, ROOT=0"
+        f"  %0 = bf16[10,5]{{1,0}} xla::device_data(), xla_shape=bf16[10,5]{{1,0}}, device={device_type()}:0, ROOT=0"
     values, index = torch.max(w, 1)
     text = torch_xla._XLAC._get_xla_tensors_text([index, values + 1])
-    assert "(bf16[10]{0}, s64[10]{0}) aten::max(%0), xla_shape=(bf16[10]{0}, s64[10]{0}), ROOT=0" in text
+    index = "s64" if storage_dtypes.storage_for(torch.int64) == torch.int64 else "s32"   # the TPU's 64-bit rule
+    assert f"(bf16[10]{{0}}, {index}[10]{{0}}) aten::max(%0), xla_shape=(bf16[10]{{0}}, {index}[10]{{0}}), ROOT=0" in text
     assert "aten::add(%1.0, %2)" in text
 
 
