@@ -129,3 +129,21 @@ def test_import_lazyxla_keeps_cpu_only_code_working():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=child_env())
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "ok 0"
+
+
+@pytest.mark.parametrize("platform_stats, held", [
+    ({"pool_bytes": 64 * MB, "peak_pool_bytes": 80 * MB}, (64 * MB, 80 * MB)),   # a GPU's BFC pool
+    # a TPU: no pool; `bytes_reserved` is the runtime's own share, not what holds buffers
+    ({"bytes_in_use": 48 * MB, "peak_bytes_in_use": 50 * MB, "bytes_reserved": 409600}, (48 * MB, 50 * MB)),
+    ({"bytes_in_use": 1024, "bytes_reserved": 409600}, None),   # below the live bytes: never
+])
+def test_memory_reserved_reads_what_the_devices_allocator_holds(dev, monkeypatch, platform_stats, held):
+    from lazyxla.runtime import memory
+    t = torch.randn(MB, device=dev)   # 4 MB alive
+    lx.sync()
+    monkeypatch.setattr(memory, "backend_stats", lambda device: platform_stats)
+    allocated = torch.lazyxla.memory_allocated()
+    reserved, peak = held or (allocated, allocated)
+    assert torch.accelerator.memory_reserved() == reserved >= allocated
+    assert torch.accelerator.max_memory_reserved() == peak
+    del t
