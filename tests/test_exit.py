@@ -6,6 +6,9 @@ import sys
 import textwrap
 
 import pytest
+import torch
+
+import lazyxla as lx
 
 from helpers import child_env
 
@@ -84,6 +87,15 @@ SCRIPTS = {
         threading.Thread(target=loop, daemon=True).start()
         started.wait(60)
     """,
+    # an execution still running whose every tensor the program dropped: no output to wait on
+    # by reference, and XLA:CPU's threads running it while the process tore down segfaulted
+    "in_flight_dropped": """
+        a = torch.randn(768, 768).to(dev)
+        for _ in range(16):
+            a = torch.tanh(a @ a)
+        lx.sync(wait=False)
+        del a
+    """,
     # explicit exit with work in flight
     "sys_exit": """
         import sys
@@ -124,3 +136,16 @@ def test_exit_after_a_user_error_reports_only_that_error():
     assert "ValueError: user error" in proc.stderr
     assert proc.stderr.count("Traceback") == 1, proc.stderr
     assert "Exception ignored" not in proc.stderr, proc.stderr
+
+
+def test_a_wait_covers_executions_whose_tensors_were_dropped(dev):
+    """`lx.sync(wait=True)` (and the exit handler, through the same `wait_all`) waits for an
+    execution after the program dropped every tensor it made."""
+    a = torch.randn(64, 64).to(dev)
+    lx.sync(wait=True)
+    b = torch.tanh(a @ a)
+    lx.sync(wait=False)
+    del a, b
+    lx.metrics.clear_all()
+    lx.sync(wait=True)
+    assert lx.metrics.counter_value("DeviceWait") == 1

@@ -7,7 +7,6 @@ the output arrays go back to sync/, which installs them (sync/install.py).
 from __future__ import annotations
 
 import time
-import weakref
 from typing import Protocol
 
 import jax
@@ -23,7 +22,8 @@ from ..ir.graph import Graph
 from . import device_waits, memory, placement, ready_times, timeline, transfer
 from .device_data import mark_all_donated
 
-_in_flight: list = []
+_in_flight: list = []   # per execution not yet seen finished: one of its output arrays
+_PRUNE_AT = 8            # executions a pipelined loop keeps in flight before they are checked
 
 
 class Runnable(Protocol):
@@ -90,10 +90,22 @@ def execute_params(exe: Runnable, params: list, scalars: list, device: int, devi
     metrics.counter_add("ExecuteComputation")
     if exe.donors:
         metrics.metric_add("DonatedBytes", mark_all_donated([params[i] for i in exe.donors], exe.key_hex))
-    _in_flight.extend(map(weakref.ref, outs))
-    if len(_in_flight) > 4096:  # a loop that never waits: forget outputs already freed
-        _in_flight[:] = [r for r in _in_flight if r() is not None]
+    if outs:
+        _note_in_flight(outs[-1])
     return outs
+
+
+def _note_in_flight(witness: jax.Array) -> None:
+    """Keep one output of an execution until it is seen finished, so that `wait_all` can
+    wait for the execution even after the program dropped all its tensors. Weak references
+    to the outputs could not: the exit handler then missed an execution still running, and
+    XLA:CPU's worker threads ran it while the process tore down (a segfault at exit). The
+    last output is kept (a loss or another small result, where the first ones are the
+    parameters' updates), and only until it is ready: `is_ready` is asked of a few at a
+    time, never of a deleted (donated) array, which it does not survive."""
+    _in_flight.append(witness)
+    if len(_in_flight) > _PRUNE_AT:
+        _in_flight[:] = [a for a in _in_flight if not (a.is_deleted() or a.is_ready())]
 
 
 def _param_args(params: list, donors: tuple, device: int) -> list:
@@ -125,9 +137,9 @@ def _devices(graph: Graph) -> tuple:
 def wait_all() -> None:
     """Block until every execution scheduled so far has finished."""
     with LOCK:  # executes append under the lock: take and clear the list atomically
-        pending = [r() for r in _in_flight]
+        pending = list(_in_flight)
         _in_flight.clear()
-    live = [a for a in pending if a is not None and not a.is_deleted()]
+    live = [a for a in pending if not a.is_deleted()]   # a donated one: its consumer is waited
     if live:
         metrics.counter_add("DeviceWait")
         with device_waits.waiting_thread():   # the exit handler lets this wait return first
