@@ -101,8 +101,9 @@ def _note_in_flight(witness: jax.Array) -> None:
     to the outputs could not: the exit handler then missed an execution still running, and
     XLA:CPU's worker threads ran it while the process tore down (a segfault at exit). The
     last output is kept (a loss or another small result, where the first ones are the
-    parameters' updates), and only until it is ready: `is_ready` is asked of a few at a
-    time, never of a deleted (donated) array, which it does not survive."""
+    parameters' updates) until a later execution finds it ready or donated (`is_ready` is
+    asked of a few at a time, never of a deleted array, which it does not survive), or a
+    wait takes it."""
     _in_flight.append(witness)
     if len(_in_flight) > _PRUNE_AT:
         _in_flight[:] = [a for a in _in_flight if not (a.is_deleted() or a.is_ready())]
