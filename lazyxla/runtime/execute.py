@@ -91,7 +91,7 @@ def execute_params(exe: Runnable, params: list, scalars: list, device: int, devi
     if exe.donors:
         metrics.metric_add("DonatedBytes", mark_all_donated([params[i] for i in exe.donors], exe.key_hex))
     if outs:
-        _note_in_flight(outs[-1])
+        _note_in_flight(outs[0])
     return outs
 
 
@@ -100,10 +100,12 @@ def _note_in_flight(witness: jax.Array) -> None:
     wait for the execution even after the program dropped all its tensors. Weak references
     to the outputs could not: the exit handler then missed an execution still running, and
     XLA:CPU's worker threads ran it while the process tore down (a segfault at exit). The
-    last output is kept (a loss or another small result, where the first ones are the
-    parameters' updates) until a later execution finds it ready or donated (`is_ready` is
-    asked of a few at a time, never of a deleted array, which it does not survive), or a
-    wait takes it."""
+    first output is kept: in a training step the first parameter's update (sync/collect.py
+    orders updates first), which its tensor holds anyway and the next step donates, so a
+    loop holds no array it would not hold without this (a loss, the last output, would be
+    one more live array per step in flight). It is kept until a later execution finds it
+    ready or donated (`is_ready` is asked of a few at a time, never of a deleted array,
+    which it does not survive), or a wait takes it."""
     _in_flight.append(witness)
     if len(_in_flight) > _PRUNE_AT:
         _in_flight[:] = [a for a in _in_flight if not (a.is_deleted() or a.is_ready())]
