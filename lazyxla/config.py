@@ -44,7 +44,7 @@ class Config:
     """A host read that shares work with pending tensors whose values it does not compute (the
     gradients, when the loss is read after `backward()`) computes only the values that work
     needs from it and leaves it pending (sync/crossing.py); off: it computes that work too.
-    Off until measured on an accelerator: on XLA:CPU the split step runs slower."""
+    Off: the split step runs slower on XLA:CPU and on the TPU (docs/design.md)."""
     host_read_max_elements: Optional[int] = None
     """A host read whose pending graph has no value larger than this (elements), no random
     op and only scalars as device inputs is computed by eager PyTorch on the host, without
