@@ -117,7 +117,7 @@ def torch_xla():
     import torch_xla
     yield torch_xla
     compat.uninstall()
-    STATE.matmul_precision = level
+    STATE.set("matmul_precision", level)
 
 
 @pytest.fixture

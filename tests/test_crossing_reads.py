@@ -111,7 +111,7 @@ def test_a_cache_written_before_the_read_is_materialized(dev):
     assert logits.argmax().item() == (cache.cpu().sum(0) @ w.cpu()).argmax().item()
     assert lx.debug.tensor_info(cache)["state"] == "device data"
     assert lx.debug.tensor_info(other)["state"] == "pending" and counter("CrossingValue") == 1
-    assert_close(other, (w.cpu() * 6).exp())
+    assert_close(other, (w.cpu() * 6).exp(), rtol=1.3e-6, atol=1e-5)
     torch.testing.assert_close(cache.cpu()[1], w.cpu()[0] * 2)
 
 
@@ -134,5 +134,5 @@ def test_a_view_of_device_data_is_computed_again_not_held(dev):
     expected.backward()
     assert out.item() == pytest.approx(expected.item(), rel=1e-6)
     assert lx.debug.tensor_info(x.grad)["state"] == "pending" and counter("CrossingValue") == 1
-    assert_close(x.grad, x_cpu.grad)
-    assert_close(lin.weight.grad, lin_cpu.weight.grad)
+    assert_close(x.grad, x_cpu.grad, rtol=1.3e-6, atol=1e-5)
+    assert_close(lin.weight.grad, lin_cpu.weight.grad, rtol=1.3e-6, atol=1e-5)

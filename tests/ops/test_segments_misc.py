@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import lazyxla as lx
-from helpers import check_op, float32_math_tolerance, host_fallbacks, inexact_float32_math, skip_if_narrowed
+from helpers import check_op, host_fallbacks, inexact_float32_math, skip_if_narrowed
 
 NAN, INF = float("nan"), float("inf")
 
@@ -195,9 +195,9 @@ def test_ctc_loss_and_gradient_like_eager(reduction, concatenated, zero_infinity
     # lengths as lists, and as tensors (read to the host: log-alpha's shape depends on them)
     check_op(lambda lp, tg: torch.nn.functional.ctc_loss(lp, tg, [6, 3, 5, 4], target_lengths, blank=0,
                                                          reduction=reduction, zero_infinity=zero_infinity),
-             log_probs, targets, **float32_math_tolerance(1e-4, 1e-5))
+             log_probs, targets, rtol=1e-4, atol=1e-5)
     check_op(lambda lp, tg, il, tl: torch.nn.functional.ctc_loss(lp, tg, il, tl, reduction=reduction,
                                                                  zero_infinity=zero_infinity),
              log_probs, targets, torch.tensor([6, 3, 5, 4]), torch.tensor(target_lengths),
-             **float32_math_tolerance(1e-4, 1e-5))
+             rtol=1e-4, atol=1e-5)
     assert host_fallbacks() == []
