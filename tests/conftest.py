@@ -1,10 +1,13 @@
 import atexit
 import os
+import random
 import shutil
 import sys
 import tempfile
+import zlib
 
 import pytest
+import torch
 
 # The persistent compile cache is on by default: the suite uses a directory of its own,
 # empty at the start and removed at the end, never the user's ~/.cache/lazyxla.
@@ -68,9 +71,15 @@ def dev():
 
 @pytest.fixture(autouse=True)
 def _fresh_state(request):
-    """Each test starts with clean metrics and default donation switches (and, with
-    --check-ir, runs with every collected graph checked: ir/check.py)."""
+    """Each test starts with clean metrics, default donation switches and a random seed
+    of its own (and, with --check-ir, runs with every collected graph checked:
+    ir/check.py)."""
     lx.sync(wait=True)
+    # the seed comes from the test's id, not from whatever ran before it in this worker:
+    # a failure on random data reproduces however xdist shares the tests out
+    seed = zlib.crc32(request.node.nodeid.encode())
+    torch.manual_seed(seed)
+    random.seed(seed)
     lx.metrics.clear_all()
     if request.config.getoption("--check-ir"):
         from lazyxla import config

@@ -226,7 +226,9 @@ def _mask_put(x, indices, values, accumulate):
     v = v.reshape((1,) * (rank - v.ndim) + v.shape)
     k = v.shape[p]
     v = jnp.broadcast_to(v, lead + (k,) + rest)
-    pos = jnp.clip(jnp.cumsum(mask.reshape(-1).astype(position_dtype(mask.size))) - 1, 0, max(k - 1, 0))
+    if k == 0:  # no row to write: a valid program's mask selects nothing
+        return x
+    pos = jnp.clip(jnp.cumsum(mask.reshape(-1).astype(position_dtype(mask.size))) - 1, 0, k - 1)
     picked = jnp.take(v, pos, axis=p).reshape(lead + mask.shape + rest)
     m = mask.reshape((1,) * p + mask.shape + (1,) * len(rest))
     if accumulate:

@@ -182,6 +182,18 @@ def test_setitem_forms():
     assert_no_fallback("index_put", "_index_put_impl_", "index_put_")
 
 
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_mask_put_selecting_nothing(accumulate):
+    """A mask that selects nothing writes nothing: its values have 0 rows along the mask's dim."""
+    def fn(t):
+        y = t.clone()
+        none = t[0] > 1e9
+        y[:, none] = y[:, none] * 2.0       # values of shape (5, 0)
+        y.index_put_((none,), torch.zeros(0, 5, device=t.device), accumulate=accumulate)
+        return y
+    check_op(fn, _x(5, 5))
+
+
 def test_mask_put_values_tensor():
     x = torch.randn(4, 5)
     mask = x > 0
