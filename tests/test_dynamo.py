@@ -39,6 +39,21 @@ def test_backend_is_registered_by_import():
     assert lookup_backend("lazyxla") is not None
 
 
+def test_dynamo_runs_lazyxla_runtime_and_traces_its_user_code():
+    """Every runtime file, packages' __init__.py included (the patches' wrappers live in
+    one; compiled autograd calls them inside a compiled frame), is skipped by dynamo;
+    the models and loops users may compile are not."""
+    import os
+    import torch._dynamo   # registers the backend and its skip rules
+    from torch._dynamo import trace_rules
+    root = os.path.dirname(lx.__file__)
+    for path in ("__init__.py", "patches/__init__.py", "sync/__init__.py", "sync/api.py",
+                 "frontend/tensor.py", "dynamo/replay.py"):
+        assert trace_rules.check_file(os.path.join(root, path)).skipped, path
+    for path in ("workloads.py", "frontend/optim.py", "bench/torch_loops.py"):
+        assert not trace_rules.check_file(os.path.join(root, path)).skipped, path
+
+
 def test_function_matches_eager_and_replays_without_tracing(dev, fresh_compile_cache):
     w, b = rand(6, 5), rand(5)
     xs = [rand(4, 6, seed=s) for s in range(4)]

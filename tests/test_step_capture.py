@@ -5,6 +5,8 @@ equal the uncaptured path's, donation counts are unchanged, a donated buffer sti
 and a read in the middle of the step, much lazily traced work in it or a new shape fall back to the
 ordinary barrier, which lx.debug.step_capture() names; a few lazily traced ops, lifted
 scalars among them, are captured with the calls. Counters and values only."""
+import copy
+
 import pytest
 import torch
 
@@ -343,3 +345,45 @@ def test_read_capture_falls_back_and_says_why(host_replay):
         torch._dynamo.reset()
     assert lx.debug.step_capture() == \
         ("not captured", f"more than {read_capture._MAX_NODES} nodes of lazily traced work in the read")
+
+
+def test_whole_step_under_compiled_autograd_is_one_captured_call():
+    """The whole training step in one compiled function, its backward traced by torch's
+    compiled autograd (issue 51's form "backward inside"): losses and parameters equal
+    eager CPU's, and from the third step each step is one executable call with no graph
+    walk, no donor plan and no dynamo recompile, donating the parameters and Adam's state."""
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    model = copy.deepcopy(ref).to(lx.device())
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, foreach=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True)
+
+    def train_step(net, optimizer, x, y):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(net(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    compiled = torch.compile(train_step, backend="lazyxla")
+    gen = torch.Generator().manual_seed(1)
+    counts, donated = [], []
+    try:
+        with torch._dynamo.config.patch(compiled_autograd=True):
+            for _ in range(STEPS):
+                x, y = torch.randn(4, 8, generator=gen), torch.randn(4, 4, generator=gen)
+                expected = train_step(ref, ref_opt, x, y)
+                metrics.clear_all()
+                loss = compiled(model, opt, x.to(lx.device()), y.to(lx.device()))
+                lx.sync()
+                counts.append(dict(_counts(), DynamoCompile=metrics.counter_value("DynamoCompile") or 0))
+                donated.append(_donated())
+                torch.testing.assert_close(loss.cpu(), expected, rtol=1e-5, atol=1e-6)
+    finally:
+        torch._dynamo.reset()
+    for p, r in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), r.detach(), rtol=1e-5, atol=1e-6)
+    for c in counts[2:]:
+        assert c == {"ExecuteComputation": 1, "GraphCollect": 0, "DonorPlan": 0, "StepCaptureReplay": 1,
+                     "UncachedCompile": 0, "DynamoCompile": 0}, counts
+    assert all(d and d[-1] > 0 for d in donated[2:]), donated

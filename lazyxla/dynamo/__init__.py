@@ -51,19 +51,24 @@ def _install() -> None:
         # lazyxla's runtime (the tracer that eager code between graphs runs, syncs, JAX)
         # is not user code: dynamo must run it, never trace it. A call of it inside a
         # compiled function (lx.set_buffer_donation, a host read) becomes a graph break.
-        _skip_modules(trace_rules, _runtime_modules() + ["jax", "jaxlib"])
+        modules, package_inits = _runtime_modules()
+        _skip_modules(trace_rules, modules + ["jax", "jaxlib"], package_inits)
     optimizer.keep_steps_on_device()
 
 
-def _skip_modules(trace_rules, names: list[str]) -> None:
-    """trace_rules.add for each name, with dynamo's skip regex compiled once at the end
-    instead of after every name: 140 recompilations of a growing regex took 0.5-1.4 s
-    of the first lazyxla op of every process (it imports torch._dynamo)."""
+def _skip_modules(trace_rules, names: list[str], files: list[str]) -> None:
+    """trace_rules.add for each name, and each of `files` skipped as a file of its own,
+    with dynamo's skip regex compiled once at the end instead of after every name: 140
+    recompilations of a growing regex took 0.5-1.4 s of the first lazyxla op of every
+    process (it imports torch._dynamo)."""
     recompile = trace_rules._recompile_re
     trace_rules._recompile_re = lambda: None
     try:
         for name in names:
             trace_rules.add(name)
+        # `add` of a package skips its whole directory; the regex matches path prefixes,
+        # so a package's __init__.py path alone skips only that file
+        trace_rules.SKIP_DIRS.extend(files)
     finally:
         trace_rules._recompile_re = recompile
     recompile()
@@ -78,13 +83,19 @@ _USER_CODE = {"lazyxla.workloads", "lazyxla.bench", "lazyxla.__main__", "lazyxla
 _RUNTIME_PACKAGES = {"lazyxla.compat"}
 
 
-def _runtime_modules() -> list[str]:
-    """Every module of lazyxla's runtime, as leaf modules: a package name would skip its
-    whole directory (dynamo matches file-name prefixes), user code included."""
-    names = []
-    stack = [(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lazyxla")]
+def _runtime_modules() -> tuple[list[str], list[str]]:
+    """Every module of lazyxla's runtime, as leaf modules (a package name would skip its
+    whole directory, user code included: dynamo matches file-name prefixes), and the
+    __init__.py files of the packages they are in. Those hold runtime code too (the
+    patches' wrappers): under compiled autograd, which runs them inside a compiled
+    function's frame hook, dynamo compiled `is_traceable_wrapper_subclass`'s wrapper once
+    per tensor until its recompile limit."""
+    names, inits = [], []
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    stack = [(root, "lazyxla")]
     while stack:
         path, prefix = stack.pop()
+        inits.append(os.path.join(path, "__init__.py"))
         for m in pkgutil.iter_modules([path]):
             name = f"{prefix}.{m.name}"
             if name in _USER_CODE:
@@ -96,7 +107,7 @@ def _runtime_modules() -> list[str]:
                 stack.append((os.path.join(path, m.name), name))
             else:
                 names.append(name)
-    return names
+    return names, inits
 
 
 def _lazyxla_backend(gm, example_inputs, options=None):
