@@ -54,6 +54,25 @@ def test_dynamo_runs_lazyxla_runtime_and_traces_its_user_code():
         assert not trace_rules.check_file(os.path.join(root, path)).skipped, path
 
 
+def test_lazy_tensors_are_guarded_as_plain_tensors(dev):
+    """dynamo's guards check a lazy tensor's dtype, device and shape in C++ and add no Python
+    check of its subclass flattening (two per tensor per call); a new dtype still recompiles."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    def fn(x, w):
+        return (x @ w).relu()
+    compiled = torch.compile(fn, backend="lazyxla")
+    w = torch.randn(4, 4)
+    for dtype in (torch.float32, torch.float64, torch.float32):
+        x = torch.randn(2, 4, dtype=dtype)
+        assert_close(compiled(x.to(dev), w.to(dtype).to(dev)), fn(x, w.to(dtype)))
+    entries = _debug_get_cache_entry_list(fn.__code__)
+    assert len(entries) == 2   # one per dtype, the third call reused the first
+    guards = "\n".join(str(e.guard_manager) for e in entries)
+    assert "TENSOR_MATCH" in guards or "check_tensor" in guards, guards
+    assert "check_metadata" not in guards and "__tensor_flatten__" not in guards, guards
+
+
 def test_function_matches_eager_and_replays_without_tracing(dev, fresh_compile_cache):
     w, b = rand(6, 5), rand(5)
     xs = [rand(4, 6, seed=s) for s in range(4)]

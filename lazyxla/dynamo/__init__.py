@@ -53,6 +53,7 @@ def _install() -> None:
         # compiled function (lx.set_buffer_donation, a host read) becomes a graph break.
         modules, package_inits = _runtime_modules()
         _skip_modules(trace_rules, modules + ["jax", "jaxlib"], package_inits)
+    plain.treat_as_plain("dynamo_plain_tensor_guards")
     optimizer.keep_steps_on_device()
 
 

@@ -16,6 +16,9 @@ a traceable subclass, which is what makes it trace a lazy tensor as a tensor.
 Each module is patched once, where it binds the name; the modules are the targets
 of two patches in lazyxla/patches (with the torch releases verified, and undo). A
 torch release that moves the check fails the patch's guard, naming it.
+
+A third patch keeps dynamo's guards from checking a lazy tensor as a subclass: what its
+flattening holds (dtype, device; no inner tensors) is checked by the plain tensor guard.
 """
 from __future__ import annotations
 
@@ -28,5 +31,6 @@ def _is_lazy(t: object) -> bool:
 
 
 def treat_as_plain(patch: str) -> None:
-    """Apply `patch` ("fake_tensor_subclass_test" or "aot_autograd_subclass_test")."""
+    """Apply `patch` ("fake_tensor_subclass_test", "aot_autograd_subclass_test" or
+    "dynamo_plain_tensor_guards")."""
     patches.apply(patch, _is_lazy)

@@ -160,6 +160,30 @@ def _subclass_test_patch(name: str, modules: tuple[str, ...], when: str) -> Patc
         TORCH_VERIFIED, apply, _restore, paths)
 
 
+_GUARDS = ("torch._dynamo.guards.GuardBuilder.TENSOR_SUBCLASS_METADATA_MATCH",
+           "torch._dynamo.guards.GuardBuilder.EQUALS_MATCH")
+
+
+def _apply_plain_tensor_guards(is_plain: Callable[[object], bool]) -> list:
+    from torch._dynamo.source import SubclassAttrListSource   # deferred: dynamo imports lazily
+
+    def metadata_match(original):
+        def TENSOR_SUBCLASS_METADATA_MATCH(self, guard, *args, **kwargs):
+            if is_plain(self.get(guard)):
+                return   # its flatten context is (dtype, device), which TENSOR_MATCH checks in C++
+            return original(self, guard, *args, **kwargs)
+        return TENSOR_SUBCLASS_METADATA_MATCH
+
+    def equals_match(original):
+        def EQUALS_MATCH(self, guard, *args, **kwargs):
+            source = guard.originating_source
+            if isinstance(source, SubclassAttrListSource) and is_plain(self.get(source.base)):
+                return   # its inner tensors: none, whatever the tensor
+            return original(self, guard, *args, **kwargs)
+        return EQUALS_MATCH
+    return _wrap(_GUARDS, {"TENSOR_SUBCLASS_METADATA_MATCH": metadata_match, "EQUALS_MATCH": equals_match})
+
+
 _GLOO = "jax._src.xla_bridge._jax.make_gloo_tcp_collectives"
 
 
@@ -285,6 +309,13 @@ PATCHES: tuple[Patch, ...] = (
                           "torch._functorch._aot_autograd.runtime_wrappers"),
                          "when the dynamo backend is first used (importing these modules earlier "
                          "re-enters torch's own imports)"),
+    Patch("dynamo_plain_tensor_guards", "torch", _GUARDS,
+          "dynamo guards a traceable wrapper subclass's flatten context and inner-attribute list "
+          "with two Python checks per tensor per call (a compiled AdamW step has 265 lazy tensors "
+          "among its inputs); a lazy tensor's context is its dtype and device, which dynamo's C++ "
+          "tensor guard checks already, and its list is always empty. Applied when torch._dynamo "
+          "is imported.",
+          TORCH_VERIFIED, _apply_plain_tensor_guards, _restore, _GUARDS),
     Patch("dynamo_optimizer_variable", "torch", _OPTIMIZER_ATTRS,
           "compiled optimizer steps must keep their step counters on the device (dynamo sets "
           "capturable for CUDA/XPU parameters only) and materialise new optimizer state at once, "
