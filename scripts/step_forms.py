@@ -32,33 +32,20 @@ def _child(form: str, size: str, steps: int) -> None:
 
     overrides, batch = GPT_SIZES[size]
     model, x, y, opt, loss_of = W.gpt_training(W.GPTConfig(**(overrides or {})), batch, lx.device())
+    loss_fn, opt_step = loss_of, opt.step
     if form == "loop":
         loss_fn = torch.compile(loss_of, backend="lazyxla")
         opt_step = torch.compile(opt.step, backend="lazyxla")
 
-        def step():
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(x, y)
-            loss.backward()
-            opt_step()
-            return loss
-    elif form in ("whole", "whole_ca"):
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(x, y)
+        loss.backward()
+        opt_step()
+        return loss.detach()
+    if form in ("whole", "whole_ca"):
         dynamo_config.compiled_autograd = form == "whole_ca"
-
-        @torch.compile(backend="lazyxla")
-        def step():
-            opt.zero_grad(set_to_none=True)
-            loss = loss_of(x, y)
-            loss.backward()
-            opt.step()
-            return loss.detach()
-    else:
-        def step():
-            opt.zero_grad(set_to_none=True)
-            loss = loss_of(x, y)
-            loss.backward()
-            opt.step()
-            return loss
+        step = torch.compile(step, backend="lazyxla")
     start = time.perf_counter()
     losses = []
     for _ in range(4):
