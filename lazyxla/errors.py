@@ -8,6 +8,11 @@ class DonatedBufferError(RuntimeError):
     """A tensor whose device buffer was donated to a compiled graph was used again."""
 
 
+class StorageRangeError(OverflowError):
+    """A value does not fit the narrower type its dtype is held in under the storage dtype
+    policy (the TPU's default holds int64 in int32): refused, never wrapped."""
+
+
 class LoweringError(RuntimeError):
     """An op could not be lowered to JAX, or the lowered graph failed to compile."""
 

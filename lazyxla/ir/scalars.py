@@ -20,6 +20,7 @@ from typing import Union
 import numpy as np
 import torch
 
+from ..errors import StorageRangeError
 from .graph import Graph
 from .node import Node
 
@@ -133,7 +134,7 @@ def _narrowed(dtype, values: list) -> np.ndarray:
         return np.asarray(values, dtype=dtype)
     except OverflowError:
         big = next(v for v in values if isinstance(v, int) and not np.can_cast(np.min_scalar_type(v), dtype))
-        raise OverflowError(
+        raise StorageRangeError(
             f"lazyxla: the Python int {big} does not fit {np.dtype(dtype).name}, the type int64 is held in "
             "under the storage dtype policy (the TPU's default holds 64-bit types in 32 bits: "
             "docs/design.md, '64-bit types on the TPU'). Keep int64 with LAZYXLA_STORAGE_DTYPES=none "

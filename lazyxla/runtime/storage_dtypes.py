@@ -21,6 +21,7 @@ from typing import Callable, Mapping, Optional, Union
 import torch
 
 from .. import config
+from ..errors import StorageRangeError
 from ..state import FROM_SETTINGS, STATE
 from . import backend
 
@@ -178,7 +179,7 @@ def check_integer_range(t: torch.Tensor, storage: torch.dtype) -> None:
     values = t.numpy()   # numpy: torch has no min/max of uint64 on CPU
     low, high = int(values.min()), int(values.max())
     if low < info.min or high > info.max:
-        raise OverflowError(
+        raise StorageRangeError(
             f"lazyxla: a {t.dtype} tensor of shape {list(t.shape)} holds {high if high > info.max else low}, "
             f"which {storage} cannot: the storage dtype policy ({current()}) holds {t.dtype} as {storage}. "
             "Keep 64-bit integers with LAZYXLA_STORAGE_DTYPES=none or lx.set_storage_dtypes(None) "

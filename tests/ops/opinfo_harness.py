@@ -22,6 +22,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 import lazyxla as lx
+from lazyxla.errors import StorageRangeError
 from opinfo_skips import CPU_ARGS, INDEX_TIES, SHAPE_ONLY, SHAPE_ONLY_SAMPLES, TOLERANCES
 
 TRACED, HOST, FAIL, NO_SAMPLES = "pass traced", "pass via host", "fail", "no samples"
@@ -240,12 +241,10 @@ def run_entry(op, dtype, limit: Optional[int] = None) -> Outcome:
 
 def _run_unless_refused(op, sample, dtype, shape_only: bool, refused: list) -> bool:
     """`run_sample`, counting in `refused[0]` a sample whose integers the storage dtype policy
-    cannot hold (its OverflowError is the documented behaviour, not a lowering's failure)."""
+    cannot hold (its `StorageRangeError` is the documented behaviour, not a lowering's failure)."""
     try:
         return run_sample(op, sample, dtype, shape_only)
-    except OverflowError as e:
-        if "storage dtype policy" not in str(e):
-            raise
+    except StorageRangeError:
         refused[0] += 1
         return False
 
