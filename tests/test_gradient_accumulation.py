@@ -10,7 +10,7 @@ import torch
 
 import lazyxla as lx
 from lazyxla.experimental import InputMutationError, gradient_accumulation
-from helpers import counter
+from helpers import counter, float32_math_tolerance
 
 
 class SimpleModel(torch.nn.Module):
@@ -290,7 +290,9 @@ def test_under_autocast_matches_a_python_loop_and_cpu_autocast(dev):
         expected = sum(float(torch.nn.functional.mse_loss(eager(xs[i]).float(), ys[i]).detach() / 4) for i in range(4))
     lx.sync()
     assert lazy.fc1(xd[0]).dtype == torch.float32                    # autocast ended with the block
-    assert loss.item() == pytest.approx(total.item(), rel=1e-6)     # same policies as lazy tracing
+    # same policies as lazy tracing; two programs, whose float32 exp, log and division a TPU
+    # approximates, each its own way
+    assert loss.item() == pytest.approx(total.item(), rel=float32_math_tolerance(1e-6, 0.0)["rtol"])
     assert loss.item() == pytest.approx(expected, rel=2e-2)         # and CPU autocast, bf16 tolerance
     assert seen == [torch.bfloat16]                                  # the body ran under autocast
     for pa, pb in zip(lazy.parameters(), looped.parameters()):

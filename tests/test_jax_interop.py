@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import lazyxla as lx
-from helpers import counter, matmul_tolerance, run_on_host_devices
+from helpers import assert_close, counter, matmul_tolerance, run_on_host_devices
 
 
 def _mlp(x, params, *, scale):
@@ -150,8 +150,8 @@ def test_under_torch_compile_gradient_accumulation_and_scan(dev):
     loss = lx.experimental.gradient_accumulation(step, [xs.to(dev), ys.to(dev)], model)
     total = sum(((torch.tanh(ref(xs[i])) - ys[i]) ** 2).mean() / 4 for i in range(4))
     total.backward()
-    torch.testing.assert_close(loss.cpu(), total.detach(), rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(model.weight.grad.cpu(), ref.weight.grad, rtol=1e-5, atol=1e-6)
+    assert_close(loss, total.detach(), rtol=1e-5, atol=1e-6)
+    assert_close(model.weight.grad, ref.weight.grad, rtol=1e-5, atol=1e-6)
 
     def body(carry, xi):
         new = lx.call_jax(lambda c, v: c * jnp.cos(v), carry, xi)

@@ -6,6 +6,7 @@ import torch
 
 import lazyxla as lx
 from lazyxla import metrics
+from helpers import assert_close
 
 OPTIMIZERS = {
     "sgd": lambda p, fe: torch.optim.SGD(p, lr=0.05, foreach=fe),
@@ -46,9 +47,9 @@ def test_optimizer_matches_eager(name, foreach, dev, checked_ir):
     lazy = copy.deepcopy(ref).to(dev)
     exp = _train(ref, OPTIMIZERS[name](ref.parameters(), foreach), x, y, 4)
     got = _train(lazy, OPTIMIZERS[name](lazy.parameters(), foreach), x.to(dev), y.to(dev), 4, sync=lx.sync)
-    torch.testing.assert_close(torch.tensor(got), torch.tensor(exp), rtol=1e-4, atol=1e-5)
+    assert_close(torch.tensor(got), torch.tensor(exp), rtol=1e-4, atol=1e-5)
     for pr, pl in zip(ref.parameters(), lazy.parameters()):
-        torch.testing.assert_close(pl.detach().cpu(), pr.detach(), rtol=1e-4, atol=1e-5)
+        assert_close(pl.detach(), pr.detach(), rtol=1e-4, atol=1e-5)
 
 
 def test_foreach_is_the_default_on_lazy_parameters(dev):
@@ -130,7 +131,7 @@ def test_state_created_in_step_zero_does_not_cost_a_second_compile(name, dev, fr
     ref_opt = make(ref.parameters(), None)
     _train(ref, ref_opt, x.cpu(), y.cpu(), 4)
     for p, q in zip(model.parameters(), ref.parameters()):
-        assert torch.allclose(p.cpu(), q, rtol=1e-5, atol=1e-6)
+        assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-6)
 
 
 def test_fill_factories_stay_lazy_outside_an_optimizer_step(dev):

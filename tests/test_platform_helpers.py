@@ -20,7 +20,6 @@ def test_child_env_puts_jax_on_the_cpu_and_this_checkout_first():
 
 
 def test_sockets_are_tried(monkeypatch):
-    assert helpers.sockets_unavailable() is None   # this machine has them
 
     def refuse(*args, **kwargs):
         raise PermissionError(1, "Operation not permitted")

@@ -14,7 +14,7 @@ import lazyxla as lx
 from lazyxla import config, metrics
 from lazyxla.sync import read_capture, step_capture
 
-from helpers import backend_as
+from helpers import assert_close, backend_as
 
 STEPS = 5
 
@@ -378,11 +378,11 @@ def test_whole_step_under_compiled_autograd_is_one_captured_call():
                 lx.sync()
                 counts.append(dict(_counts(), DynamoCompile=metrics.counter_value("DynamoCompile") or 0))
                 donated.append(_donated())
-                torch.testing.assert_close(loss.cpu(), expected, rtol=1e-5, atol=1e-6)
+                assert_close(loss, expected, rtol=1e-5, atol=1e-6)
     finally:
         torch._dynamo.reset()
     for p, r in zip(model.parameters(), ref.parameters()):
-        torch.testing.assert_close(p.detach().cpu(), r.detach(), rtol=1e-5, atol=1e-6)
+        assert_close(p.detach(), r.detach(), rtol=1e-5, atol=1e-6)
     for c in counts[2:]:
         assert c == {"ExecuteComputation": 1, "GraphCollect": 0, "DonorPlan": 0, "StepCaptureReplay": 1,
                      "UncachedCompile": 0, "DynamoCompile": 0}, counts

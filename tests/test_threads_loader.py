@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import lazyxla as lx
+from helpers import assert_close
 
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork")
 
@@ -77,10 +78,10 @@ def test_loader_workers_and_a_second_thread_give_eager_values(dev):
     thread.join(timeout=300)
     assert not thread.is_alive(), "the second thread hung"
     assert "error" not in side, side.get("error")
-    torch.testing.assert_close(torch.tensor(trained[0]), torch.tensor(eager_train[0]), rtol=1e-5, atol=1e-6)
+    assert_close(torch.tensor(trained[0]), torch.tensor(eager_train[0]), rtol=1e-5, atol=1e-6)
     for got, want in zip(trained[1], eager_train[1]):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(torch.tensor(side["values"]), torch.tensor(eager_side), rtol=1e-5, atol=1e-5)
+        assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert_close(torch.tensor(side["values"]), torch.tensor(eager_side), rtol=1e-5, atol=1e-5)
 
 
 class _LazyInWorker(torch.utils.data.Dataset):

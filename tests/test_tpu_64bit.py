@@ -138,3 +138,30 @@ def test_random_draws_run_under_the_rule_with_the_same_streams(dev):
     for a, b in zip(here, narrowed):
         assert torch.equal(a, b)
     assert 10 < int((here[0] == 0).sum()) < 54 and here[2].dtype == torch.int64
+
+
+def test_a_users_jax_function_is_traced_without_x64_under_the_rule(dev):
+    """Under the rule an `lx.call_jax` body (and its backward) computes in 32 bits, as JAX
+    runs on a TPU: its Python ints are int32 there (a Pallas kernel's block indices, which
+    Mosaic refuses as int64). torch still reports eager's dtypes."""
+    import jax.numpy as jnp
+    traced = []
+
+    def fn(x, w):
+        traced.append(jnp.asarray(0).dtype)   # what a Python int becomes where fn is traced
+        return x * 2 + jnp.arange(x.shape[0]), w * w
+
+    x, w = torch.arange(4, dtype=torch.int64), torch.tensor([0.5, -1.5], dtype=torch.float64)
+    with backend_as("tpu"):
+        wl = w.to(dev).requires_grad_()
+        y, z = lx.call_jax(fn, x.to(dev), wl)
+        assert (y.dtype, z.dtype) == (torch.int64, torch.float64)
+        z.sum().backward()
+        hlo = lx.debug.hlo_text([y, z, wl.grad])
+        assert not _WIDE.search(hlo), "a 64-bit type in a call_jax body under the rule"
+        assert y.cpu().tolist() == [0, 3, 6, 9] and z.cpu().tolist() == [0.25, 2.25]
+        assert wl.grad.cpu().tolist() == [1.0, -3.0]
+        assert traced[-1] == jnp.int32
+    with backend_as("cpu"):   # no rule: JAX's x64 mode, as eager's dtypes need
+        y, _ = lx.call_jax(fn, x.to(dev), w.to(dev))
+        assert y.cpu().tolist() == [0, 3, 6, 9] and traced[-1] == jnp.int64

@@ -29,6 +29,10 @@ from ..lower.registry import LOWERINGS
 from ..ir.graph import Graph, positions
 
 
+# the torch dtypes whose JAX types exist only in JAX's x64 mode
+WIDE_DTYPES = (torch.int64, torch.uint64, torch.float64, torch.complex128)
+
+
 class Kind(IntEnum):
     """What one instruction of a program does."""
     PARAM = 0         # a device buffer from the operands, cast when stored otherwise
@@ -43,12 +47,16 @@ class Ctx:
     JAX type of `dtype`, or under a storage dtype policy (`storage`, the graph's
     `policy.storage`) the JAX type of the narrower storage dtype, which the rule's
     result is cast to (runtime/storage_dtypes.py). `precision` is the `lax.Precision` of
-    matrix products, the graph's `lx.set_matmul_precision` level (lower/_precision.py)."""
-    __slots__ = ("shape", "dtype", "jdtype", "op", "origin", "precision")
+    matrix products, the graph's `lx.set_matmul_precision` level (lower/_precision.py).
+    `x64`: whether the graph holds some 64-bit type as itself; where its policy holds them
+    all in 32 bits (the TPU's rule), a user's JAX function is traced with JAX's x64 mode off
+    (ir/call.py `Subprogram.rule`)."""
+    __slots__ = ("shape", "dtype", "jdtype", "op", "origin", "precision", "x64")
 
     def __init__(self, node: Node, storage: Optional[Callable] = None,
-                 precision: lax.Precision = lax.Precision.HIGHEST) -> None:
+                 precision: lax.Precision = lax.Precision.HIGHEST, x64: bool = True) -> None:
         self.precision = precision
+        self.x64 = x64
         self.shape = node.shape
         self.dtype = node.dtype
         self.op = node.op
@@ -125,6 +133,7 @@ def build(graph: Graph) -> tuple[Callable, int]:
     merged = graph.merged_scalars is not None
     packed = {k: v for k, v in scalar_slot.items() if merged or v[1] is not None}
     storage = graph.policy.storage if graph.policy is not None else None
+    x64 = storage is None or any(storage(d) == d for d in WIDE_DTYPES)
     precision = LEVELS[graph.matmul_precision]   # the level the graph was collected at
     scalar_dtype = _scalar_read_dtype(graph)
     instrs = []
@@ -146,7 +155,7 @@ def build(graph: Graph) -> tuple[Callable, int]:
         elif op is GETITEM:
             instrs.append((Kind.GETITEM, index[id(node.inputs[0])], node.args[1], None, None))
         else:
-            rule, ctx = _rule_for(node, position), Ctx(node, storage, precision)
+            rule, ctx = _rule_for(node, position), Ctx(node, storage, precision, x64)
             compute = opmath(ctx.jdtype) if packed and getattr(rule, "casts_to_compute", False) \
                 and not isinstance(ctx.jdtype, tuple) else None
             if compute is not None and jnp.issubdtype(compute, jnp.complexfloating):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Callable, Hashable, Sequence
 
+import jax
 import torch
 
 from .node import intern_sig
@@ -28,11 +29,14 @@ class Subprogram:
     (`(shape, torch dtype)` pairs). Equal keys must mean the same computation:
     the key stands for `fn` in graph keys and compile-cache keys.
     """
-    __slots__ = ("fn", "key", "key_id", "name", "out_avals", "out_shapes", "out_dtypes")
+    __slots__ = ("fn", "key", "key_id", "name", "out_avals", "out_shapes", "out_dtypes", "user_jax")
 
     def __init__(self, fn: Callable, key: Hashable, name: str,
-                 out_avals: Sequence[tuple[tuple, torch.dtype]]) -> None:
+                 out_avals: Sequence[tuple[tuple, torch.dtype]], user_jax: bool = False) -> None:
         self.fn = fn
+        # a user's JAX function (lx.call_jax, lx.jax_op, their backward), not a program
+        # lazyxla built: traced as JAX traces it on a platform without 64-bit types (`rule`)
+        self.user_jax = user_jax
         self.key = key
         # The key holds the captured graph's whole structure (hundreds of entries); a
         # tuple does not cache its hash, so each call's node signature uses this id.
@@ -43,7 +47,14 @@ class Subprogram:
         self.out_dtypes = tuple(d for _, d in self.out_avals)
 
     def rule(self, ctx, *operands) -> tuple:
-        """Lowering of a CALL node of this program (compile/program.py)."""
+        """Lowering of a CALL node of this program (compile/program.py). A user's JAX
+        function in a graph that holds no 64-bit type (`ctx.x64` false: the TPU's rule) is
+        traced with JAX's x64 mode off, as JAX runs on that platform: its Python ints and
+        `arange`s are 32-bit there, and Pallas kernels lower (Mosaic refuses the int64 block
+        indices x64 makes)."""
+        if self.user_jax and not ctx.x64:
+            with jax.enable_x64(False):
+                return tuple(self.fn(*operands))
         return tuple(self.fn(*operands))
 
     def __repr__(self) -> str:

@@ -57,7 +57,7 @@ class JaxCall:
             specs.append((shape, contiguous_strides(shape), tdtype))
         self.out_specs = specs
         self.float_out = tuple(d.is_floating_point for _, _, d in specs)
-        self.program = Subprogram(flat, key, name, [(s, d) for s, _, d in specs])
+        self.program = Subprogram(flat, key, name, [(s, d) for s, _, d in specs], user_jax=True)
         self._vjps: dict = {}
 
     def insert(self, tensors: Sequence[LazyTensor], device: int) -> list[LazyTensor]:
@@ -72,7 +72,7 @@ class JaxCall:
             fn = vjp_function(self.flat, len(self.in_avals), diff_in, diff_out, out_avals)
             avals = [self.in_avals[i] for i in diff_in]
             specs = [(s, contiguous_strides(s), d) for s, d in avals]
-            program = Subprogram(fn, ("call_jax_vjp", self.key, diff_in), f"vjp[{self.name}]", avals)
+            program = Subprogram(fn, ("call_jax_vjp", self.key, diff_in), f"vjp[{self.name}]", avals, user_jax=True)
             found = self._vjps[diff_in] = (program, specs)
         return found
 

@@ -36,7 +36,9 @@ def flat_function(fn: Callable, treedef: Any, positions: Sequence[int], statics:
         leaves: list = [None] * n
         for i, k in array_at.items():
             a = arrays[k]
-            leaves[i] = a if a.dtype == in_dtypes[k] else a.astype(in_dtypes[k])
+            # the dtype JAX has for it in the mode it runs in (x64 off: 32 bits, ir/call.py)
+            want = jax.dtypes.canonicalize_dtype(in_dtypes[k])
+            leaves[i] = a if a.dtype == want else a.astype(want)
         for i, s in zip(static_slots, statics):
             leaves[i] = s
         args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
