@@ -130,18 +130,23 @@ def test_in_place_update_of_an_input_is_written_back_and_donated(dev, fresh_comp
 
 def test_a_write_back_of_the_inputs_aval_is_the_new_node_itself_and_another_aval_is_converted(dev):
     # dynamo/replay.py's write-back: the usual new value (the input's shape and dtype)
-    # becomes the tensor's value as it is; any other goes through assign's cast/expand.
-    from lazyxla.dynamo.replay import _write_back
+    # becomes the tensor's value as it is, decided once per entry (`_plain_writes`); any
+    # other goes through assign's cast/expand, and a 0-d CPU input by a host copy.
+    from lazyxla.dynamo.replay import _plain_writes, _write_back
     t = torch.zeros(3, device=dev)
+    host = torch.tensor(0.0)
     same = (torch.arange(3, device=dev, dtype=torch.float32) * 2).lazy_value()
-    _write_back(t, t, same)
+    other = (torch.arange(3, device=dev, dtype=torch.float64) + 0.5).lazy_value()
+    wide = torch.ones(1, device=dev, dtype=torch.float32).lazy_value()
+    uploaded = host.to(dev)
+    assert _plain_writes([0, 0, 0, 1], [t, host], [t, uploaded], [same, other, wide, uploaded.lazy_value()]) == \
+        [True, False, False, False]
+    t.write(same)
     assert t._st.value is same
     assert t.cpu().tolist() == [0.0, 2.0, 4.0]
-    other = (torch.arange(3, device=dev, dtype=torch.float64) + 0.5).lazy_value()
     _write_back(t, t, other)
     assert t.dtype == torch.float32 and t._st.value is not other
     assert t.cpu().tolist() == [0.5, 1.5, 2.5]
-    wide = torch.ones(1, device=dev, dtype=torch.float32).lazy_value()
     _write_back(t, t, wide)
     assert t.shape == (3,) and t.cpu().tolist() == [1.0, 1.0, 1.0]
 
