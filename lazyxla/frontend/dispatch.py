@@ -21,9 +21,9 @@ import time
 import torch
 
 from .. import config, metrics
-from ..lock import LOCK
 from ..ir.node import DATA
 from ..ir.ops import facts
+from ..lock import LOCK
 from ..state import STATE
 from . import host_operands
 from .device import DEVICE_TYPE

@@ -177,7 +177,7 @@ def view(func, info, args, kwargs):
     parent = self.checked_value()
     node = traced_node(func, (parent,) + vargs, None, (parent,), entry)
     chain = (self._view or ()) + (step,)
-    # a view contiguous from offset 0 (`view` of a base, `_unsafe_view`'s inputs) is wrapped
+    # a view contiguous from offset 0 (`view` of a contiguous base, most often) is wrapped
     # without its strides, as fresh outputs are (MetaEntry.contiguous)
     return copy_bits(self, LazyTensor.wrap(self._st, chain, node, spec, entry.contiguous))
 

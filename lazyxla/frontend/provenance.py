@@ -26,8 +26,8 @@ import torch
 
 from .. import config
 from ..ir.node import Node
-from ..lock import LOCK
 from ..ir.walk import is_leaf, post_order
+from ..lock import LOCK
 from ..state import STATE
 from .storage import live_devices, live_storages
 from .tensor import LazyTensor, bind_dispatch
