@@ -13,6 +13,12 @@ Beside the wall-clock median it prints each system's host CPU time per step (the
 that run the step's Python), which a machine shared with other work disturbs far less,
 and the median time per step spent inside the optimizer's `torch._foreach_*` calls (its
 whole update: torch's dispatch of each call and what the system does with it).
+`--inside` also sums, per ATen op, the time spent inside each system's `__torch_dispatch__`
+(outermost calls only, measured steps only) and prints the largest differences per call;
+`--frames` with it counts the Python function calls made in there instead of timing them
+(a figure the machine's load does not move). `--wait` makes lazyxla wait for its device
+before each step, outside the timing, so that on a CPU backend the previous step's graph
+does not run beside the trace.
 """
 from __future__ import annotations
 
@@ -20,6 +26,8 @@ import argparse
 import contextlib
 import os
 import statistics
+import sys
+import threading
 import time
 
 import torch
@@ -132,7 +140,59 @@ def _timed_foreach(spent: list):
             setattr(torch, n, fn)
 
 
-def _train(device: str, size: str, steps: int, floor: bool = False) -> tuple:
+class _Inside:
+    """Inside a tensor class's `__torch_dispatch__`, per ATen op: [calls, seconds, Python
+    function calls made]. Outermost calls only (a lazy handler's own ops are part of its
+    op's figures); `on` is set for the measured steps. With `count_frames` each call runs
+    under `sys.setprofile` (its seconds are then the profiler's, not the op's), and the
+    training loop runs backward on the main thread, which `sys.setprofile` sees."""
+
+    def __init__(self, count_frames: bool = False) -> None:
+        self.by_op: dict = {}
+        self.on = False
+        self.count_frames = count_frames
+        self._depth = threading.local()
+        self._frames = 0
+
+    def _profile(self, frame, event, arg) -> None:
+        if event == "call":
+            self._frames += 1
+
+    @contextlib.contextmanager
+    def wrapping(self, cls: type):
+        original = cls.__dict__["__torch_dispatch__"]
+        inner = original.__func__
+
+        def timed(klass, func, types, args=(), kwargs=None):
+            depth = getattr(self._depth, "n", 0)
+            if depth or not self.on:
+                return inner(klass, func, types, args, kwargs)
+            self._depth.n = 1
+            frames = self._frames
+            if self.count_frames:
+                sys.setprofile(self._profile)
+            start = time.perf_counter()
+            try:
+                return inner(klass, func, types, args, kwargs)
+            finally:
+                spent = time.perf_counter() - start
+                if self.count_frames:
+                    sys.setprofile(None)
+                self._depth.n = 0
+                row = self.by_op.setdefault(func, [0, 0.0, 0])
+                row[0] += 1
+                row[1] += spent
+                row[2] += self._frames - frames
+        cls.__torch_dispatch__ = classmethod(timed)
+        try:
+            with torch.autograd.set_multithreading_enabled(not self.count_frames):
+                yield self
+        finally:
+            cls.__torch_dispatch__ = original
+
+
+def _train(device: str, size: str, steps: int, floor: bool = False, inside: "_Inside | None" = None,
+           wait: bool = False) -> tuple:
     overrides, batch = GPT_SIZES[size]
     cfg = W.GPTConfig(**(overrides or {}))
     torch.manual_seed(0)
@@ -155,8 +215,12 @@ def _train(device: str, size: str, steps: int, floor: bool = False) -> tuple:
     times, foreach, spent = [], [], [0.0]
     with _timed_foreach(spent):
         for i in range(5 + steps):
+            if wait and not floor and device != "cpu":
+                lx.wait_device_ops()   # outside the timing: no XLA:CPU work runs beside the trace
             if i == 5:
                 cpu = _host_cpu_s()
+                if inside is not None:
+                    inside.on = True
             start = time.perf_counter()
             spent[0] = 0.0
             opt.zero_grad(set_to_none=True)
@@ -166,6 +230,8 @@ def _train(device: str, size: str, steps: int, floor: bool = False) -> tuple:
             times.append(time.perf_counter() - start)
             foreach.append(spent[0])
     cpu = _host_cpu_s() - cpu
+    if inside is not None:
+        inside.on = False
     return statistics.median(times[5:]) * 1e3, cpu / steps * 1e3, statistics.median(foreach[5:]) * 1e3
 
 
@@ -195,10 +261,24 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--systems", default="eager,floor,lazyxla",
                         help="comma-separated: eager (CPU), floor (the Floor subclass), lazyxla (lazy mode)")
+    parser.add_argument("--inside", action="store_true",
+                        help="also time inside __torch_dispatch__ per ATen op (floor and lazyxla)")
+    parser.add_argument("--wait", action="store_true",
+                        help="lazyxla waits for its device before each step, outside the timing (on a CPU "
+                             "backend the previous step's graph then does not run beside the trace)")
+    parser.add_argument("--frames", action="store_true",
+                        help="with --inside: count the Python function calls inside __torch_dispatch__ "
+                             "(sys.setprofile; backward on the main thread; the times are then the profiler's)")
+    parser.add_argument("--top", type=int, default=15, help="ops listed by --inside")
     opts = parser.parse_args()
+    from lazyxla.frontend.tensor import LazyTensor
+    classes = {"floor": Floor, "lazyxla": LazyTensor}
+    insides = {name: _Inside(opts.frames) for name in classes} if opts.inside else {}
     runs = {"eager": ("eager CPU", lambda: _train("cpu", opts.size, opts.steps)),
-            "floor": ("Floor subclass", lambda: _train("meta", opts.size, opts.steps, floor=True)),
-            "lazyxla": ("lazyxla lazy", lambda: _train(str(lx.device()), opts.size, opts.steps))}
+            "floor": ("Floor subclass", lambda: _train("meta", opts.size, opts.steps, floor=True,
+                                                       inside=insides.get("floor"))),
+            "lazyxla": ("lazyxla lazy", lambda: _train(str(lx.device()), opts.size, opts.steps,
+                                                       inside=insides.get("lazyxla"), wait=opts.wait))}
     systems = opts.systems.split(",")
     unknown = sorted(set(systems) - set(runs))
     if unknown:
@@ -207,8 +287,32 @@ def main() -> None:
           "host CPU: the Python threads' CPU time per step (see _host_cpu_s):")
     for name in systems:
         label, train = runs[name]
-        wall, cpu, foreach = train()
+        with insides[name].wrapping(classes[name]) if name in insides else contextlib.nullcontext():
+            wall, cpu, foreach = train()
         print(f"  {label:<20} {wall:8.2f} ms   host CPU {cpu:8.2f} ms   foreach calls {foreach:6.2f} ms")
+    if insides:
+        _print_inside({n: i.by_op for n, i in insides.items() if n in systems}, opts.steps, opts.top)
+
+
+def _print_inside(by_system: dict, steps: int, top: int) -> None:
+    """Calls, ms and Python function calls per step inside `__torch_dispatch__`, and per op
+    us (or Python calls) a call, largest lazy excess over the floor first."""
+    for name, by_op in by_system.items():
+        calls, spent, frames = (sum(row[i] for row in by_op.values()) for i in range(3))
+        print(f"inside __torch_dispatch__, {name}: {calls / steps:.0f} calls, {spent / steps * 1e3:.2f} ms, "
+              f"{frames / steps:.0f} Python calls a step")
+    floor, lazy = by_system.get("floor"), by_system.get("lazyxla")
+    if floor is None or lazy is None:
+        return
+    rows = []
+    for func, (calls, total, frames) in lazy.items():
+        fcalls, ftotal, fframes = floor.get(func, (0, 0.0, 0))
+        f_us = ftotal / fcalls * 1e6 if fcalls else float("nan")
+        f_frames = fframes / fcalls if fcalls else float("nan")
+        rows.append((total - ftotal, str(func), calls / steps, f_us, total / calls * 1e6, f_frames, frames / calls))
+    print(f"  {'op':<40} {'calls':>6} {'floor us':>9} {'lazy us':>8} {'ratio':>6} {'Python calls floor/lazy':>24}")
+    for excess, func, calls, f_us, l_us, f_frames, l_frames in sorted(rows, reverse=True)[:top]:
+        print(f"  {func:<40} {calls:6.0f} {f_us:9.2f} {l_us:8.2f} {l_us / f_us:6.2f}x {f_frames:15.1f} / {l_frames:.1f}")
 
 
 if __name__ == "__main__":

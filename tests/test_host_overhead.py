@@ -4,6 +4,7 @@ the step is a bug even when the values are right."""
 from __future__ import annotations
 
 import gc
+import sys
 
 import pytest
 import torch
@@ -219,3 +220,41 @@ def test_steps_without_reads_never_wait_for_the_device(dev, compiled):
 # lazy mode traces every op; compiled mode AccumulateGrad's 53 detaches, backward's ones_like
 # and the detach
 TRACED_PER_STEP = {False: 606, True: 55}
+
+
+def _lazyxla_frames(fn) -> list:
+    """Names of lazyxla's Python functions that one call of `fn` runs, after two calls that
+    fill the caches (shape inference, a foreach plan is made at its second call)."""
+    fn()
+    fn()
+    names = []
+
+    def profile(frame, event, arg):
+        if event == "call" and "lazyxla" in frame.f_code.co_filename:
+            names.append(frame.f_code.co_name)
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return names
+
+
+@pytest.mark.parametrize("op, most", [
+    ("add", 10),       # dispatch, functional, convert_call, 2 operands, the node (2), wrap_outputs, Storage, wrap
+    ("clone", 9),
+    ("add_", 9),       # ... the node written into self (LazyTensor.write, Storage.write)
+    ("view", 9),       # dispatch, view, positional (2: the size is a list), the operand, the node (2),
+    ("t", 8),          # wrap, copy_bits
+    ("foreach", 14 + 5 * 4),   # the call's signature and plan, then per element: operand, node (2), write (2)
+])
+def test_a_traced_op_runs_few_python_frames(dev, op, most):
+    """Python frames are most of a traced op's cost: the dispatcher is `__torch_dispatch__`
+    itself, and the hot handlers call as few functions as they can (issue 50)."""
+    x, y = torch.randn(4, 8, device=dev), torch.randn(4, 8, device=dev)
+    ps = [torch.randn(3, device=dev) for _ in range(4)]
+    calls = {"add": lambda: x + y, "clone": lambda: x.clone(), "add_": lambda: x.add_(y),
+             "view": lambda: x.view(8, 4), "t": lambda: x.t(), "foreach": lambda: torch._foreach_mul_(ps, 0.5)}
+    names = _lazyxla_frames(calls[op])
+    assert names[0] == "dispatch", names   # torch calls the dispatcher directly
+    assert len(names) <= most, names

@@ -32,6 +32,14 @@ def test_floor_script_prints_its_rows(name, args, rows):
         assert re.search(re.escape(row) + r"\s*:?\s+[0-9.]+ us", out), (row, out)
 
 
+def test_step_floor_counts_the_same_ops_inside_both_dispatchers():
+    """step_floor.py --inside --frames: the floor and lazy mode dispatch the same 605 ATen
+    calls a W2 proxy step (counts, not timings, are checked)."""
+    out = _run("step_floor.py", "--systems", "floor,lazyxla", "--inside", "--frames", "--steps", "2", "--top", "3")
+    for system in ("floor", "lazyxla"):
+        assert re.search(rf"inside __torch_dispatch__, {system}: 605 calls, [0-9.]+ ms, [0-9]+ Python calls", out), out
+
+
 @pytest.mark.slow
 def test_tpu_lowering_check_passes_on_cpu():
     """scripts/tpu/lowering_check.py, which the TPU runs: its barrier and complex checks

@@ -160,6 +160,23 @@ def test_contiguous_and_strides_follow_eager(dev):
         d.t().view(-1)
 
 
+def test_views_have_eager_layouts(dev):
+    # a view contiguous from offset 0 is wrapped without its strides, one at offset 0 without
+    # its offset (frontend/tensor.py LazyTensor.wrap): the layout torch then gives it must be
+    # eager's, for views of a base, of a view, at an offset and broadcast
+    x = torch.arange(24.0).reshape(2, 3, 4)
+    d = x.to(dev)
+    views = (lambda t: t.view(6, 4), lambda t: t.view(24), lambda t: t[1], lambda t: t[:, 1:],
+             lambda t: t.transpose(0, 2), lambda t: t[1].view(12), lambda t: t[:1].view(3, 4),
+             lambda t: t[:, :1].expand(2, 5, 4), lambda t: t.unsqueeze(0), lambda t: t[0, 0],
+             lambda t: t.reshape(4, 6)[1:], lambda t: t.permute(2, 0, 1)[0])
+    for view in views:
+        e, v = view(x), view(d)
+        assert (v.shape, v.stride(), v.storage_offset(), v.is_contiguous()) == \
+            (e.shape, e.stride(), e.storage_offset(), e.is_contiguous())
+        assert torch.equal(v.cpu(), e)
+
+
 def test_a_view_undone_reads_and_writes_its_base():
     # t().t() (every Linear weight's gradient), a transpose undone, a permute undone: the
     # same values and the same writes through to the base as in eager

@@ -23,9 +23,11 @@ import torch
 from .. import config, metrics
 from ..ir.node import DATA
 from ..ir.ops import facts
+from ..lock import LOCK
 from ..state import STATE
 from . import host_operands
 from .device import DEVICE_TYPE
+from .fake_meet import dispatch_with_foreign
 from .foreach import foreach_handler
 from .host_operands import HostOperand
 from .opinfo import OpInfo, functional_variant, is_inplace, is_out
@@ -55,24 +57,32 @@ _counters = metrics._counters
 # unbounded graph nor compiles forever.
 
 
-def dispatch(func, args, kwargs):
+def dispatch(cls, func, types, args=(), kwargs=None):
+    """`LazyTensor.__torch_dispatch__` (tensor.bind_dispatch): the op's handler, run under
+    the runtime lock, so each traced op is atomic with respect to syncs in other threads
+    (lazyxla/lock.py)."""
+    if kwargs is None:
+        kwargs = {}
+    if len(types) > 1:   # another tensor subclass in the call: torch.compile's fakes
+        return dispatch_with_foreign(func, LazyTensor, args, kwargs)
     info = INFOS.get(id(func))
-    if info is None:
-        info = classify(func)
-    _counters["TracedOps"] += 1
-    state = STATE
-    traced = state.traced_since_sync = state.traced_since_sync + 1
-    if traced > config.SETTINGS.graph_op_limit:
-        cut_graphs()
-    try:
-        if state.per_op:
-            return _per_op_dispatch(func, info, args, kwargs)
-        return info.handler(func, info, args, kwargs)
-    except HostOperand:   # a CPU operand with lx.set_host_operands(True): upload it, run again
-        args, kwargs = host_operands.uploaded(info, args, kwargs)
-        if state.per_op:
-            return _per_op_dispatch(func, info, args, kwargs)
-        return info.handler(func, info, args, kwargs)
+    with LOCK:
+        if info is None:
+            info = classify(func)
+        _counters["TracedOps"] += 1
+        state = STATE
+        traced = state.traced_since_sync = state.traced_since_sync + 1
+        if traced > config.SETTINGS.graph_op_limit:
+            cut_graphs()
+        try:
+            if state.per_op:
+                return _per_op_dispatch(func, info, args, kwargs)
+            return info.handler(func, info, args, kwargs)
+        except HostOperand:   # a CPU operand with lx.set_host_operands(True): upload it, run again
+            args, kwargs = host_operands.uploaded(info, args, kwargs)
+            if state.per_op:
+                return _per_op_dispatch(func, info, args, kwargs)
+            return info.handler(func, info, args, kwargs)
 
 
 def _per_op_dispatch(func, info, args, kwargs):

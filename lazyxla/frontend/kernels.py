@@ -39,11 +39,11 @@ def register_kernels() -> None:
     lib = torch.library.Library("aten", "IMPL")
     aten = torch.ops.aten
 
-    # These kernels are entry points like __torch_dispatch__: they hold the runtime
-    # lock (lazyxla/lock.py) so that a sync in another thread never sees them half done.
+    # These kernels are entry points like __torch_dispatch__, and run through it: the
+    # bound dispatcher (provenance may wrap it) holds the runtime lock (lazyxla/lock.py),
+    # so that a sync in another thread never sees them half done.
     def dispatch(op, args, kwargs):
-        with LOCK:
-            return _tensor._dispatch(op, args, kwargs)   # the bound dispatcher (provenance may wrap it)
+        return _tensor.dispatch_op(op, args, kwargs)
 
     def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
         return _empty(tuple(size), None, dtype, device)

@@ -27,7 +27,7 @@ from .storage import FILLS
 from .tensor import LazyTensor, copy_bits
 from .torch_compat import decomposition_table, has_composite_implicit_kernel
 from . import tracing
-from .tracing import DeviceMismatchError, convert_call, lookup, trace, wrap_outputs
+from .tracing import DeviceMismatchError, convert_call, lookup, wrap_outputs
 from .views import apply_view_chain
 
 aten = torch.ops.aten
@@ -69,8 +69,10 @@ def run_op(func, args, kwargs):
 
 
 def functional(func, info, args, kwargs):
-    node, entry, device = trace(func, info, args, kwargs)
-    return wrap_outputs(node, entry, device)
+    # `tracing.trace` written out: the most frequent handler, a Python frame fewer per op
+    nargs, nkw, inputs, key, device = convert_call(info, args, kwargs)
+    entry = tracing.META_CACHE.get(key) or lookup(key, func, args, kwargs)
+    return wrap_outputs(traced_node(func, nargs, nkw, inputs, entry), entry, device)
 
 
 def check_no_internal_overlap(t: LazyTensor) -> None:
@@ -158,7 +160,7 @@ def positional(info, args, kwargs) -> tuple:
                 rest.append(a.default_value)
             else:
                 break
-    return tuple(tuple(a) if isinstance(a, list) else a for a in rest)
+    return tuple([tuple(a) if isinstance(a, list) else a for a in rest])   # (a list: no generator frame)
 
 
 def view(func, info, args, kwargs):
@@ -175,7 +177,9 @@ def view(func, info, args, kwargs):
     parent = self.checked_value()
     node = traced_node(func, (parent,) + vargs, None, (parent,), entry)
     chain = (self._view or ()) + (step,)
-    return copy_bits(self, LazyTensor.wrap(self._st, chain, node, spec))
+    # a view contiguous from offset 0 (`view` of a contiguous base, most often) is wrapped
+    # without its strides, as fresh outputs are (MetaEntry.contiguous)
+    return copy_bits(self, LazyTensor.wrap(self._st, chain, node, spec, entry.contiguous))
 
 
 # views that only reorder dimensions; two of them in a row with the spec of the view

@@ -27,6 +27,7 @@ import torch
 from .. import config
 from ..ir.node import Node
 from ..ir.walk import is_leaf, post_order
+from ..lock import LOCK
 from ..state import STATE
 from .storage import live_devices, live_storages
 from .tensor import LazyTensor, bind_dispatch
@@ -78,20 +79,27 @@ def _tensors(values, out: list) -> list:
 
 def _with_origin(plain_dispatch):
     """`plain_dispatch` that stamps the nodes each op made with the user's line."""
-    def dispatch_with_origin(func, args, kwargs):
-        result = plain_dispatch(func, args, kwargs)
-        tensors = _tensors((result,) if not isinstance(result, (list, tuple)) else result, [])
-        _tensors(args, tensors)
-        if kwargs:
-            _tensors(kwargs.values(), tensors)
-        roots = []
-        for t in tensors:
-            roots.append(t._st.value)
-            if t._view is not None:
-                roots.append(t.lazy_value())
-        _stamp(roots, user_frame())
-        return result
+    def dispatch_with_origin(cls, func, types, args=(), kwargs=None):
+        if len(types) > 1:   # torch.compile's fakes: nothing lazy is made
+            return plain_dispatch(cls, func, types, args, kwargs)
+        with LOCK:   # the stamps too, before a sync in another thread sees the new nodes
+            return _stamped(plain_dispatch(cls, func, types, args, kwargs), args, kwargs)
     return dispatch_with_origin
+
+
+def _stamped(result, args, kwargs):
+    """`result` of an op on `args`, once the nodes the op made carry the user's line."""
+    tensors = _tensors((result,) if not isinstance(result, (list, tuple)) else result, [])
+    _tensors(args, tensors)
+    if kwargs:
+        _tensors(kwargs.values(), tensors)
+    roots = []
+    for t in tensors:
+        roots.append(t._st.value)
+        if t._view is not None:
+            roots.append(t.lazy_value())
+    _stamp(roots, user_frame())
+    return result
 
 
 def _mark_pending_unknown() -> None:

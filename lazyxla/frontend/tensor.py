@@ -17,10 +17,8 @@ import torch
 from .. import metrics
 from ..ir.node import DATA, Node
 from ..runtime.device_data import unusable_error
-from ..lock import LOCK
 from ..state import STATE
 from .device import DEVICES
-from .fake_meet import dispatch_with_foreign
 from .storage import Storage
 from .sync_hooks import host_value
 from .torch_compat import make_wrapper_subclass as _make_wrapper
@@ -36,13 +34,16 @@ class LazyTensor(torch.Tensor):
     def wrap(storage: Storage, view, node: Node, spec: tuple, contiguous: bool = False) -> "LazyTensor":
         """A tensor of `spec` over `storage`. `contiguous`: the caller knows `spec` is
         contiguous from offset 0, torch's default layout, so strides and offset are not
-        passed (torch parses fewer arguments: about 0.4 us of 2.3 per new tensor)."""
+        passed (torch parses fewer arguments: about 0.4 us of 2.3 per new tensor); an
+        offset of 0, torch's default, is not passed either (0.2 us)."""
         shape, stride, offset, dtype = spec
         if contiguous:
             t = _make_wrapper(LazyTensor, shape, dtype=dtype, device=DEVICES[storage.device])
-        else:
+        elif offset:
             t = _make_wrapper(LazyTensor, shape, strides=stride, storage_offset=offset,
                               dtype=dtype, device=DEVICES[storage.device])
+        else:
+            t = _make_wrapper(LazyTensor, shape, strides=stride, dtype=dtype, device=DEVICES[storage.device])
         t._st = storage
         if view is None:
             storage.base_spec = spec
@@ -188,10 +189,8 @@ class LazyTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        if len(types) > 1:   # another tensor subclass in the call: torch.compile's fakes
-            return dispatch_with_foreign(func, LazyTensor, args, kwargs or {})
-        with LOCK:  # each traced op is atomic w.r.t. syncs in other threads (lazyxla/lock.py)
-            return _dispatch(func, args, kwargs or {})
+        # replaced by the op dispatcher itself at `import lazyxla` (bind_dispatch below)
+        raise RuntimeError("lazyxla: dispatch is not initialised; import lazyxla")
 
     def __format__(self, format_spec: str) -> str:
         # torch formats a 0-d tensor as its number only when `type(self) is Tensor`, so
@@ -268,12 +267,6 @@ def lazy_tensors_in(value, out: list) -> list:
     return out
 
 
-# An import-time seam: frontend/registration.install binds dispatch.py's `dispatch` here
-# (dispatch.py imports this module), and provenance.py swaps in a stamping dispatcher.
-def _dispatch(func, args, kwargs):
-    raise RuntimeError("lazyxla: dispatch is not initialised; import lazyxla")
-
-
 def _count_destroyed(self, _counters=metrics._counters) -> None:
     _counters["DestroyXlaTensor"] += 1
 
@@ -292,7 +285,18 @@ STATE.watch("op_records", _destroy_records)
 
 
 def bind_dispatch(fn) -> None:
-    """Install the op dispatcher: the import-time seam above, filled by
-    frontend/registration.py (provenance.py wraps the dispatcher while on)."""
-    global _dispatch
-    _dispatch = fn
+    """Install the op dispatcher as `LazyTensor.__torch_dispatch__` itself: an import-time
+    seam (dispatch.py imports this module), filled by frontend/registration.py, and swapped
+    by provenance.py for a stamping dispatcher while it is on. `fn` takes torch's arguments
+    `(cls, func, types, args=(), kwargs=None)`; being the class's method, not a function it
+    calls, saves a Python frame on every op."""
+    LazyTensor.__torch_dispatch__ = classmethod(fn)
+
+
+_TYPES = (LazyTensor,)
+
+
+def dispatch_op(func, args: tuple, kwargs: dict):
+    """Run `func` through the bound dispatcher, as `__torch_dispatch__` would (for the
+    device's Python kernels, frontend/kernels.py)."""
+    return LazyTensor.__torch_dispatch__(func, _TYPES, args, kwargs)

@@ -78,13 +78,14 @@ def liftable(value) -> bool:
 
 
 def _tensor_operand(t: LazyTensor, parts: list, inputs: list, devs: list, offset_free: bool) -> Node:
-    node = t._st.value if t._view is None else t.lazy_value()
+    st = t._st
+    node = st.value if t._view is None else t.lazy_value()
     if node.op is DATA and (node.data.donated_in is not None or node.data.failure is not None):
         raise unusable_error(node.data)
     key = t._mkey
     parts.append(offset_free_key(key) if offset_free and key[2] else key)
     inputs.append(node)
-    devs.append(t._st.device)
+    devs.append(st.device)
     return node
 
 
@@ -165,9 +166,12 @@ def convert_call(info, args, kwargs):
     slots = info.scalar_slots
     nslots = len(slots)
     free = info.offset_free
-    # tensors, most arguments, straight to their conversion (a frame fewer each)
-    nargs = tuple([_tensor_operand(a, parts, inputs, devs, free) if type(a) is LazyTensor
-                   else convert(a, i < nslots and slots[i], parts, inputs, devs, free) for i, a in enumerate(args)])
+    # tensors, most arguments, straight to their conversion (a frame fewer each); a loop,
+    # not a list comprehension, which is a frame of its own (0.3 us of 1.2 a call)
+    nargs = []
+    for i, a in enumerate(args):
+        nargs.append(_tensor_operand(a, parts, inputs, devs, free) if type(a) is LazyTensor
+                     else convert(a, i < nslots and slots[i], parts, inputs, devs, free))
     nkw = None
     if kwargs:
         nkw = {}
@@ -178,7 +182,7 @@ def convert_call(info, args, kwargs):
     device = devs[0] if devs else _factory_device(kwargs)
     if len(devs) > 1 and devs.count(device) != len(devs):
         raise device_mismatch(info, devs)
-    return nargs, nkw, tuple(inputs), tuple(parts), device
+    return tuple(nargs), nkw, tuple(inputs), tuple(parts), device
 
 
 def device_mismatch(info, devs: list) -> DeviceMismatchError:
