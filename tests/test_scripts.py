@@ -46,3 +46,13 @@ def test_tpu_lowering_check_passes_on_cpu():
     pass here too (the W2 timing sections are the TPU's)."""
     out = _run("tpu/lowering_check.py", "--only", "barrier,complex")
     assert "FAIL" not in out and out.rstrip().endswith("PASS all: 0 check(s) failed"), out
+
+
+def test_float32_math_reports_every_function_in_ulps():
+    """scripts/tpu/float32_math.py, which the TPU runs: one row per function; XLA:CPU's exp,
+    square root and division are correctly rounded to within an ulp."""
+    out = _run("tpu/float32_math.py", "4096")
+    rows = {line[:16].strip(): line[16:].split() for line in out.splitlines()[2:]}
+    assert set(rows) == {"tanh", "tanh (|x| < 1)", "exp", "log", "log1p", "sigmoid", "sqrt", "rsqrt", "1 / x", "erf"}
+    for name in ("exp", "sqrt", "1 / x"):
+        assert float(rows[name][0]) <= 1.0, out
