@@ -26,6 +26,7 @@ from ..lower._packs import PackReader
 from ..lower._precision import LEVELS
 from ..lower._util import cast, opmath
 from ..lower.registry import LOWERINGS
+from ..patches import out_of_x64
 from ..ir.graph import Graph, positions
 
 
@@ -47,16 +48,12 @@ class Ctx:
     JAX type of `dtype`, or under a storage dtype policy (`storage`, the graph's
     `policy.storage`) the JAX type of the narrower storage dtype, which the rule's
     result is cast to (runtime/storage_dtypes.py). `precision` is the `lax.Precision` of
-    matrix products, the graph's `lx.set_matmul_precision` level (lower/_precision.py).
-    `x64`: whether the graph holds some 64-bit type as itself; where its policy holds them
-    all in 32 bits (the TPU's rule), a user's JAX function is traced with JAX's x64 mode off
-    (ir/call.py `Subprogram.rule`)."""
-    __slots__ = ("shape", "dtype", "jdtype", "op", "origin", "precision", "x64")
+    matrix products, the graph's `lx.set_matmul_precision` level (lower/_precision.py)."""
+    __slots__ = ("shape", "dtype", "jdtype", "op", "origin", "precision")
 
     def __init__(self, node: Node, storage: Optional[Callable] = None,
-                 precision: lax.Precision = lax.Precision.HIGHEST, x64: bool = True) -> None:
+                 precision: lax.Precision = lax.Precision.HIGHEST) -> None:
         self.precision = precision
-        self.x64 = x64
         self.shape = node.shape
         self.dtype = node.dtype
         self.op = node.op
@@ -108,15 +105,27 @@ def _resolve(value, env: list, packs: PackReader):
     return value
 
 
-def _rule_for(node: Node, position: int) -> Callable:
+def _rule_for(node: Node, position: int, x64: bool) -> Callable:
+    """The node's lowering rule. `x64`: whether the graph holds some 64-bit type as itself;
+    where its policy holds them all in 32 bits (the TPU's rule), a user's JAX function is
+    traced with JAX's x64 mode off, as JAX runs on that platform: its Python ints and
+    `arange`s are 32-bit there, and Pallas kernels lower (Mosaic refuses the int64 block
+    indices x64 makes)."""
     if type(node.op) is Subprogram:
-        return node.op.rule
+        return node.op.rule if x64 or not node.op.user_jax else _without_x64(node.op.rule)
     rule = LOWERINGS.get(node.op)
     if rule is None:
         error = LoweringError(f"lazyxla: no lowering for {node.op}")
         error.node_position = position
         raise error
     return rule
+
+
+def _without_x64(rule: Callable) -> Callable:
+    def traced_without_x64(ctx, *operands):
+        with out_of_x64():
+            return rule(ctx, *operands)
+    return traced_without_x64
 
 
 def build(graph: Graph) -> tuple[Callable, int]:
@@ -155,7 +164,7 @@ def build(graph: Graph) -> tuple[Callable, int]:
         elif op is GETITEM:
             instrs.append((Kind.GETITEM, index[id(node.inputs[0])], node.args[1], None, None))
         else:
-            rule, ctx = _rule_for(node, position), Ctx(node, storage, precision, x64)
+            rule, ctx = _rule_for(node, position, x64), Ctx(node, storage, precision)
             compute = opmath(ctx.jdtype) if packed and getattr(rule, "casts_to_compute", False) \
                 and not isinstance(ctx.jdtype, tuple) else None
             if compute is not None and jnp.issubdtype(compute, jnp.complexfloating):

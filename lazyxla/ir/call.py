@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Callable, Hashable, Sequence
 
-import jax
 import torch
 
 from .node import intern_sig
@@ -35,7 +34,8 @@ class Subprogram:
                  out_avals: Sequence[tuple[tuple, torch.dtype]], user_jax: bool = False) -> None:
         self.fn = fn
         # a user's JAX function (lx.call_jax, lx.jax_op, their backward), not a program
-        # lazyxla built: traced as JAX traces it on a platform without 64-bit types (`rule`)
+        # lazyxla built: traced as JAX traces it on a platform without 64-bit types where the
+        # graph holds none (compile/program.py `_rule_for`)
         self.user_jax = user_jax
         self.key = key
         # The key holds the captured graph's whole structure (hundreds of entries); a
@@ -47,14 +47,7 @@ class Subprogram:
         self.out_dtypes = tuple(d for _, d in self.out_avals)
 
     def rule(self, ctx, *operands) -> tuple:
-        """Lowering of a CALL node of this program (compile/program.py). A user's JAX
-        function in a graph that holds no 64-bit type (`ctx.x64` false: the TPU's rule) is
-        traced with JAX's x64 mode off, as JAX runs on that platform: its Python ints and
-        `arange`s are 32-bit there, and Pallas kernels lower (Mosaic refuses the int64 block
-        indices x64 makes)."""
-        if self.user_jax and not ctx.x64:
-            with jax.enable_x64(False):
-                return tuple(self.fn(*operands))
+        """Lowering of a CALL node of this program (compile/program.py)."""
         return tuple(self.fn(*operands))
 
     def __repr__(self) -> str:

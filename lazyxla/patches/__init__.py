@@ -38,6 +38,12 @@ def in_x64() -> contextlib.AbstractContextManager:
     return jax.enable_x64(True)
 
 
+def out_of_x64() -> contextlib.AbstractContextManager:
+    """JAX's 32-bit mode for the body, on this thread only: a user's JAX function in a graph
+    that holds no 64-bit type is traced in it (compile/program.py `_rule_for`)."""
+    return jax.enable_x64(False)
+
+
 def x64(fn: F) -> F:
     """Decorator: run `fn` under `in_x64()`."""
     @functools.wraps(fn)
