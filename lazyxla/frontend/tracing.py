@@ -19,7 +19,7 @@ import torch
 from ..errors import IndexRangeError
 from .._jax import TORCH_TO_JAX, jax_devices, jax_dtype
 from ..ir.bounded import BoundedTable
-from ..ir.build import OpSignature, getitem_node, scalar_node, traced_node
+from ..ir.build import OpSignature, getitem_node, scalar_node
 from ..ir.node import DATA, Node
 from ..ir.ops import facts, register_fact
 from ..runtime import memory
@@ -417,10 +417,3 @@ def wrap_outputs(node: Node, entry: MetaEntry, device: int):
         item = getitem_node(node, i)
         outs.append(LazyTensor.wrap(Storage(item, device), None, item, spec, entry.contiguous[i]))
     return tuple(outs)
-
-
-def trace(func, info, args, kwargs, op=None):
-    """Record `func(*args, **kwargs)` as a node computed by `op` (default: func)."""
-    nargs, nkw, inputs, key, device = convert_call(info, args, kwargs)
-    entry = META_CACHE.get(key) or lookup(key, func, args, kwargs)
-    return traced_node(op if op is not None else func, nargs, nkw, inputs, entry), entry, device

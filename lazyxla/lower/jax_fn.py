@@ -36,7 +36,8 @@ def flat_function(fn: Callable, treedef: Any, positions: Sequence[int], statics:
         leaves: list = [None] * n
         for i, k in array_at.items():
             a = arrays[k]
-            # the dtype JAX has for it in the mode it runs in (x64 off: 32 bits, ir/call.py)
+            # the dtype JAX has for it in the mode it is traced in (x64 off: 32 bits,
+            # compile/program.py `_rule_for`)
             want = jax.dtypes.canonicalize_dtype(in_dtypes[k])
             leaves[i] = a if a.dtype == want else a.astype(want)
         for i, s in zip(static_slots, statics):

@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import importlib
 import sys
-from typing import Any, Callable, Iterator, Optional, TypeVar
+from typing import Any, Callable, TypeVar
 
 import jax
 import torch
