@@ -181,22 +181,26 @@ def reduced_matmul_precision(level: str | None = None) -> bool:
 
 
 def inexact_float32_math() -> str | None:
-    """Why float32 division, square root, remainder, exp and log here may be an ulp or a few
-    off the correctly rounded result eager computes, or None where they are not (CPU)."""
+    """Why float32 division, square root, remainder, exp, log and tanh here may be off the
+    correctly rounded result eager computes, or None where they are not (CPU)."""
     if lx.platform() != "tpu":
         return None
-    return ("the TPU computes float32 division, sqrt, remainder, exp and log from hardware "
-            "approximations, an ulp or a few off the correctly rounded value (JAX's own ops too)")
+    return ("the TPU computes float32 division, sqrt, remainder, exp, log and tanh from hardware "
+            "approximations, off the correctly rounded value by an ulp (division) to thousands "
+            "(log, tanh), JAX's own ops too (scripts/tpu/float32_math.py)")
 
 
-def float32_math_tolerance(rtol: float, atol: float) -> dict:
-    """rtol/atol for a float32 result built from exp, log or division, compared with eager
-    CPU: as given where those are correctly rounded (CPU); 2e-4 at least where they are
-    approximations (`inexact_float32_math`), which a chain of them (logsumexp, a softmax's
-    gradient) compounds to about 1e-4."""
+def float32_math_tolerance(rtol: float, atol: float, floor: float = 2e-4) -> dict:
+    """rtol/atol for a float32 result built from exp, log, tanh or division, compared with
+    eager CPU: as given where those are correctly rounded (CPU); `floor` at least where they
+    are approximations (`inexact_float32_math`). Measured on the TPU v5e
+    (scripts/tpu/float32_math.py, 2026-12-08): log and log1p up to 4,000 ulps (2.4e-4
+    relative), tanh 1,400 (1.6e-4), exp 108, division 1.5. One such op is within the default
+    floor; a recurrence through tanh and its derivative, trained a few steps, compounds it
+    (its tests pass a wider floor)."""
     if not inexact_float32_math():
         return {"rtol": rtol, "atol": atol}
-    return {"rtol": max(rtol, 2e-4), "atol": max(atol, 2e-4)}
+    return {"rtol": max(rtol, floor), "atol": max(atol, floor)}
 
 
 def as_held(t: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ import torch
 
 import lazyxla as lx
 from lazyxla.experimental import InputMutationError, gradient_accumulation
-from helpers import counter, float32_math_tolerance
+from helpers import counter, float32_math_tolerance, inexact_float32_math
 
 
 class SimpleModel(torch.nn.Module):
@@ -295,5 +295,9 @@ def test_under_autocast_matches_a_python_loop_and_cpu_autocast(dev):
     assert loss.item() == pytest.approx(total.item(), rel=float32_math_tolerance(1e-6, 0.0)["rtol"])
     assert loss.item() == pytest.approx(expected, rel=2e-2)         # and CPU autocast, bf16 tolerance
     assert seen == [torch.bfloat16]                                  # the body ran under autocast
+    # XLA:TPU fuses the two programs' bfloat16 products each its own way: their gradients
+    # agree to bfloat16's rounding there (5e-4 at most on the chip, 2026-12-07), bit for bit
+    # nearly on CPU
+    bf16_fused = {"rtol": 2e-2, "atol": 1e-3} if inexact_float32_math() else {"rtol": 1e-5, "atol": 1e-6}
     for pa, pb in zip(lazy.parameters(), looped.parameters()):
-        torch.testing.assert_close(pa.grad.cpu(), pb.grad.cpu(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(pa.grad.cpu(), pb.grad.cpu(), **bf16_fused)

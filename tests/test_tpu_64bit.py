@@ -58,6 +58,25 @@ def test_a_training_step_has_no_64_bit_type_on_the_tpu(dev, fused):
     torch.testing.assert_close(lazy, eager, **tol)
 
 
+def test_jax_algorithms_lower_without_x64_under_the_rule(dev):
+    """JAX's own algorithms (QR, the matrix exponential, the TPU's SVD) expand when the
+    program is lowered: under x64 their loop counters and constants were 64-bit, and
+    XLA:TPU's compiler aborted the process on the SVD's (the suite's chunk 1 on the chip).
+    Under the rule the whole graph is traced and lowered with x64 off."""
+    torch.manual_seed(0)
+    general, square = torch.randn(2, 5, 3), torch.randn(4, 4) * 0.3
+    cases = [(torch.linalg.qr, general), (torch.linalg.matrix_exp, square), (torch.linalg.pinv, general)]
+    with backend_as("tpu"):
+        for fn, x in cases:
+            out, expected = fn(x.to(dev)), fn(x)
+            outs, expected = (list(out), list(expected)) if isinstance(out, tuple) else ([out], [expected])
+            assert not _WIDE.search(lx.debug.hlo_text(outs)), f"a 64-bit type in {fn.__name__}'s graph"
+            for got, want in zip(outs, expected):
+                torch.testing.assert_close(got.cpu(), want, **float32_math_tolerance(1e-5, 1e-5))
+    with backend_as("cpu"):   # no rule: x64, and the exponential's loop counters are int64
+        assert _WIDE.search(lx.debug.hlo_text([torch.linalg.matrix_exp(square.to(dev))]))
+
+
 def test_64_bit_values_keep_their_logical_dtype_and_value(dev):
     with backend_as("tpu"):
         n = torch.arange(6).to(dev) * 3 + 2**30

@@ -27,6 +27,7 @@ from ..lower._precision import LEVELS
 from ..lower._util import cast, opmath
 from ..lower.registry import LOWERINGS
 from ..patches import out_of_x64
+from .without_x64 import without_x64
 from ..ir.graph import Graph, positions
 
 
@@ -110,7 +111,8 @@ def _rule_for(node: Node, position: int, x64: bool) -> Callable:
     where its policy holds them all in 32 bits (the TPU's rule), a user's JAX function is
     traced with JAX's x64 mode off, as JAX runs on that platform: its Python ints and
     `arange`s are 32-bit there, and Pallas kernels lower (Mosaic refuses the int64 block
-    indices x64 makes)."""
+    indices x64 makes). A rule that runs one of JAX's own algorithms (lower/_util.py
+    `jax_algorithm`) is traced and lowered out of x64 there (compile/without_x64.py)."""
     if type(node.op) is Subprogram:
         return node.op.rule if x64 or not node.op.user_jax else _without_x64(node.op.rule)
     rule = LOWERINGS.get(node.op)
@@ -118,7 +120,7 @@ def _rule_for(node: Node, position: int, x64: bool) -> Callable:
         error = LoweringError(f"lazyxla: no lowering for {node.op}")
         error.node_position = position
         raise error
-    return rule
+    return rule if x64 or not getattr(rule, "jax_algorithm", False) else without_x64(rule)
 
 
 def _without_x64(rule: Callable) -> Callable:

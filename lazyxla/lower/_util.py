@@ -47,6 +47,16 @@ def casts_to_compute(rule):
     return rule
 
 
+def jax_algorithm(rule):
+    """Mark a rule that runs one of JAX's own algorithms (the TPU's SVD, QR, Cholesky, the
+    matrix exponential), written for JAX's 32-bit mode. Where the graph holds no 64-bit
+    type (the TPU's rule), compile/program.py has it traced and lowered out of x64: under
+    x64 their loop counters and constants were 64-bit, and XLA:TPU's compiler aborted the
+    process on the SVD's (docs/design.md, "64-bit types on the TPU")."""
+    rule.jax_algorithm = True
+    return rule
+
+
 def as_compute(ctx, *xs):
     """Cast every operand to the node's compute dtype (arithmetic ops)."""
     return cast_all(opmath(ctx.jdtype), *xs)

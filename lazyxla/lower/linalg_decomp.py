@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from ._util import jax_algorithm
 from .registry import register
 
 aten = torch.ops.aten
@@ -36,6 +37,7 @@ def empty(ctx, i: int):
 
 
 @register(aten._linalg_svd.default)
+@jax_algorithm
 def _svd(ctx, a, full_matrices=False, compute_uv=True, *, driver=None):
     if not compute_uv:
         return empty(ctx, 0), jnp.linalg.svd(a, compute_uv=False), empty(ctx, 2)
@@ -59,6 +61,7 @@ def _eig(ctx, a):
 
 
 @register(aten.linalg_qr.default)
+@jax_algorithm
 def _qr(ctx, a, mode="reduced"):
     if mode == "r":
         return empty(ctx, 0), jnp.linalg.qr(a, mode="r")
@@ -72,6 +75,7 @@ def _householder_product(ctx, a, tau):
 
 
 @register(aten.geqrf.default)
+@jax_algorithm
 def _geqrf(ctx, a):
     # LAPACK's geqrf itself (R on and above the diagonal, the reflectors below, their
     # taus); numpy's "raw" mode hands the packed matrix back transposed
@@ -124,11 +128,13 @@ def cholesky_with_info(a, upper: bool):
 
 
 @register(aten.linalg_cholesky_ex.default)
+@jax_algorithm
 def _cholesky_ex(ctx, a, *, upper=False, check_errors=False):
     return cholesky_with_info(a, upper)
 
 
 @register(aten.cholesky.default)
+@jax_algorithm
 def _cholesky(ctx, a, upper=False):
     # legacy torch.cholesky: eager raises on failure (checked on the host, see
     # _linalg_check_errors); here a failed factor is NaN like the _ex variant's

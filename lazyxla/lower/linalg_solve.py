@@ -18,7 +18,7 @@ import jax.scipy.linalg as jsl
 import torch
 from jax import lax
 
-from ._util import opmath
+from ._util import jax_algorithm, opmath
 from .linalg_decomp import cholesky_with_info, empty, lu_with_info, mH, mT, pivots_to_permutation
 from .registry import register
 
@@ -138,6 +138,7 @@ def _cholesky_inverse(ctx, factor, upper=False):
 
 
 @register(aten.linalg_matrix_exp.default)
+@jax_algorithm
 def _matrix_exp(ctx, a):
     # jax's Pade approximant takes no bf16/f16; eager's accumulates in the low type, so
     # float32 is at least as accurate (the interpreter casts the result back)
@@ -161,6 +162,7 @@ def _inverse_values(s, keep):
 
 
 @register(aten.linalg_pinv.atol_rtol_tensor, aten.linalg_pinv.atol_rtol_float)
+@jax_algorithm
 def _pinv(ctx, a, *, atol=None, rtol=None, hermitian=False):
     m, n = a.shape[-2:]
     if hermitian:  # eager: eigh, tolerance on |eigenvalues|
