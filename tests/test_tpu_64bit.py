@@ -62,7 +62,7 @@ def test_jax_algorithms_lower_without_x64_under_the_rule(dev):
     """JAX's own algorithms (QR, the matrix exponential, the TPU's SVD) expand when the
     program is lowered: under x64 their loop counters and constants were 64-bit, and
     XLA:TPU's compiler aborted the process on the SVD's (the suite's chunk 1 on the chip).
-    Under the rule the whole graph is traced and lowered with x64 off."""
+    Under the rule they are traced and lowered with x64 off (compile/without_x64.py)."""
     torch.manual_seed(0)
     general, square = torch.randn(2, 5, 3), torch.randn(4, 4) * 0.3
     cases = [(torch.linalg.qr, general), (torch.linalg.matrix_exp, square), (torch.linalg.pinv, general)]

@@ -7,9 +7,9 @@ fatal line, so an abort ends only its case.
     python scripts/tpu/svd_abort.py CASE       # one, in this process
 
 On the TPU v5e (JAX 0.10.2, 2026-12-07) every JAX case compiled (default and "highest"
-precision, the diagonal product too) and lazyxla's forward and backward aborted; the lazy
-cases of one output each (`lazy_s`, `lazy_scaled`, `lazy_diag`) come next
-(docs/compat-matrix.md).
+precision, the diagonal product too) and lazyxla's forward and backward aborted: JAX's TPU
+SVD expanded under x64 mode. Since JAX's own algorithms are lowered out of x64 under the
+TPU's rule (compile/without_x64.py), every case compiles (2026-12-08; docs/compat-matrix.md).
 """
 import subprocess
 import sys

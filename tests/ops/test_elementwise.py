@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from helpers import check_op, skip_if_narrowed
+from helpers import check_op, float32_math_tolerance, skip_if_narrowed
 
 UNARY = ["neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs",
          "erf", "log1p", "expm1", "reciprocal", "floor", "ceil", "round", "sign", "trunc", "square"]
@@ -17,7 +17,10 @@ def test_unary_forward_backward(name):
 def test_binary_broadcast(op):
     a = torch.rand(4, 1, 3) + 0.5
     b = torch.rand(5, 1) + 0.5
-    check_op(getattr(torch, op), a.requires_grad_(), b.requires_grad_())
+    # pow's exponent gradient is a^b log(a), summed: on a TPU, whose float32 log is up to
+    # 4,000 ulps off (helpers.float32_math_tolerance), 6.4e-4 relative (the chip, 2026-12-07)
+    tolerance = float32_math_tolerance(1e-5, 1e-6, floor=1e-3) if op == "pow" else {}
+    check_op(getattr(torch, op), a.requires_grad_(), b.requires_grad_(), **tolerance)
 
 
 @pytest.mark.parametrize("op", ["eq", "ne", "lt", "le", "gt", "ge"])
