@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import lazyxla as lx
-from helpers import check_op, inexact_float32_math, skip_if_narrowed
+from helpers import check_op, float32_math_tolerance, inexact_float32_math, skip_if_narrowed
 
 S = torch.special
 INF, NAN = math.inf, math.nan
@@ -52,8 +52,18 @@ def test_unary_wide_range(fn, dtype):
         # Ai's tail below x = -2.09 is sin/cos of the phase (2/3)|x|^1.5, and an ulp of that
         # phase (from the platform's own pow and sin) exceeds 2e-4 radians past x ~ -150
         x = x[~(x < -150)]
+    tolerance = {"rtol": 1e-5, "atol": 1e-6 if dtype == torch.float64 else 1e-5}
+    if fn in _LOG_TERM:
+        # their small-argument branch is log(x / 2) times a series: the TPU's float32 log is up
+        # to 6e-5 off near 1 (4,000 ulps, scripts/tpu/float32_math.py), 4.7e-4 of scaled K0
+        # at x ~ 1.5 (the chip, 2026-12-07); CPU: as given
+        tolerance = float32_math_tolerance(**tolerance, floor=1e-3)
     # float32 tails (huge |x| in Y0/Y1/Ai, the phase rounding) stay within a few ulp of eager
-    check_traced(fn, x, rtol=1e-5, atol=1e-6 if dtype == torch.float64 else 1e-5)
+    check_traced(fn, x, **tolerance)
+
+
+_LOG_TERM = (S.bessel_y0, S.bessel_y1, S.modified_bessel_k0, S.modified_bessel_k1,
+             S.scaled_modified_bessel_k0, S.scaled_modified_bessel_k1)
 
 
 @pytest.mark.parametrize("fn", UNARY + [S.ndtri], ids=lambda f: f.__name__)
