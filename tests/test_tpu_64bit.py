@@ -77,6 +77,22 @@ def test_jax_algorithms_lower_without_x64_under_the_rule(dev):
         assert _WIDE.search(lx.debug.hlo_text([torch.linalg.matrix_exp(square.to(dev))]))
 
 
+def test_the_without_x64_primitive_keeps_64_bit_types_out_traced_and_eagerly():
+    """A loop's counter is int64 when JAX expands it under x64, even where the loop was
+    traced without x64; through the primitive it is int32 in the lowered program, and the
+    rule runs op by op too (no trace around it)."""
+    import jax
+    import jax.numpy as jnp
+    from lazyxla.compile.without_x64 import without_x64
+    from lazyxla.patches import in_x64
+    rule = without_x64(lambda ctx, a: jax.lax.fori_loop(0, 3, lambda i, x: x + i, a))
+    with in_x64():
+        a = jnp.ones(3, jnp.float32)
+        program = jax.jit(lambda v: rule(None, v))
+        assert not re.search(r"\b(i64|f64)\b", program.lower(a).as_text())
+        assert program(a).tolist() == rule(None, a).tolist() == [4.0, 4.0, 4.0]
+
+
 def test_64_bit_values_keep_their_logical_dtype_and_value(dev):
     with backend_as("tpu"):
         n = torch.arange(6).to(dev) * 3 + 2**30

@@ -30,6 +30,13 @@ def _lowering(ctx, *operands, body: Callable):
         return mlir.lower_fun(body, multiple_results=True)(ctx, *operands)
 
 
+def _eager(*operands, body: Callable):
+    # bound outside any trace (a program run op by op): the rule itself, out of x64
+    with out_of_x64():
+        return body(*operands)
+
+
+_call.def_impl(_eager)
 _call.def_abstract_eval(_outputs)
 mlir.register_lowering(_call, _lowering)
 
@@ -41,7 +48,7 @@ def without_x64(rule: Callable) -> Callable:
     def traced_without_x64(ctx, *operands, **kwargs):
         leaves, tree = jax.tree.flatten((operands, kwargs))
         arrays = [i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.Array)]
-        shape = []
+        structure = []   # the rule's output pytree, known once body has run
 
         def body(*values):
             filled = list(leaves)
@@ -50,9 +57,9 @@ def without_x64(rule: Callable) -> Callable:
             args, kw = jax.tree.unflatten(tree, filled)
             out = rule(ctx, *args, **kw)
             flat, out_tree = jax.tree.flatten(out)
-            shape[:] = [out_tree]
+            structure[:] = [out_tree]
             return flat
 
         flat = _call.bind(*(leaves[i] for i in arrays), body=body)
-        return jax.tree.unflatten(shape[0], flat)
+        return jax.tree.unflatten(structure[0], flat)
     return traced_without_x64
