@@ -112,6 +112,13 @@ def test_integers_beyond_32_bits_are_refused_not_wrapped(dev):
         n = torch.arange(3).to(dev)
         with pytest.raises(StorageRangeError, match="does not fit int32"):
             (n + 2**40).cpu()
+        # an int64 random_() draws int32's whole non-negative range there (it wrapped to
+        # negative values before); bounds beyond it are refused
+        drawn = torch.empty(4000, dtype=torch.int64, device=dev).random_().cpu()
+        assert drawn.min() >= 0 and drawn.max() > 2**30
+        with pytest.raises(lx.FailedOpError, match="random_.*LAZYXLA_STORAGE_DTYPES=none"):
+            torch.empty(4, dtype=torch.int64, device=dev).random_(0, 2**40).cpu()
+        assert 0 <= int(torch.empty(1, dtype=torch.int64, device=dev).random_(0, 2**31).cpu()) < 2**31
 
 
 def test_the_rule_can_be_turned_off(dev):

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from ..errors import StorageRangeError
 from .registry import register
 
 aten = torch.ops.aten
@@ -95,13 +96,30 @@ def _exponential(ctx, x, lambd=1.0, *, seed):
 
 
 def _randint(ctx, seed, low, high):
+    if _narrowed(ctx) and not (-2**31 <= low and high <= 2**31):
+        raise StorageRangeError(
+            f"lazyxla: random_({low}, {high}) on a torch.int64 tensor draws values that torch.int32 "
+            "cannot hold, and the storage dtype policy holds torch.int64 as torch.int32 (the TPU's "
+            "64-bit rule). Keep 64-bit integers with LAZYXLA_STORAGE_DTYPES=none or "
+            "lx.set_storage_dtypes(None) (docs/design.md, '64-bit types on the TPU').")
     return jax.random.randint(_key(seed), ctx.shape, low, high, jnp.int64)
+
+
+def _narrowed(ctx) -> bool:
+    """Whether the result is an int64 tensor held as int32 (the TPU's 64-bit rule)."""
+    return ctx.dtype == torch.int64 and ctx.jdtype == jnp.int32
+
+
+def _int64_top(ctx) -> int:
+    """The exclusive top of an int64 `random_()` without bounds: 2**63 - 1 as eager's, or
+    int32's whole non-negative range where int64 is held as int32 (never wrapped)."""
+    return 2 ** 31 if _narrowed(ctx) else 2 ** 63 - 1
 
 
 @register(getattr(aten.random_, "from"))
 def _random_from(ctx, x, low, high=None, *, seed):
     if high is None:
-        high = 2 ** 63 - 1 if ctx.dtype == torch.int64 else 2 ** (torch.finfo(ctx.dtype).nmant + 1)
+        high = _int64_top(ctx) if ctx.dtype == torch.int64 else 2 ** (torch.finfo(ctx.dtype).nmant + 1)
     return _randint(ctx, seed, low, high)
 
 
@@ -114,7 +132,7 @@ def _random_to(ctx, x, high, *, seed):
 def _random(ctx, x, *, seed):
     if ctx.dtype == torch.bool:
         return _randint(ctx, seed, 0, 2)
-    high = 2 ** 63 - 1 if ctx.dtype == torch.int64 else (
+    high = _int64_top(ctx) if ctx.dtype == torch.int64 else (
         int(torch.iinfo(ctx.dtype).max) + 1 if not ctx.dtype.is_floating_point
         else 2 ** (torch.finfo(ctx.dtype).nmant + 1) + 1)
     return _randint(ctx, seed, 0, high)
