@@ -26,7 +26,6 @@ from ..lower._packs import PackReader
 from ..lower._precision import LEVELS
 from ..lower._util import cast, opmath
 from ..lower.registry import LOWERINGS
-from ..patches import out_of_x64
 from .without_x64 import without_x64
 from ..ir.graph import Graph, positions
 
@@ -107,27 +106,22 @@ def _resolve(value, env: list, packs: PackReader):
 
 
 def _rule_for(node: Node, position: int, x64: bool) -> Callable:
-    """The node's lowering rule. `x64`: whether the graph holds some 64-bit type as itself;
-    where its policy holds them all in 32 bits (the TPU's rule), a user's JAX function is
-    traced with JAX's x64 mode off, as JAX runs on that platform: its Python ints and
-    `arange`s are 32-bit there, and Pallas kernels lower (Mosaic refuses the int64 block
-    indices x64 makes). A rule that runs one of JAX's own algorithms (lower/_util.py
-    `jax_algorithm`) is traced and lowered out of x64 there (compile/without_x64.py)."""
+    """The node's lowering rule. `x64`: whether the graph holds some 64-bit type as itself.
+    Where its policy holds them all in 32 bits (the TPU's rule), a user's JAX function and
+    a rule that runs one of JAX's own algorithms (lower/_util.py `jax_algorithm`) are traced
+    and lowered out of x64 (compile/without_x64.py), as JAX runs on that platform: Python
+    ints and `arange`s are 32-bit there, Pallas kernels lower (Mosaic refuses the int64
+    block indices x64 makes), and the TPU's SVD compiles."""
     if type(node.op) is Subprogram:
-        return node.op.rule if x64 or not node.op.user_jax else _without_x64(node.op.rule)
-    rule = LOWERINGS.get(node.op)
-    if rule is None:
-        error = LoweringError(f"lazyxla: no lowering for {node.op}")
-        error.node_position = position
-        raise error
-    return rule if x64 or not getattr(rule, "jax_algorithm", False) else without_x64(rule)
-
-
-def _without_x64(rule: Callable) -> Callable:
-    def traced_without_x64(ctx, *operands):
-        with out_of_x64():
-            return rule(ctx, *operands)
-    return traced_without_x64
+        rule, from_jax = node.op.rule, node.op.user_jax
+    else:
+        rule = LOWERINGS.get(node.op)
+        if rule is None:
+            error = LoweringError(f"lazyxla: no lowering for {node.op}")
+            error.node_position = position
+            raise error
+        from_jax = getattr(rule, "jax_algorithm", False)
+    return without_x64(rule) if from_jax and not x64 else rule
 
 
 def build(graph: Graph) -> tuple[Callable, int]:

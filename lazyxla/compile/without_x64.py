@@ -1,7 +1,7 @@
 """A lowering rule traced and lowered with JAX's x64 mode off, inside a program that is
 traced and lowered with it on: one JAX primitive that carries the rule, so that both the
-rule's trace and JAX's expansion of the platform algorithms it calls (the TPU's SVD, QR,
-Cholesky; JAX writes them for its 32-bit mode) happen out of x64."""
+rule's trace and JAX's expansion of what it calls at lowering (the TPU's SVD, QR,
+Cholesky; a user's Pallas kernel) happen out of x64, the mode JAX code is written for."""
 from __future__ import annotations
 
 from typing import Callable

@@ -39,8 +39,9 @@ def in_x64() -> contextlib.AbstractContextManager:
 
 
 def out_of_x64() -> contextlib.AbstractContextManager:
-    """JAX's 32-bit mode for the body, on this thread only: a user's JAX function in a graph
-    that holds no 64-bit type is traced in it (compile/program.py `_rule_for`)."""
+    """JAX's 32-bit mode for the body, on this thread only: a user's JAX function or one of
+    JAX's own algorithms in a graph that holds no 64-bit type is traced and lowered in it
+    (compile/without_x64.py)."""
     return jax.enable_x64(False)
 
 
